@@ -1,0 +1,30 @@
+//! Compiles `proto/` into prost messages and tonic services, and writes the
+//! descriptor set that `config::text_format` parses `config.pbtxt` against.
+
+use std::{env, path::PathBuf};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    // SAFETY: build scripts are single-threaded; nothing else reads the environment concurrently.
+    unsafe { env::set_var("PROTOC", protoc) };
+    let out = PathBuf::from(env::var("OUT_DIR")?);
+
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .build_transport(false)
+        .generate_default_stubs(true)
+        .bytes(".inference.ModelInferRequest.raw_input_contents")
+        .bytes(".inference.ModelInferResponse.raw_output_contents")
+        .file_descriptor_set_path(out.join("shardserve_descriptor.bin"))
+        .compile_protos(
+            &[
+                "proto/model_config.proto",
+                "proto/grpc_service.proto",
+                "proto/health.proto",
+            ],
+            &["proto"],
+        )?;
+    println!("cargo:rerun-if-changed=proto");
+    Ok(())
+}

@@ -1,0 +1,100 @@
+//! Backends turn a model's files and configuration into instances that
+//! execute tensors. Architecture invariant: backends never see a socket,
+//! a protocol type or a shard; they get validated tensors and return tensors.
+
+pub mod builtin;
+pub mod onnxruntime;
+
+use std::{path::PathBuf, sync::Arc};
+
+use crate::{
+    proto::inference::ModelConfig,
+    types::{InferResult, Tensor},
+};
+
+/// Where one version of a model lives on disk.
+#[derive(Debug, Clone)]
+pub struct ModelFiles {
+    /// `<repository>/<model>`
+    pub model_dir: PathBuf,
+    /// `<repository>/<model>/<version>`
+    pub version_dir: PathBuf,
+    pub version: i64,
+}
+
+impl ModelFiles {
+    /// The model file of this version: `default_model_filename` or the
+    /// backend's default name (`model.onnx` for ONNX Runtime).
+    pub fn model_file(&self, config: &ModelConfig, default_name: &str) -> PathBuf {
+        let name = if config.default_model_filename.is_empty() {
+            default_name
+        } else {
+            &config.default_model_filename
+        };
+        self.version_dir.join(name)
+    }
+}
+
+/// Identity of one model instance (Triton names them `<model>_<index>`).
+#[derive(Debug, Clone)]
+pub struct InstanceSpec {
+    pub name: String,
+    /// Index among all instances of this model version.
+    pub index: usize,
+    /// Intra-op threads to use where the backend has a thread pool.
+    pub intra_op_threads: usize,
+}
+
+/// A backend: creates instances of the models that name it.
+pub trait Backend: Send + Sync {
+    /// The name used in `backend:` (or implied by `platform:`).
+    fn name(&self) -> &'static str;
+
+    /// Fills in what the configuration leaves out (`max_batch_size`,
+    /// `input`, `output`) from the model itself, as Triton's auto-complete
+    /// does. Called only when `--strict-model-config` is off. Must leave
+    /// fields the user did set untouched.
+    fn auto_complete(&self, config: &mut ModelConfig, files: &ModelFiles) -> anyhow::Result<()>;
+
+    /// Creates one instance. Runs on the control plane, never on a shard's
+    /// request path; the instance is then moved to the shard that owns it.
+    fn create_instance(
+        &self,
+        config: &ModelConfig,
+        files: &ModelFiles,
+        spec: &InstanceSpec,
+    ) -> anyhow::Result<Box<dyn ModelInstance>>;
+}
+
+/// One executable copy of a model, owned by exactly one shard.
+pub trait ModelInstance: Send {
+    /// Executes once. `inputs` passed validation against the configuration
+    /// (datatypes, shapes including the batch dimension when
+    /// `max_batch_size > 0`, data sizes). `outputs` names the outputs to
+    /// produce; producing others too is allowed (the caller filters).
+    fn execute(&mut self, inputs: &[Tensor], outputs: &[&str]) -> InferResult<Vec<Tensor>>;
+}
+
+/// Picks the backend a configuration names, by `backend` or else `platform`.
+pub fn backend_for(config: &ModelConfig) -> anyhow::Result<Arc<dyn Backend>> {
+    let key = if !config.backend.is_empty() {
+        config.backend.as_str()
+    } else {
+        config.platform.as_str()
+    };
+    match key {
+        "onnxruntime" | "onnxruntime_onnx" => Ok(Arc::new(onnxruntime::OnnxRuntimeBackend)),
+        "" => anyhow::bail!(
+            "model '{}' names no backend or platform, and none could be inferred from its files",
+            config.name
+        ),
+        other => builtin::backend(other).ok_or_else(|| {
+            anyhow::anyhow!(
+                "model '{}' asks for backend '{other}', which this server does not have \
+                 (available: onnxruntime, {})",
+                config.name,
+                builtin::NAMES.join(", ")
+            )
+        }),
+    }
+}

@@ -1,0 +1,2 @@
+//! Model configuration (`config.pbtxt`): parsing, printing, validation.
+//! PLACEHOLDER: being written.

@@ -1,0 +1,8 @@
+//! shardserve: a thread-per-core inference server speaking Triton's KServe v2
+//! HTTP/REST and gRPC protocols. See ARCHITECTURE.md for the map.
+
+pub mod backend;
+pub mod config;
+pub mod proto;
+pub mod protocol;
+pub mod types;

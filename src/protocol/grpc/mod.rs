@@ -1,0 +1,1 @@
+//! gRPC (`inference.GRPCInferenceService`, `grpc.health.v1`).

@@ -1,0 +1,1 @@
+//! HTTP/REST (KServe v2 + Triton extensions).

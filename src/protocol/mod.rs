@@ -1,0 +1,6 @@
+//! Wire protocols: the only place that knows JSON, the binary tensor
+//! extension or protobuf. Decodes into `types::InferRequest`, encodes
+//! `types::InferResponse`.
+
+pub mod grpc;
+pub mod http;

@@ -1,0 +1,12 @@
+//! Protocol-independent request/response types. Everything after the
+//! protocol decoders works on these; nothing here knows JSON or protobuf.
+
+mod datatype;
+mod error;
+mod request;
+mod tensor;
+
+pub use datatype::DataType;
+pub use error::{ErrorKind, InferError, InferResult};
+pub use request::{InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput};
+pub use tensor::{bytes_elements, encode_bytes_elements, Tensor};
