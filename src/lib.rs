@@ -6,3 +6,8 @@ pub mod config;
 pub mod proto;
 pub mod protocol;
 pub mod types;
+pub mod model;
+pub mod scheduler;
+pub mod shard;
+// pending: pub mod repository;
+// pending: pub mod server;

@@ -1,1 +1,119 @@
-fn main() {}
+//! `shardserve`: the server binary. Flags follow tritonserver's where it has one.
+
+use std::{net::IpAddr, path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::{Parser, ValueEnum};
+use shardserve::server::{self, ModelControlMode, ServerOptions};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ControlMode {
+    None,
+    Explicit,
+    Poll,
+}
+
+#[derive(Debug, Parser)]
+#[command(name = "shardserve", version, about = "Thread-per-core inference server, drop-in for Triton's KServe v2 protocols")]
+struct Cli {
+    /// Model repository path (repeatable).
+    #[arg(long = "model-repository", alias = "model-store", required = true)]
+    model_repository: Vec<PathBuf>,
+    /// Address to bind every listener to.
+    #[arg(long, default_value = "0.0.0.0")]
+    host: IpAddr,
+    #[arg(long, default_value_t = 8000)]
+    http_port: u16,
+    #[arg(long, default_value_t = 8001)]
+    grpc_port: u16,
+    #[arg(long, default_value_t = 8002)]
+    metrics_port: u16,
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    allow_http: bool,
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    allow_grpc: bool,
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    allow_metrics: bool,
+    /// Number of shards (one pinned thread each) on the first N usable CPUs; default: all.
+    #[arg(long)]
+    cores: Option<usize>,
+    /// Do not pin shard threads to cores.
+    #[arg(long)]
+    no_pin: bool,
+    /// Require complete model configurations (no auto-complete from model files).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    strict_model_config: bool,
+    #[arg(long, value_enum, default_value = "none")]
+    model_control_mode: ControlMode,
+    /// Model to load at start-up in explicit mode (repeatable).
+    #[arg(long)]
+    load_model: Vec<String>,
+    /// Seconds to let in-flight requests finish on SIGINT/SIGTERM.
+    #[arg(long, default_value_t = 30)]
+    exit_timeout_secs: u64,
+    /// Verbose logging level (0 = info).
+    #[arg(long, default_value_t = 0)]
+    log_verbose: u8,
+    /// Largest HTTP request body, in bytes.
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    http_max_input_size: usize,
+    /// Capacity of each cross-shard ring, in messages.
+    #[arg(long, default_value_t = 1024)]
+    ring_capacity: usize,
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_env("SHARDSERVE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_verbose);
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let mode = match cli.model_control_mode {
+        ControlMode::None => ModelControlMode::None,
+        ControlMode::Explicit => ModelControlMode::Explicit,
+        ControlMode::Poll => anyhow::bail!("--model-control-mode=poll is not supported yet; use none or explicit"),
+    };
+    let options = ServerOptions {
+        host: cli.host,
+        http_port: cli.http_port,
+        grpc_port: cli.grpc_port,
+        metrics_port: cli.metrics_port,
+        allow_http: cli.allow_http,
+        allow_grpc: cli.allow_grpc,
+        allow_metrics: cli.allow_metrics,
+        cores: cli.cores,
+        pin_threads: !cli.no_pin,
+        strict_model_config: cli.strict_model_config,
+        model_control_mode: mode,
+        load_models: cli.load_model,
+        exit_timeout: Duration::from_secs(cli.exit_timeout_secs),
+        http_max_input_size: cli.http_max_input_size,
+        ring_capacity: cli.ring_capacity,
+        ..ServerOptions::new(cli.model_repository)
+    };
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
+    let handle = server::start(options)?;
+    if let Some(sig) = signals.forever().next() {
+        tracing::info!(signal = sig, "shutting down: no new connections, finishing in-flight requests");
+    }
+    handle.shutdown()?;
+    tracing::info!("stopped");
+    Ok(())
+}

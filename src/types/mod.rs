@@ -9,4 +9,4 @@ mod tensor;
 pub use datatype::DataType;
 pub use error::{ErrorKind, InferError, InferResult};
 pub use request::{InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput};
-pub use tensor::{bytes_elements, encode_bytes_elements, Tensor};
+pub use tensor::{bytes_elements, element_count, encode_bytes_elements, Tensor};

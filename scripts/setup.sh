@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs everything shardserve needs on a fresh Debian 12 machine, idempotently:
+# Debian packages, a Python venv (.venv) with ONNX Runtime and tritonclient,
+# the ONNX Runtime library linked at .ort/libonnxruntime.so, and a release build.
+# Usage: scripts/setup.sh [--no-build]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+APT_PACKAGES=(pkg-config libhwloc-dev libudev-dev wrk nghttp2-client python3-venv)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  python3 -m venv .venv
+fi
+stamp=.venv/.requirements.sha
+want=$(sha256sum scripts/requirements.txt | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: installing Python packages"
+  .venv/bin/pip install -q -r scripts/requirements.txt
+  echo "$want" > "$stamp"
+fi
+
+lib=$(ls "$root"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* 2>/dev/null | head -n1 || true)
+if [ -z "$lib" ]; then
+  echo "setup: the onnxruntime wheel holds no libonnxruntime.so.*" >&2
+  exit 1
+fi
+mkdir -p .ort
+ln -sf "$lib" .ort/libonnxruntime.so
+
+if [ "${1:-}" != "--no-build" ]; then
+  echo "setup: building (release)"
+  cargo build --release --bins
+fi
+echo "setup: done"

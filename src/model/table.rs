@@ -1,0 +1,133 @@
+use std::{collections::BTreeMap, sync::Arc};
+
+use bytes::Bytes;
+
+use super::{IoSpec, ModelMetadata};
+use crate::{proto::inference::ModelConfig, shard::ShardId, types::InferError};
+
+/// Lifecycle state of one model version, as the repository index reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelState {
+    Loading,
+    Ready,
+    Unloading,
+    Unavailable { reason: String },
+}
+
+impl ModelState {
+    /// Triton's state names (`READY`, `UNAVAILABLE`, ...).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ModelState::Loading => "LOADING",
+            ModelState::Ready => "READY",
+            ModelState::Unloading => "UNLOADING",
+            ModelState::Unavailable { .. } => "UNAVAILABLE",
+        }
+    }
+
+    pub fn reason(&self) -> &str {
+        match self {
+            ModelState::Unavailable { reason } => reason,
+            _ => "",
+        }
+    }
+}
+
+/// Where one instance lives: the shard that owns it and its key there.
+#[derive(Debug, Clone)]
+pub struct InstanceRef {
+    pub shard: ShardId,
+    pub key: u64,
+    pub name: String,
+}
+
+/// A loaded model version: immutable, shared by every shard.
+#[derive(Debug)]
+pub struct ModelVersion {
+    pub name: String,
+    pub version: i64,
+    pub version_str: String,
+    pub config: Arc<ModelConfig>,
+    /// `GET .../config` body, rendered once at load time.
+    pub config_json: Bytes,
+    pub io: IoSpec,
+    pub metadata: ModelMetadata,
+    pub instances: Vec<InstanceRef>,
+}
+
+#[derive(Debug, Clone)]
+pub struct VersionEntry {
+    pub version: i64,
+    pub state: ModelState,
+    pub loaded: Option<Arc<ModelVersion>>,
+}
+
+/// A model in the repository, whatever its versions' states.
+#[derive(Debug, Clone, Default)]
+pub struct ModelEntry {
+    pub versions: BTreeMap<i64, VersionEntry>,
+    /// Why the model as a whole is unavailable (bad config, no versions).
+    pub failure: Option<String>,
+}
+
+/// A snapshot of every model the server knows. Shards hold an `Arc` of the
+/// current one and read it without locks; the control plane replaces it.
+#[derive(Debug, Clone, Default)]
+pub struct ModelTable {
+    pub models: BTreeMap<String, ModelEntry>,
+}
+
+impl ModelTable {
+    /// The version a request addresses: the given one, or the highest
+    /// ready one when `version` is empty. Errors use Triton's phrasing,
+    /// which clients search for.
+    pub fn resolve(&self, name: &str, version: &str) -> Result<&Arc<ModelVersion>, InferError> {
+        let entry = self.models.get(name).ok_or_else(|| {
+            InferError::not_found(format!("Request for unknown model: '{name}' is not found"))
+        })?;
+        if version.is_empty() {
+            return entry
+                .versions
+                .values()
+                .rev()
+                .find(|v| v.state == ModelState::Ready)
+                .and_then(|v| v.loaded.as_ref())
+                .ok_or_else(|| {
+                    InferError::unavailable(format!(
+                        "Request for unknown model: '{name}' has no available versions"
+                    ))
+                });
+        }
+        let not_found = || {
+            InferError::not_found(format!(
+                "Request for unknown model: '{name}' version {version} is not found"
+            ))
+        };
+        let v: i64 = version.parse().map_err(|_| not_found())?;
+        let entry = entry.versions.get(&v).ok_or_else(not_found)?;
+        match (&entry.state, &entry.loaded) {
+            (ModelState::Ready, Some(loaded)) => Ok(loaded),
+            _ => Err(InferError::unavailable(format!(
+                "Request for unknown model: '{name}' version {version} is not at ready state"
+            ))),
+        }
+    }
+
+    /// Versions of `name` that are ready, ascending.
+    pub fn ready_versions(&self, name: &str) -> Vec<i64> {
+        self.models.get(name).map_or_else(Vec::new, |m| {
+            m.versions
+                .values()
+                .filter(|v| v.state == ModelState::Ready)
+                .map(|v| v.version)
+                .collect()
+        })
+    }
+
+    /// True when every model that should be served has a ready version.
+    pub fn all_ready(&self) -> bool {
+        self.models
+            .values()
+            .all(|m| m.failure.is_none() && m.versions.values().all(|v| v.state == ModelState::Ready))
+    }
+}

@@ -1,0 +1,21 @@
+//! `grpc.health.v1.Health`: SERVING while the server is ready.
+
+use crate::{
+    proto::health::{health_check_response::ServingStatus, health_server::Health, HealthCheckRequest, HealthCheckResponse},
+    server::state,
+};
+
+#[derive(Clone, Copy)]
+pub struct HealthService;
+
+#[tonic::async_trait]
+impl Health for HealthService {
+    async fn check(
+        &self,
+        _request: tonic::Request<HealthCheckRequest>,
+    ) -> Result<tonic::Response<HealthCheckResponse>, tonic::Status> {
+        let ready = state::current().is_some_and(|s| s.ready());
+        let status = if ready { ServingStatus::Serving } else { ServingStatus::NotServing };
+        Ok(tonic::Response::new(HealthCheckResponse { status: status as i32 }))
+    }
+}

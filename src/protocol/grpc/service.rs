@@ -1,0 +1,102 @@
+//! `inference.GRPCInferenceService`. RPCs not listed here answer
+//! UNIMPLEMENTED through the generated default methods.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use super::{
+    codec::{decode_model_infer_request, encode_model_infer_response},
+    status::to_status,
+};
+use crate::{
+    model::{metadata::TensorMetadata, ModelTable},
+    proto::inference::{
+        grpc_inference_service_server::GrpcInferenceService, model_metadata_response, ModelConfigRequest,
+        ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse,
+        ModelReadyRequest, ModelReadyResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest,
+        ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
+    },
+    scheduler,
+    server::{state, EXTENSIONS},
+    shard,
+};
+
+#[derive(Clone, Copy)]
+pub struct InferenceService;
+
+fn table() -> Result<Arc<ModelTable>, Status> {
+    shard::with_current(|s| s.table()).ok_or_else(|| Status::internal("gRPC call outside a shard"))
+}
+
+fn tensors(list: &[TensorMetadata]) -> Vec<model_metadata_response::TensorMetadata> {
+    list.iter()
+        .map(|t| model_metadata_response::TensorMetadata {
+            name: t.name.clone(),
+            datatype: t.datatype.to_string(),
+            shape: t.shape.clone(),
+        })
+        .collect()
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for InferenceService {
+    async fn server_live(&self, _: Request<ServerLiveRequest>) -> Result<Response<ServerLiveResponse>, Status> {
+        let live = state::current().is_some_and(|s| s.live());
+        Ok(Response::new(ServerLiveResponse { live }))
+    }
+
+    async fn server_ready(&self, _: Request<ServerReadyRequest>) -> Result<Response<ServerReadyResponse>, Status> {
+        let ready = state::current().is_some_and(|s| s.ready());
+        Ok(Response::new(ServerReadyResponse { ready }))
+    }
+
+    async fn model_ready(&self, req: Request<ModelReadyRequest>) -> Result<Response<ModelReadyResponse>, Status> {
+        let req = req.into_inner();
+        // Triton answers ready=false for an unknown model rather than an error.
+        let ready = table()?.resolve(&req.name, &req.version).is_ok();
+        Ok(Response::new(ModelReadyResponse { ready }))
+    }
+
+    async fn server_metadata(
+        &self,
+        _: Request<ServerMetadataRequest>,
+    ) -> Result<Response<ServerMetadataResponse>, Status> {
+        Ok(Response::new(ServerMetadataResponse {
+            name: "shardserve".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            extensions: EXTENSIONS.iter().map(|e| (*e).to_string()).collect(),
+        }))
+    }
+
+    async fn model_metadata(
+        &self,
+        req: Request<ModelMetadataRequest>,
+    ) -> Result<Response<ModelMetadataResponse>, Status> {
+        let req = req.into_inner();
+        let table = table()?;
+        let m = table.resolve(&req.name, &req.version).map_err(to_status)?;
+        Ok(Response::new(ModelMetadataResponse {
+            name: m.name.clone(),
+            versions: table.ready_versions(&m.name).iter().map(i64::to_string).collect(),
+            platform: m.metadata.platform.clone(),
+            inputs: tensors(&m.metadata.inputs),
+            outputs: tensors(&m.metadata.outputs),
+        }))
+    }
+
+    async fn model_config(&self, req: Request<ModelConfigRequest>) -> Result<Response<ModelConfigResponse>, Status> {
+        let req = req.into_inner();
+        let table = table()?;
+        let m = table.resolve(&req.name, &req.version).map_err(to_status)?;
+        Ok(Response::new(ModelConfigResponse {
+            config: Some((*m.config).clone()),
+        }))
+    }
+
+    async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
+        let request = decode_model_infer_request(req.into_inner()).map_err(to_status)?;
+        let response = scheduler::infer(request).await.map_err(to_status)?;
+        Ok(Response::new(encode_model_infer_response(response)))
+    }
+}

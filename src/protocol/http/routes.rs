@@ -1,0 +1,258 @@
+//! KServe v2 REST routes (plus Triton's config endpoint). Decodes with
+//! `codec`, runs through `scheduler::infer`, encodes the answer.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::{body::Incoming, Request, Response};
+use serde_json::json;
+
+use super::{
+    codec::{decode_infer_request, encode_infer_response, error_body},
+    server::HttpResponse,
+    status::status_for,
+};
+use crate::{
+    model::{ModelTable, ModelVersion},
+    protocol::compression::{choose_response_encoding, compress, decompress},
+    scheduler,
+    server::{state, ServerState, EXTENSIONS},
+    shard::{self, InFlight},
+    types::{InferError, InferResult},
+};
+
+const HEADER_LENGTH: &str = "inference-header-content-length";
+
+/// Entry point for every HTTP request on the HTTP port.
+pub async fn handle(req: Request<Incoming>) -> HttpResponse {
+    let _in_flight = InFlight::enter();
+    route(req).await.unwrap_or_else(|e| error_response(&e))
+}
+
+pub fn error_response(e: &InferError) -> HttpResponse {
+    respond(status_for(e.kind), "application/json", error_body(&e.message))
+}
+
+fn respond(status: StatusCode, content_type: &'static str, body: Bytes) -> HttpResponse {
+    let mut resp = Response::new(Full::new(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp
+}
+
+fn json_ok(value: &serde_json::Value) -> HttpResponse {
+    respond(StatusCode::OK, "application/json", Bytes::from(value.to_string()))
+}
+
+fn empty(status: StatusCode) -> HttpResponse {
+    let mut resp = Response::new(Full::new(Bytes::new()));
+    *resp.status_mut() = status;
+    resp
+}
+
+fn server_state() -> InferResult<Arc<ServerState>> {
+    state::current().ok_or_else(|| InferError::internal("HTTP request outside a server shard"))
+}
+
+fn model_table() -> InferResult<Arc<ModelTable>> {
+    shard::with_current(|s| s.table()).ok_or_else(|| InferError::internal("HTTP request outside a shard"))
+}
+
+async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
+    let path = req.uri().path().to_string();
+    let segments: Vec<String> = path
+        .trim_matches('/')
+        .split('/')
+        .map(percent_decode)
+        .collect::<InferResult<_>>()?;
+    let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let method = req.method().clone();
+    let not_allowed = || InferError::invalid(format!("method {method} is not allowed on {path}"));
+    match segs.as_slice() {
+        ["v2"] | ["v2", ""] => {
+            expect_get(&method).ok_or_else(not_allowed)?;
+            Ok(json_ok(&json!({
+                "name": "shardserve",
+                "version": env!("CARGO_PKG_VERSION"),
+                "extensions": EXTENSIONS,
+            })))
+        }
+        ["v2", "health", "live"] => {
+            expect_get(&method).ok_or_else(not_allowed)?;
+            let live = server_state()?.live();
+            Ok(empty(if live { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }))
+        }
+        ["v2", "health", "ready"] => {
+            expect_get(&method).ok_or_else(not_allowed)?;
+            let ready = server_state()?.ready();
+            Ok(empty(if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }))
+        }
+        ["v2", "models", model, rest @ ..] => {
+            let (version, action) = match rest {
+                ["versions", v, action @ ..] => (*v, action),
+                action => ("", action),
+            };
+            model_route(req, model, version, action).await
+        }
+        _ => Err(InferError::not_found(format!("no such endpoint: {method} {path}"))),
+    }
+}
+
+fn expect_get(method: &Method) -> Option<()> {
+    (method == Method::GET).then_some(())
+}
+
+async fn model_route(req: Request<Incoming>, model: &str, version: &str, action: &[&str]) -> InferResult<HttpResponse> {
+    let method = req.method().clone();
+    let table = model_table()?;
+    match (action, &method) {
+        ([], &Method::GET) => {
+            let m = table.resolve(model, version)?;
+            Ok(json_ok(&metadata_json(&table, m)))
+        }
+        (["ready"], &Method::GET) => {
+            let ready = table.resolve(model, version).is_ok();
+            Ok(empty(if ready { StatusCode::OK } else { StatusCode::BAD_REQUEST }))
+        }
+        (["config"], &Method::GET) => {
+            let m = table.resolve(model, version)?;
+            Ok(respond(StatusCode::OK, "application/json", m.config_json.clone()))
+        }
+        (["infer"], &Method::POST) => infer(req, model, version).await,
+        ([] | ["ready"] | ["config"] | ["infer"], _) => Err(InferError::invalid(format!(
+            "method {method} is not allowed on {}",
+            req.uri().path()
+        ))),
+        _ => Err(InferError::not_found(format!("no such endpoint: {method} {}", req.uri().path()))),
+    }
+}
+
+fn metadata_json(table: &ModelTable, m: &ModelVersion) -> serde_json::Value {
+    let tensors = |list: &[crate::model::metadata::TensorMetadata]| {
+        list.iter()
+            .map(|t| json!({"name": t.name, "datatype": t.datatype, "shape": t.shape}))
+            .collect::<Vec<_>>()
+    };
+    json!({
+        "name": m.name,
+        "versions": table.ready_versions(&m.name).iter().map(i64::to_string).collect::<Vec<_>>(),
+        "platform": m.metadata.platform,
+        "inputs": tensors(&m.metadata.inputs),
+        "outputs": tensors(&m.metadata.outputs),
+    })
+}
+
+async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResult<HttpResponse> {
+    let limit = server_state()?.options.http_max_input_size;
+    let headers = req.headers().clone();
+    let header_length = parse_header_length(&headers)?;
+    let body = read_body(req.into_body(), limit).await?;
+    let body = match content_encoding(&headers)? {
+        Some(enc) => decompress(&enc, &body, limit)?,
+        None => body,
+    };
+    let request = decode_infer_request(body, header_length, model, version)?;
+    let requested = request.outputs.clone();
+    let parameters = request.parameters.clone();
+    let response = scheduler::infer(request).await?;
+    let encoded = encode_infer_response(&response, &requested, &parameters)?;
+    let content_type = if encoded.json_header_length.is_some() {
+        "application/octet-stream"
+    } else {
+        "application/json"
+    };
+    let accept = headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let (body, encoding) = match choose_response_encoding(accept) {
+        Some(enc) => match compress(enc, &encoded.body) {
+            Some(b) => (b, Some(enc)),
+            None => (encoded.body, None),
+        },
+        None => (encoded.body, None),
+    };
+    let mut resp = respond(StatusCode::OK, content_type, body);
+    if let Some(len) = encoded.json_header_length {
+        resp.headers_mut().insert(HEADER_LENGTH, HeaderValue::from(len));
+    }
+    if let Some(enc) = encoding {
+        resp.headers_mut().insert(header::CONTENT_ENCODING, HeaderValue::from_static(enc));
+    }
+    Ok(resp)
+}
+
+fn parse_header_length(headers: &HeaderMap) -> InferResult<Option<usize>> {
+    let Some(v) = headers.get(HEADER_LENGTH) else {
+        return Ok(None);
+    };
+    v.to_str()
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .map(Some)
+        .ok_or_else(|| {
+            InferError::invalid(format!(
+                "Inference-Header-Content-Length must be a non-negative integer, got {:?}",
+                String::from_utf8_lossy(v.as_bytes())
+            ))
+        })
+}
+
+fn content_encoding(headers: &HeaderMap) -> InferResult<Option<String>> {
+    let Some(v) = headers.get(header::CONTENT_ENCODING) else {
+        return Ok(None);
+    };
+    let enc = v
+        .to_str()
+        .map_err(|_| InferError::invalid("Content-Encoding is not ASCII"))?
+        .trim()
+        .to_ascii_lowercase();
+    Ok(match enc.as_str() {
+        "" | "identity" => None,
+        _ => Some(enc),
+    })
+}
+
+async fn read_body(body: Incoming, limit: usize) -> InferResult<Bytes> {
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(InferError::invalid(format!(
+            "request body exceeds the server's limit of {limit} bytes (--http-max-input-size)"
+        ))),
+        Err(e) => Err(InferError::invalid(format!("failed to read the request body: {e}"))),
+    }
+}
+
+/// Decodes `%XX` escapes in a path segment (tritonclient quotes model names).
+fn percent_decode(segment: &str) -> InferResult<String> {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| InferError::invalid(format!("bad percent-escape in URL segment '{segment}'")))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| InferError::invalid(format!("URL segment '{segment}' is not UTF-8")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("a%20b").unwrap(), "a b");
+        assert_eq!(percent_decode("simple").unwrap(), "simple");
+        assert!(percent_decode("bad%2").is_err());
+        assert!(percent_decode("bad%zz").is_err());
+    }
+}

@@ -1,0 +1,258 @@
+//! Loading models: config → backend → versions → instances placed on
+//! shards. A model that fails is recorded with its reason and the others
+//! load regardless.
+
+use std::{collections::BTreeMap, path::Path, sync::Arc};
+
+use anyhow::{bail, Context};
+use bytes::Bytes;
+use futures::channel::oneshot;
+
+use super::{scan::version_folders, select_versions, ModelDir};
+use crate::{
+    backend::{backend_for, InstanceSpec, ModelFiles},
+    config,
+    model::{
+        InstanceRef, IoSpec, ModelMetadata, ModelState, ModelTable, ModelVersion, VersionEntry,
+    },
+    proto::inference::ModelConfig,
+    shard::{ShardControl, ShardId},
+};
+
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// `--strict-model-config`: no auto-complete from model files.
+    pub strict: bool,
+    /// Intra-op threads per instance for backends with a thread pool.
+    pub intra_op_threads: usize,
+}
+
+/// Assigns instances to shards (round-robin over the compute shards) and
+/// hands out instance keys unique within the server.
+#[derive(Debug)]
+pub struct Placement {
+    compute_shards: Vec<ShardId>,
+    cursor: usize,
+    next_key: u64,
+}
+
+impl Placement {
+    pub fn new(compute_shards: Vec<ShardId>) -> Self {
+        Self {
+            compute_shards,
+            cursor: 0,
+            next_key: 1,
+        }
+    }
+
+    fn next(&mut self) -> (ShardId, u64) {
+        let shard = self.compute_shards.get(self.cursor % self.compute_shards.len().max(1)).copied().unwrap_or(0);
+        self.cursor += 1;
+        let key = self.next_key;
+        self.next_key += 1;
+        (shard, key)
+    }
+}
+
+/// Sends a control message to a shard.
+pub type SendControl<'a> = &'a dyn Fn(ShardId, ShardControl) -> anyhow::Result<()>;
+
+/// Loads every model found (or only `only`, in explicit control mode) and
+/// returns the table describing them, failures included.
+pub fn load_repository(
+    found: &BTreeMap<String, Result<ModelDir, String>>,
+    only: Option<&[String]>,
+    opts: &LoadOptions,
+    placement: &mut Placement,
+    send: SendControl<'_>,
+) -> ModelTable {
+    let mut table = ModelTable::default();
+    if let Some(names) = only {
+        for name in names.iter().filter(|n| !found.contains_key(*n)) {
+            tracing::error!(model = %name, "failed to load: no such model in the repository");
+            table.models.insert(
+                name.clone(),
+                crate::model::ModelEntry {
+                    failure: Some(format!("failed to load '{name}': no such model in the repository")),
+                    ..Default::default()
+                },
+            );
+        }
+    }
+    for (name, dir) in found {
+        if only.is_some_and(|names| !names.contains(name)) {
+            continue;
+        }
+        let entry = match dir {
+            Ok(dir) => load_model(dir, opts, placement, send),
+            Err(reason) => failed(name, reason),
+        };
+        table.models.insert(name.clone(), entry);
+    }
+    table
+}
+
+fn failed(name: &str, reason: &str) -> crate::model::ModelEntry {
+    tracing::error!(model = %name, %reason, "failed to load");
+    crate::model::ModelEntry {
+        failure: Some(format!("failed to load '{name}': {reason}")),
+        ..Default::default()
+    }
+}
+
+/// Loads one model folder; every error becomes the model's failure reason.
+pub fn load_model(
+    dir: &ModelDir,
+    opts: &LoadOptions,
+    placement: &mut Placement,
+    send: SendControl<'_>,
+) -> crate::model::ModelEntry {
+    let prepared = read_config(dir, opts).and_then(|config| {
+        let versions = select_versions(config.version_policy.as_ref(), &version_folders(&dir.path)?);
+        if versions.is_empty() {
+            bail!("no version folder matches the version policy in {}", dir.path.display());
+        }
+        Ok((config, versions))
+    });
+    let (config, versions) = match prepared {
+        Ok(p) => p,
+        Err(e) => return failed(&dir.name, &format!("{e:#}")),
+    };
+    let mut entry = crate::model::ModelEntry::default();
+    for version in versions {
+        let state = match load_version(dir, &config, version, opts, placement, send) {
+            Ok(loaded) => {
+                tracing::info!(model = %dir.name, version, instances = loaded.instances.len(), "loaded");
+                VersionEntry {
+                    version,
+                    state: ModelState::Ready,
+                    loaded: Some(loaded),
+                }
+            }
+            Err(e) => {
+                let reason = format!("failed to load '{}' version {version}: {e:#}", dir.name);
+                tracing::error!(model = %dir.name, version, %reason, "failed to load");
+                VersionEntry {
+                    version,
+                    state: ModelState::Unavailable { reason },
+                    loaded: None,
+                }
+            }
+        };
+        entry.versions.insert(version, state);
+    }
+    entry
+}
+
+/// Reads and parses `config.pbtxt`; without one (and not strict), an ONNX
+/// model gets a minimal config that auto-complete fills in, as in Triton.
+fn read_config(dir: &ModelDir, opts: &LoadOptions) -> anyhow::Result<ModelConfig> {
+    let path = dir.path.join("config.pbtxt");
+    let mut config = if path.exists() {
+        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        config::parse_model_config(&text).with_context(|| format!("invalid {}", path.display()))?
+    } else if !opts.strict && has_onnx_file(&dir.path) {
+        ModelConfig {
+            platform: "onnxruntime_onnx".into(),
+            ..Default::default()
+        }
+    } else {
+        bail!("{} not found", path.display());
+    };
+    if config.name.is_empty() {
+        config.name = dir.name.clone();
+    } else if config.name != dir.name {
+        bail!(
+            "config name '{}' does not match the model folder name '{}'",
+            config.name,
+            dir.name
+        );
+    }
+    config::check_supported(&config)?;
+    Ok(config)
+}
+
+fn has_onnx_file(model_dir: &Path) -> bool {
+    version_folders(model_dir)
+        .unwrap_or_default()
+        .iter()
+        .any(|v| model_dir.join(v.to_string()).join("model.onnx").is_file())
+}
+
+fn load_version(
+    dir: &ModelDir,
+    base: &ModelConfig,
+    version: i64,
+    opts: &LoadOptions,
+    placement: &mut Placement,
+    send: SendControl<'_>,
+) -> anyhow::Result<Arc<ModelVersion>> {
+    let files = ModelFiles {
+        model_dir: dir.path.clone(),
+        version_dir: dir.path.join(version.to_string()),
+        version,
+    };
+    let backend = backend_for(base)?;
+    let mut config = base.clone();
+    if !opts.strict {
+        backend.auto_complete(&mut config, &files).context("auto-complete")?;
+    }
+    config::validate(&config)?;
+    let io = IoSpec::from_config(&config, &dir.path)?;
+    let platform = if config.platform.is_empty() { config.backend.clone() } else { config.platform.clone() };
+    let metadata = ModelMetadata::new(&config.name, &platform, &io);
+    let config_json = Bytes::from(serde_json::to_vec(&config::model_config_to_json(&config))?);
+
+    let count = instance_count(&config);
+    let mut created = Vec::with_capacity(count);
+    for index in 0..count {
+        let spec = InstanceSpec {
+            name: format!("{}_{index}", config.name),
+            index,
+            intra_op_threads: opts.intra_op_threads,
+        };
+        let instance = backend
+            .create_instance(&config, &files, &spec)
+            .with_context(|| format!("creating instance {}", spec.name))?;
+        let (shard, key) = placement.next();
+        created.push((InstanceRef { shard, key, name: spec.name }, instance));
+    }
+    let model = Arc::new(ModelVersion {
+        name: config.name.clone(),
+        version,
+        version_str: version.to_string(),
+        config: Arc::new(config),
+        config_json,
+        io,
+        metadata,
+        instances: created.iter().map(|(r, _)| r.clone()).collect(),
+    });
+    let mut acks = Vec::with_capacity(created.len());
+    for (r, instance) in created {
+        let (installed, ack) = oneshot::channel();
+        send(
+            r.shard,
+            ShardControl::Install {
+                key: r.key,
+                model: model.clone(),
+                instance,
+                installed,
+            },
+        )?;
+        acks.push(ack);
+    }
+    // The table that names these instances is published only once every
+    // owner has them, so no request can reach a shard before its instance.
+    for ack in acks {
+        futures::executor::block_on(ack).context("a shard stopped before installing an instance")?;
+    }
+    Ok(model)
+}
+
+/// Total instances over all instance groups; no group means one instance.
+fn instance_count(config: &ModelConfig) -> usize {
+    if config.instance_group.is_empty() {
+        return 1;
+    }
+    config.instance_group.iter().map(|g| g.count.max(1) as usize).sum()
+}

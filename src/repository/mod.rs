@@ -1,0 +1,11 @@
+//! The model repository: finding models and their versions on disk
+//! (`scan`), and turning each into loaded, placed instances (`load`).
+//! Runs on the control plane, never on a shard.
+
+mod load;
+mod scan;
+mod versions;
+
+pub use load::{load_repository, LoadOptions, Placement};
+pub use scan::{scan_repositories, ModelDir};
+pub use versions::select_versions;

@@ -1,0 +1,205 @@
+//! Bootstrap: shards, listeners, the initial model load, and graceful
+//! shutdown. `start` is also the in-process API tests and tools use.
+
+mod options;
+mod ports;
+mod shard_thread;
+pub mod state;
+
+use std::{net::SocketAddr, sync::Arc, thread::JoinHandle};
+
+use anyhow::{bail, Context};
+use futures::channel::mpsc;
+
+pub use options::{ModelControlMode, ServerOptions};
+pub use state::{ServerState, EXTENSIONS};
+
+use crate::{
+    model::ModelTable,
+    repository::{load_repository, scan_repositories, LoadOptions, Placement},
+    shard::{ring, ShardControl, ShardId},
+};
+
+/// Addresses the server listens on (ports resolved when 0 was asked).
+#[derive(Debug, Clone, Copy)]
+pub struct Addresses {
+    pub http: Option<SocketAddr>,
+    pub grpc: Option<SocketAddr>,
+    pub metrics: Option<SocketAddr>,
+}
+
+/// A running server. Dropping it without `shutdown` leaves the shard
+/// threads running until the process exits.
+pub struct ServerHandle {
+    addresses: Addresses,
+    state: Arc<ServerState>,
+    control: Vec<mpsc::UnboundedSender<ShardControl>>,
+    threads: Vec<JoinHandle<()>>,
+    table: Arc<ModelTable>,
+}
+
+impl ServerHandle {
+    /// Panics only if HTTP was disabled in the options (a programming error in a test).
+    pub fn http_addr(&self) -> SocketAddr {
+        self.addresses.http.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.addresses.grpc.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.addresses.metrics.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+    pub fn addresses(&self) -> Addresses {
+        self.addresses
+    }
+    pub fn state(&self) -> &Arc<ServerState> {
+        &self.state
+    }
+    /// The model table published at start-up.
+    pub fn models(&self) -> &ModelTable {
+        &self.table
+    }
+
+    /// Stops accepting, lets in-flight requests finish (up to the exit
+    /// timeout) and joins the shard threads.
+    pub fn shutdown(self) -> anyhow::Result<()> {
+        self.state.begin_shutdown();
+        for c in &self.control {
+            let _ = c.unbounded_send(ShardControl::Shutdown);
+        }
+        for t in self.threads {
+            if t.join().is_err() {
+                bail!("a shard thread panicked during shutdown");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Starts the shards, binds the listeners and loads the repository.
+/// Returns once the initial load is done; models that failed to load are
+/// reported in the log and the model table, and do not stop the server.
+pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
+    for repo in &options.model_repositories {
+        if !repo.is_dir() {
+            bail!("model repository {} is not a readable directory", repo.display());
+        }
+    }
+    if options.model_repositories.is_empty() {
+        bail!("at least one --model-repository is required");
+    }
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let shard_count = options.cores.unwrap_or(cores.len()).max(1);
+    let reserve = |what, enabled: bool, port: u16| -> anyhow::Result<Option<SocketAddr>> {
+        enabled
+            .then(|| ports::reserve(what, SocketAddr::new(options.host, port)))
+            .transpose()
+    };
+    let addresses = Addresses {
+        http: reserve("HTTP", options.allow_http, options.http_port)?,
+        grpc: reserve("gRPC", options.allow_grpc, options.grpc_port)?,
+        metrics: reserve("metrics", options.allow_metrics, options.metrics_port)?,
+    };
+    let state = ServerState::new(options.clone());
+
+    let links = ring::mesh(shard_count, options.ring_capacity);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let mut control = Vec::with_capacity(shard_count);
+    let mut threads = Vec::with_capacity(shard_count);
+    for (id, links) in links.into_iter().enumerate() {
+        let (tx, rx) = mpsc::unbounded();
+        control.push(tx);
+        let boot = shard_thread::ShardBoot {
+            id,
+            count: shard_count,
+            core: if options.pin_threads && !cores.is_empty() {
+                Some(cores[id % cores.len()])
+            } else {
+                None
+            },
+            links,
+            control: rx,
+            state: state.clone(),
+            addresses,
+            ready: ready_tx.clone(),
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("shard-{id}"))
+            .spawn(move || shard_thread::run(boot))
+            .context("cannot spawn a shard thread")?;
+        threads.push(thread);
+    }
+    drop(ready_tx);
+    let mut failure = None;
+    for _ in 0..shard_count {
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failure = Some(e),
+            Err(_) => failure = Some("a shard thread exited during start-up".to_string()),
+        }
+    }
+    let mut handle = ServerHandle {
+        addresses,
+        state,
+        control,
+        threads,
+        table: Arc::new(ModelTable::default()),
+    };
+    if let Some(e) = failure {
+        let _ = handle.shutdown();
+        bail!("server start failed: {e}");
+    }
+    log_addresses(&addresses, shard_count);
+
+    match load_models(&options, shard_count, &handle.control) {
+        Ok(table) => {
+            let table = Arc::new(table);
+            for c in &handle.control {
+                let _ = c.unbounded_send(ShardControl::Table(table.clone()));
+            }
+            handle.table = table;
+        }
+        Err(e) => {
+            let _ = handle.shutdown();
+            return Err(e);
+        }
+    }
+    handle.state.set_ready(true);
+    Ok(handle)
+}
+
+fn load_models(
+    options: &ServerOptions,
+    shard_count: usize,
+    control: &[mpsc::UnboundedSender<ShardControl>],
+) -> anyhow::Result<ModelTable> {
+    let found = scan_repositories(&options.model_repositories)?;
+    let only = match options.model_control_mode {
+        ModelControlMode::None => None,
+        ModelControlMode::Explicit => Some(options.load_models.as_slice()),
+    };
+    let load = LoadOptions {
+        strict: options.strict_model_config,
+        intra_op_threads: options.intra_op_threads,
+    };
+    let mut placement = Placement::new((0..shard_count).collect());
+    let send = |shard: ShardId, msg: ShardControl| -> anyhow::Result<()> {
+        control
+            .get(shard)
+            .context("instance placed on a shard that does not exist")?
+            .unbounded_send(msg)
+            .map_err(|_| anyhow::anyhow!("shard {shard} stopped"))
+    };
+    Ok(load_repository(&found, only, &load, &mut placement, &send))
+}
+
+fn log_addresses(a: &Addresses, shards: usize) {
+    let show = |x: Option<SocketAddr>| x.map_or_else(|| "off".to_string(), |a| a.to_string());
+    tracing::info!(
+        shards,
+        http = %show(a.http),
+        grpc = %show(a.grpc),
+        metrics = %show(a.metrics),
+        "listening"
+    );
+}

@@ -1,0 +1,109 @@
+//! One shard's OS thread: pin, build the monoio runtime (io_uring, or
+//! epoll where io_uring is refused), bind the listeners with SO_REUSEPORT,
+//! run until shutdown, then give in-flight requests time to finish.
+
+use std::{
+    net::SocketAddr,
+    sync::{mpsc::Sender, Arc},
+    time::{Duration, Instant},
+};
+
+use futures::channel::mpsc::UnboundedReceiver;
+use monoio::{
+    net::{ListenerOpts, TcpListener},
+    FusionDriver, FusionRuntime, RuntimeBuilder,
+};
+
+use super::{state, Addresses, ServerState};
+use crate::{
+    protocol,
+    shard::{ring::ShardLinks, Shard, ShardControl, ShardId, ShardMsg},
+};
+
+pub struct ShardBoot {
+    pub id: ShardId,
+    pub count: usize,
+    pub core: Option<core_affinity::CoreId>,
+    pub links: ShardLinks<ShardMsg>,
+    pub control: UnboundedReceiver<ShardControl>,
+    pub state: Arc<ServerState>,
+    pub addresses: Addresses,
+    pub ready: Sender<Result<(), String>>,
+}
+
+pub fn run(boot: ShardBoot) {
+    if let Some(core) = boot.core {
+        if !core_affinity::set_for_current(core) {
+            tracing::warn!(shard = boot.id, core = core.id, "could not pin shard thread to its core");
+        }
+    }
+    let runtime = RuntimeBuilder::<FusionDriver>::new().enable_timer().build();
+    let mut runtime = match runtime {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = boot.ready.send(Err(format!("shard {}: cannot start its runtime: {e}", boot.id)));
+            return;
+        }
+    };
+    let driver = match &runtime {
+        FusionRuntime::Uring(_) => "io_uring",
+        FusionRuntime::Legacy(_) => "epoll (io_uring unavailable here)",
+    };
+    if boot.id == 0 {
+        tracing::info!(driver, "shard runtime driver");
+    } else {
+        tracing::debug!(shard = boot.id, driver, "shard runtime driver");
+    }
+    runtime.block_on(shard_main(boot));
+    Shard::clear_current();
+}
+
+fn bind(addr: Option<SocketAddr>) -> std::io::Result<Option<TcpListener>> {
+    addr.map(|a| TcpListener::bind_with_config(a, &ListenerOpts::new().reuse_port(true)))
+        .transpose()
+}
+
+async fn shard_main(boot: ShardBoot) {
+    let ShardBoot {
+        id,
+        count,
+        links,
+        control,
+        state,
+        addresses,
+        ready,
+        ..
+    } = boot;
+    let bound = (|| Ok::<_, std::io::Error>((bind(addresses.http)?, bind(addresses.grpc)?, bind(addresses.metrics)?)))();
+    let (http, grpc, metrics) = match bound {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = ready.send(Err(format!("shard {id}: cannot bind a listener: {e}")));
+            return;
+        }
+    };
+    let shard = Shard::new(id, count, links.outbox);
+    Shard::install_current(shard.clone());
+    state::install(state.clone());
+    monoio::spawn(shard.clone().drain_rings(links.inbox));
+    monoio::spawn(shard.clone().run_control(control));
+    if let Some(l) = http {
+        monoio::spawn(protocol::http::serve(l, shard.clone()));
+    }
+    if let Some(l) = grpc {
+        monoio::spawn(protocol::grpc::serve(l, shard.clone()));
+    }
+    if let Some(l) = metrics {
+        monoio::spawn(protocol::http::serve_metrics(l, shard.clone()));
+    }
+    let _ = ready.send(Ok(()));
+
+    shard.shutdown.wait().await;
+    let deadline = Instant::now() + state.options.exit_timeout;
+    while shard.in_flight() > 0 && Instant::now() < deadline {
+        monoio::time::sleep(Duration::from_millis(2)).await;
+    }
+    if shard.in_flight() > 0 {
+        tracing::warn!(shard = id, in_flight = shard.in_flight(), "exit timeout reached with requests in flight");
+    }
+}

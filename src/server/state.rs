@@ -1,0 +1,66 @@
+use std::{
+    cell::RefCell,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+};
+
+use super::ServerOptions;
+
+/// Server-wide facts every shard reads: set rarely by the control plane,
+/// read with plain atomic loads on the request path.
+#[derive(Debug)]
+pub struct ServerState {
+    pub options: ServerOptions,
+    ready: AtomicBool,
+    shutting_down: AtomicBool,
+}
+
+/// Extensions advertised by `GET /v2` and ServerMetadata: only those that work.
+pub const EXTENSIONS: &[&str] = &[
+    "classification",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+];
+
+impl ServerState {
+    pub fn new(options: ServerOptions) -> Arc<Self> {
+        Arc::new(Self {
+            options,
+            ready: AtomicBool::new(false),
+            shutting_down: AtomicBool::new(false),
+        })
+    }
+
+    pub fn live(&self) -> bool {
+        true
+    }
+
+    /// Ready: initial load finished and not shutting down.
+    pub fn ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && !self.shutting_down.load(Ordering::Acquire)
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+    }
+}
+
+thread_local! {
+    static STATE: RefCell<Option<Arc<ServerState>>> = const { RefCell::new(None) };
+}
+
+/// The server this shard thread belongs to.
+pub fn current() -> Option<Arc<ServerState>> {
+    STATE.with(|s| s.borrow().clone())
+}
+
+pub(super) fn install(state: Arc<ServerState>) {
+    STATE.with(|s| *s.borrow_mut() = Some(state));
+}
