@@ -5,7 +5,9 @@
 //! instance, in arrival order); the dynamic, sequence and ensemble
 //! schedulers are refused at load time by `config::check_supported`.
 
+mod batch;
 mod default;
+pub mod dynamic_batcher;
 mod dispatch;
 mod job;
 mod output;
