@@ -11,3 +11,4 @@ pub mod scheduler;
 pub mod shard;
 // pending: pub mod repository;
 // pending: pub mod server;
+pub mod metrics;

@@ -3,7 +3,7 @@ use std::{collections::BTreeMap, sync::Arc};
 use bytes::Bytes;
 
 use super::{IoSpec, ModelMetadata};
-use crate::{proto::inference::ModelConfig, shard::ShardId, types::InferError};
+use crate::{metrics::ModelStats, proto::inference::ModelConfig, shard::ShardId, types::InferError};
 
 /// Lifecycle state of one model version, as the repository index reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +53,8 @@ pub struct ModelVersion {
     pub io: IoSpec,
     pub metadata: ModelMetadata,
     pub instances: Vec<InstanceRef>,
+    /// Statistics counters, one block per shard.
+    pub stats: Arc<ModelStats>,
 }
 
 #[derive(Debug, Clone)]

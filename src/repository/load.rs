@@ -12,6 +12,7 @@ use super::{scan::version_folders, select_versions, ModelDir};
 use crate::{
     backend::{backend_for, InstanceSpec, ModelFiles},
     config,
+    metrics::ModelStats,
     model::{
         InstanceRef, IoSpec, ModelMetadata, ModelState, ModelTable, ModelVersion, VersionEntry,
     },
@@ -31,14 +32,16 @@ pub struct LoadOptions {
 /// hands out instance keys unique within the server.
 #[derive(Debug)]
 pub struct Placement {
+    shard_count: usize,
     compute_shards: Vec<ShardId>,
     cursor: usize,
     next_key: u64,
 }
 
 impl Placement {
-    pub fn new(compute_shards: Vec<ShardId>) -> Self {
+    pub fn new(shard_count: usize, compute_shards: Vec<ShardId>) -> Self {
         Self {
+            shard_count,
             compute_shards,
             cursor: 0,
             next_key: 1,
@@ -204,6 +207,7 @@ fn load_version(
     let config_json = Bytes::from(serde_json::to_vec(&config::model_config_to_json(&config))?);
 
     let count = instance_count(&config);
+    let max_batch = config.max_batch_size.max(0) as usize;
     let mut created = Vec::with_capacity(count);
     for index in 0..count {
         let spec = InstanceSpec {
@@ -226,6 +230,7 @@ fn load_version(
         io,
         metadata,
         instances: created.iter().map(|(r, _)| r.clone()).collect(),
+        stats: Arc::new(ModelStats::new(placement.shard_count, max_batch)),
     });
     let mut acks = Vec::with_capacity(created.len());
     for (r, instance) in created {

@@ -2,7 +2,9 @@
 //! and splitting the outputs back per request. Fixed-size outputs split
 //! as zero-copy `Bytes` slices of the backend's buffer.
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
+#[cfg(test)]
+use bytes::Bytes;
 
 use crate::types::{bytes_elements, element_count, DataType, InferError, InferRequest, InferResult, Tensor};
 
@@ -123,15 +125,14 @@ fn row_offsets(t: &Tensor, rows: usize, items_per_row: usize) -> InferResult<Vec
     }
 }
 
-/// Bytes helper for tests and callers that build tensors from i32s.
-pub fn i32_bytes(values: impl IntoIterator<Item = i32>) -> Bytes {
-    values.into_iter().flat_map(i32::to_le_bytes).collect::<Vec<u8>>().into()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::types::encode_bytes_elements;
+
+    fn i32_bytes(values: impl IntoIterator<Item = i32>) -> Bytes {
+        values.into_iter().flat_map(i32::to_le_bytes).collect::<Vec<u8>>().into()
+    }
 
     fn req(rows: i64, base: i32) -> InferRequest {
         let data = i32_bytes((0..rows as i32 * 2).map(|x| x + base));

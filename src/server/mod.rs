@@ -100,7 +100,7 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
         grpc: reserve("gRPC", options.allow_grpc, options.grpc_port)?,
         metrics: reserve("metrics", options.allow_metrics, options.metrics_port)?,
     };
-    let state = ServerState::new(options.clone());
+    let state = ServerState::new(options.clone(), shard_count);
 
     let links = ring::mesh(shard_count, options.ring_capacity);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -182,7 +182,7 @@ fn load_models(
         strict: options.strict_model_config,
         intra_op_threads: options.intra_op_threads,
     };
-    let mut placement = Placement::new((0..shard_count).collect());
+    let mut placement = Placement::new(shard_count, (0..shard_count).collect());
     let send = |shard: ShardId, msg: ShardControl| -> anyhow::Result<()> {
         control
             .get(shard)

@@ -82,7 +82,7 @@ async fn shard_main(boot: ShardBoot) {
             return;
         }
     };
-    let shard = Shard::new(id, count, links.outbox);
+    let shard = Shard::new(id, count, links.outbox, state.gauges.clone());
     Shard::install_current(shard.clone());
     state::install(state.clone());
     monoio::spawn(shard.clone().drain_rings(links.inbox));

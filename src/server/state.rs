@@ -7,12 +7,15 @@ use std::{
 };
 
 use super::ServerOptions;
+use crate::metrics::ShardGauges;
 
 /// Server-wide facts every shard reads: set rarely by the control plane,
 /// read with plain atomic loads on the request path.
 #[derive(Debug)]
 pub struct ServerState {
     pub options: ServerOptions,
+    /// Per-shard gauges, indexed by shard id.
+    pub gauges: Arc<[ShardGauges]>,
     ready: AtomicBool,
     shutting_down: AtomicBool,
 }
@@ -26,9 +29,10 @@ pub const EXTENSIONS: &[&str] = &[
 ];
 
 impl ServerState {
-    pub fn new(options: ServerOptions) -> Arc<Self> {
+    pub fn new(options: ServerOptions, shards: usize) -> Arc<Self> {
         Arc::new(Self {
             options,
+            gauges: (0..shards).map(|_| ShardGauges::new(shards)).collect(),
             ready: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
         })

@@ -17,6 +17,7 @@ use super::{
 };
 use crate::{
     backend::ModelInstance,
+    metrics::ShardGauges,
     model::{ModelTable, ModelVersion},
     scheduler::{InstanceSlot, Job, Responder},
     types::{InferError, InferResponse, InferResult},
@@ -61,6 +62,8 @@ pub struct Shard {
     round_robin: Cell<usize>,
     pub shutdown: Latch,
     in_flight: Cell<usize>,
+    /// Every shard's gauges (this shard writes only its own).
+    pub gauges: Arc<[ShardGauges]>,
 }
 
 thread_local! {
@@ -93,7 +96,7 @@ pub fn reply(origin: ShardId, reply: Responder, result: InferResult<InferRespons
 }
 
 impl Shard {
-    pub fn new(id: ShardId, count: usize, outbox: Outbox<ShardMsg>) -> Rc<Self> {
+    pub fn new(id: ShardId, count: usize, outbox: Outbox<ShardMsg>, gauges: Arc<[ShardGauges]>) -> Rc<Self> {
         Rc::new(Self {
             id,
             count,
@@ -103,6 +106,7 @@ impl Shard {
             round_robin: Cell::new(0),
             shutdown: Latch::default(),
             in_flight: Cell::new(0),
+            gauges,
         })
     }
 
@@ -161,8 +165,14 @@ impl Shard {
             instance: target.key,
             job,
         };
-        match self.outbox.borrow_mut().send(target.shard, msg) {
-            Ok(()) => Dispatch::Queued,
+        let mut outbox = self.outbox.borrow_mut();
+        match outbox.send(target.shard, msg) {
+            Ok(()) => {
+                if let Some(g) = self.gauges.get(self.id) {
+                    g.set_ring_occupancy(target.shard, outbox.occupancy(target.shard));
+                }
+                Dispatch::Queued
+            }
             Err(ShardMsg::Infer { job, .. }) => Dispatch::RingFull(target, job),
             Err(ShardMsg::Reply { .. }) => Dispatch::Queued,
         }
@@ -219,7 +229,7 @@ impl Shard {
                     instance,
                     installed,
                 } => {
-                    let slot = InstanceSlot::new(key, model, instance);
+                    let slot = InstanceSlot::new(key, model, instance, self.id, self.gauges.clone());
                     monoio::spawn(slot.clone().run());
                     self.instances.borrow_mut().insert(key, slot);
                     let _ = installed.send(());
@@ -257,13 +267,49 @@ pub struct InFlight(());
 
 impl InFlight {
     pub fn enter() -> Self {
-        with_current(|s| s.in_flight.set(s.in_flight.get() + 1));
+        with_current(|s| {
+            s.in_flight.set(s.in_flight.get() + 1);
+            if let Some(g) = s.gauges.get(s.id) {
+                g.add_in_flight(1);
+            }
+        });
         InFlight(())
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        with_current(|s| s.in_flight.set(s.in_flight.get().saturating_sub(1)));
+        with_current(|s| {
+            s.in_flight.set(s.in_flight.get().saturating_sub(1));
+            if let Some(g) = s.gauges.get(s.id) {
+                g.add_in_flight(-1);
+            }
+        });
+    }
+}
+
+/// Counts an open connection in its shard's gauges while it lives.
+pub struct ConnectionGauge {
+    gauges: Arc<[ShardGauges]>,
+    shard: ShardId,
+}
+
+impl ConnectionGauge {
+    pub fn open(shard: &Shard) -> Self {
+        if let Some(g) = shard.gauges.get(shard.id) {
+            g.add_connection(1);
+        }
+        Self {
+            gauges: shard.gauges.clone(),
+            shard: shard.id,
+        }
+    }
+}
+
+impl Drop for ConnectionGauge {
+    fn drop(&mut self) {
+        if let Some(g) = self.gauges.get(self.shard) {
+            g.add_connection(-1);
+        }
     }
 }

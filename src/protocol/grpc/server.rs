@@ -22,7 +22,7 @@ use crate::{
         inference::grpc_inference_service_server::GrpcInferenceServiceServer,
     },
     server::state,
-    shard::{InFlight, Shard},
+    shard::{ConnectionGauge, InFlight, Shard},
 };
 
 type GrpcResponse = http::Response<tonic::body::Body>;
@@ -86,8 +86,10 @@ pub async fn serve(listener: TcpListener, shard: Rc<Shard>) {
             }
         };
         let _ = stream.set_nodelay(true);
+        let connection = ConnectionGauge::open(&shard);
         let service = TowerToHyperService::new(router.clone());
         monoio::spawn(async move {
+            let _connection = connection;
             let io = match stream.into_poll_io() {
                 Ok(io) => MonoioIo::new(io),
                 Err(e) => {

@@ -9,7 +9,7 @@ use hyper::{body::Incoming, server::conn::http1, service::service_fn, Request, R
 use monoio::{io::IntoPollIo, net::TcpListener};
 use monoio_compat::hyper::{MonoioIo, MonoioTimer};
 
-use crate::shard::Shard;
+use crate::shard::{ConnectionGauge, Shard};
 
 pub type HttpResponse = Response<Full<Bytes>>;
 
@@ -32,8 +32,10 @@ where
             }
         };
         let _ = stream.set_nodelay(true);
+        let connection = ConnectionGauge::open(&shard);
         let handler = handler.clone();
         monoio::spawn(async move {
+            let _connection = connection;
             let io = match stream.into_poll_io() {
                 Ok(io) => MonoioIo::new(io),
                 Err(e) => {

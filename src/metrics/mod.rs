@@ -1,0 +1,67 @@
+//! Observability: per-shard statistics counters (summed when read), the
+//! statistics extension, Prometheus exposition, and per-shard gauges.
+
+pub mod counters;
+pub mod host;
+pub mod prometheus;
+pub mod statistics;
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+pub use counters::{FailureReason, ModelStats, StatsSnapshot};
+
+/// Gauges one shard updates about itself; any thread may read them.
+#[derive(Debug)]
+#[repr(align(128))]
+pub struct ShardGauges {
+    connections: AtomicU64,
+    in_flight: AtomicU64,
+    queue_depth: AtomicU64,
+    ring_occupancy: Box<[AtomicU64]>,
+}
+
+impl ShardGauges {
+    pub fn new(shards: usize) -> Self {
+        Self {
+            connections: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            queue_depth: AtomicU64::new(0),
+            ring_occupancy: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Relaxed)
+    }
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Relaxed)
+    }
+    pub fn queue_depth(&self) -> u64 {
+        self.queue_depth.load(Relaxed)
+    }
+    pub fn ring_occupancy(&self) -> Vec<u64> {
+        self.ring_occupancy.iter().map(|a| a.load(Relaxed)).collect()
+    }
+    pub fn add_connection(&self, delta: i64) {
+        add(&self.connections, delta);
+    }
+    pub fn add_in_flight(&self, delta: i64) {
+        add(&self.in_flight, delta);
+    }
+    pub fn add_queue_depth(&self, delta: i64) {
+        add(&self.queue_depth, delta);
+    }
+    pub fn set_ring_occupancy(&self, to: usize, n: usize) {
+        if let Some(a) = self.ring_occupancy.get(to) {
+            a.store(n as u64, Relaxed);
+        }
+    }
+}
+
+fn add(a: &AtomicU64, delta: i64) {
+    if delta >= 0 {
+        a.fetch_add(delta as u64, Relaxed);
+    } else {
+        let d = delta.unsigned_abs();
+        let _ = a.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(d)));
+    }
+}
