@@ -10,7 +10,7 @@ use shardserve::proto::{
         grpc_inference_service_client::GrpcInferenceServiceClient,
         model_infer_request::{InferInputTensor, InferRequestedOutputTensor},
         InferTensorContents, ModelConfigRequest, ModelInferRequest, ModelMetadataRequest, ModelReadyRequest,
-        ModelStatisticsRequest, ServerLiveRequest, ServerMetadataRequest, ServerReadyRequest,
+        RepositoryIndexRequest, ServerLiveRequest, ServerMetadataRequest, ServerReadyRequest,
     },
 };
 use tonic::{transport::Channel, Code};
@@ -147,7 +147,7 @@ async fn infer_errors_have_grpc_codes_and_server_stays_healthy() {
     assert!(e.message().contains("batch-size"));
 
     let e = c
-        .model_statistics(ModelStatisticsRequest { name: "simple".into(), version: String::new() })
+        .repository_index(RepositoryIndexRequest { repository_name: String::new(), ready: false })
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::Unimplemented, "RPCs not built yet answer UNIMPLEMENTED");

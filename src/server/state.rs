@@ -26,6 +26,7 @@ pub const EXTENSIONS: &[&str] = &[
     "model_configuration",
     "binary_tensor_data",
     "parameters",
+    "statistics",
 ];
 
 impl ServerState {

@@ -1,5 +1,8 @@
 //! `simple` and `simple_int8`: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 -
-//! INPUT1, element-wise with two's-complement wrap-around.
+//! INPUT1, element-wise with two's-complement wrap-around. A configuration
+//! that declares an INT32 output `BATCH_SIZE` (dims [1]) also gets, per
+//! batch row, the number of rows in the execution (`simple_dyna_batch`):
+//! that is how the dynamic batcher's merging becomes visible to clients.
 
 use bytes::Bytes;
 
@@ -46,17 +49,32 @@ impl Backend for SimpleBackend {
         _: &ModelFiles,
         _: &InstanceSpec,
     ) -> anyhow::Result<Box<dyn ModelInstance>> {
-        io::require_dtype(config, self.dtype)?;
+        let report_batch_size = config.output.iter().any(|o| o.name == BATCH_SIZE_OUTPUT);
+        let mut arithmetic = config.clone();
+        arithmetic.output.retain(|o| o.name != BATCH_SIZE_OUTPUT);
+        io::require_dtype(&arithmetic, self.dtype)?;
+        if let Some(o) = config.output.iter().find(|o| o.name == BATCH_SIZE_OUTPUT) {
+            if DataType::from_config_i32(o.data_type) != Some(DataType::Int32) || o.dims != [1] {
+                anyhow::bail!("model '{}': output {BATCH_SIZE_OUTPUT} must be TYPE_INT32 with dims [1]", config.name);
+            }
+            if config.max_batch_size == 0 {
+                anyhow::bail!("model '{}': {BATCH_SIZE_OUTPUT} needs max_batch_size > 0", config.name);
+            }
+        }
         Ok(Box::new(SimpleInstance {
             dtype: self.dtype,
             model: config.name.clone(),
+            report_batch_size,
         }))
     }
 }
 
+const BATCH_SIZE_OUTPUT: &str = "BATCH_SIZE";
+
 struct SimpleInstance {
     dtype: DataType,
     model: String,
+    report_batch_size: bool,
 }
 
 impl ModelInstance for SimpleInstance {
@@ -87,10 +105,17 @@ impl ModelInstance for SimpleInstance {
                 }),
             ),
         };
-        Ok(vec![
+        let mut outputs = vec![
             Tensor::new("OUTPUT0", self.dtype, a.shape.clone(), sum),
             Tensor::new("OUTPUT1", self.dtype, a.shape.clone(), diff),
-        ])
+        ];
+        if self.report_batch_size {
+            let rows = a.shape.first().copied().unwrap_or(1);
+            let value = i32::try_from(rows).unwrap_or(i32::MAX);
+            let data: Vec<u8> = (0..rows).flat_map(|_| value.to_le_bytes()).collect();
+            outputs.push(Tensor::new(BATCH_SIZE_OUTPUT, DataType::Int32, vec![rows, 1], Bytes::from(data)));
+        }
+        Ok(outputs)
     }
 }
 
@@ -129,6 +154,7 @@ mod tests {
         let mut inst = SimpleInstance {
             dtype: DataType::Int32,
             model: "simple".into(),
+            report_batch_size: false,
         };
         let out = inst
             .execute(
@@ -145,10 +171,25 @@ mod tests {
         let mut inst = SimpleInstance {
             dtype: DataType::Int8,
             model: "simple_int8".into(),
+            report_batch_size: false,
         };
         let t = |n: &str, v: i8| Tensor::new(n, DataType::Int8, vec![1, 1], Bytes::from(vec![v as u8]));
         let out = inst.execute(&[t("INPUT0", 100), t("INPUT1", 100)], &[]).unwrap();
         assert_eq!(out[0].data[0] as i8, -56);
         assert_eq!(out[1].data[0] as i8, 0);
+    }
+
+    #[test]
+    fn batch_size_output_reports_the_rows_executed_together() {
+        let mut inst = SimpleInstance {
+            dtype: DataType::Int32,
+            model: "simple_dyna_batch".into(),
+            report_batch_size: true,
+        };
+        let data = Bytes::from(vec![0u8; 3 * 16 * 4]);
+        let t = |n: &str| Tensor::new(n, DataType::Int32, vec![3, 16], data.clone());
+        let out = inst.execute(&[t("INPUT0"), t("INPUT1")], &[]).unwrap();
+        assert_eq!(out[2].shape, vec![3, 1]);
+        assert_eq!(ints(&out[2]), vec![3, 3, 3]);
     }
 }

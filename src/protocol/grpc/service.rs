@@ -10,11 +10,12 @@ use super::{
     status::to_status,
 };
 use crate::{
+    metrics::statistics,
     model::{metadata::TensorMetadata, ModelTable},
     proto::inference::{
         grpc_inference_service_server::GrpcInferenceService, model_metadata_response, ModelConfigRequest,
         ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse,
-        ModelReadyRequest, ModelReadyResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest,
+        ModelReadyRequest, ModelReadyResponse, ModelStatisticsRequest, ModelStatisticsResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest,
         ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
     },
     scheduler,
@@ -92,6 +93,15 @@ impl GrpcInferenceService for InferenceService {
         Ok(Response::new(ModelConfigResponse {
             config: Some((*m.config).clone()),
         }))
+    }
+
+    async fn model_statistics(
+        &self,
+        req: Request<ModelStatisticsRequest>,
+    ) -> Result<Response<ModelStatisticsResponse>, Status> {
+        let req = req.into_inner();
+        let model_stats = statistics::collect(&table()?, &req.name, &req.version).map_err(to_status)?;
+        Ok(Response::new(ModelStatisticsResponse { model_stats }))
     }
 
     async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {

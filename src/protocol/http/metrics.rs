@@ -1,7 +1,4 @@
-//! The metrics port (`/metrics`, Prometheus text format).
-//!
-//! PARTIAL: only host memory gauges so far; the per-model inference
-//! metrics (`nv_inference_*`) come with the statistics work (issue 3).
+//! The metrics port: `/metrics` in Prometheus text format.
 
 use bytes::Bytes;
 use http::{header, HeaderValue, StatusCode};
@@ -9,10 +6,16 @@ use http_body_util::Full;
 use hyper::{body::Incoming, Request, Response};
 
 use super::server::HttpResponse;
+use crate::{metrics::prometheus, server::state, shard};
 
 pub async fn handle(req: Request<Incoming>) -> HttpResponse {
     let (status, body) = if req.uri().path() == "/metrics" {
-        (StatusCode::OK, render())
+        let table = shard::with_current(|s| s.table()).unwrap_or_default();
+        let text = match state::current() {
+            Some(st) => prometheus::render(&table, &st.gauges),
+            None => prometheus::render(&table, &[]),
+        };
+        (StatusCode::OK, text)
     } else {
         (StatusCode::NOT_FOUND, "not found: the metrics are at /metrics\n".to_string())
     };
@@ -23,30 +26,4 @@ pub async fn handle(req: Request<Incoming>) -> HttpResponse {
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     resp
-}
-
-fn render() -> String {
-    let mut out = String::new();
-    if let Some((total, available)) = meminfo() {
-        out.push_str("# HELP nv_cpu_memory_total_bytes CPU total memory (RAM), in bytes\n");
-        out.push_str("# TYPE nv_cpu_memory_total_bytes gauge\n");
-        out.push_str(&format!("nv_cpu_memory_total_bytes {total}\n"));
-        out.push_str("# HELP nv_cpu_memory_used_bytes CPU used memory (RAM), in bytes\n");
-        out.push_str("# TYPE nv_cpu_memory_used_bytes gauge\n");
-        out.push_str(&format!("nv_cpu_memory_used_bytes {}\n", total.saturating_sub(available)));
-    }
-    out
-}
-
-/// (MemTotal, MemAvailable) in bytes from /proc/meminfo.
-fn meminfo() -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let field = |name: &str| {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(|kb| kb * 1024)
-    };
-    Some((field("MemTotal:")?, field("MemAvailable:")?))
 }

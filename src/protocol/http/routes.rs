@@ -15,6 +15,7 @@ use super::{
     status::status_for,
 };
 use crate::{
+    metrics::statistics,
     model::{ModelTable, ModelVersion},
     protocol::compression::{choose_response_encoding, compress, decompress},
     scheduler,
@@ -89,6 +90,10 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
             let ready = server_state()?.ready();
             Ok(empty(if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }))
         }
+        ["v2", "models", "stats"] => {
+            expect_get(&method).ok_or_else(not_allowed)?;
+            stats_response(&model_table()?, "", "")
+        }
         ["v2", "models", model, rest @ ..] => {
             let (version, action) = match rest {
                 ["versions", v, action @ ..] => (*v, action),
@@ -121,12 +126,18 @@ async fn model_route(req: Request<Incoming>, model: &str, version: &str, action:
             Ok(respond(StatusCode::OK, "application/json", m.config_json.clone()))
         }
         (["infer"], &Method::POST) => infer(req, model, version).await,
-        ([] | ["ready"] | ["config"] | ["infer"], _) => Err(InferError::invalid(format!(
+        (["stats"], &Method::GET) => stats_response(&table, model, version),
+        ([] | ["ready"] | ["config"] | ["infer"] | ["stats"], _) => Err(InferError::invalid(format!(
             "method {method} is not allowed on {}",
             req.uri().path()
         ))),
         _ => Err(InferError::not_found(format!("no such endpoint: {method} {}", req.uri().path()))),
     }
+}
+
+fn stats_response(table: &ModelTable, model: &str, version: &str) -> InferResult<HttpResponse> {
+    let stats = statistics::collect(table, model, version)?;
+    Ok(json_ok(&statistics::to_json(&stats)))
 }
 
 fn metadata_json(table: &ModelTable, m: &ModelVersion) -> serde_json::Value {
