@@ -12,3 +12,4 @@ pub mod shard;
 // pending: pub mod repository;
 // pending: pub mod server;
 pub mod metrics;
+pub mod tuning;

@@ -2,8 +2,11 @@
 
 use std::{net::IpAddr, path::PathBuf, process::ExitCode, time::Duration};
 
-use clap::{Parser, ValueEnum};
-use shardserve::server::{self, ModelControlMode, ServerOptions};
+use clap::{Parser, Subcommand, ValueEnum};
+use shardserve::{
+    server::{self, ModelControlMode, ServerOptions},
+    tuning::{MachineTopology, ShardPlan, TuningProfile},
+};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -16,9 +19,14 @@ enum ControlMode {
 #[derive(Debug, Parser)]
 #[command(name = "shardserve", version, about = "Thread-per-core inference server, drop-in for Triton's KServe v2 protocols")]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Model repository path (repeatable).
-    #[arg(long = "model-repository", alias = "model-store", required = true)]
+    #[arg(long = "model-repository", alias = "model-store")]
     model_repository: Vec<PathBuf>,
+    /// Tuning profile: a name in tuning/ (e.g. `split-2core`) or a TOML file path.
+    #[arg(long)]
+    tuning_profile: Option<String>,
     /// Address to bind every listener to.
     #[arg(long, default_value = "0.0.0.0")]
     host: IpAddr,
@@ -57,9 +65,16 @@ struct Cli {
     /// Largest HTTP request body, in bytes.
     #[arg(long, default_value_t = 64 * 1024 * 1024)]
     http_max_input_size: usize,
-    /// Capacity of each cross-shard ring, in messages.
-    #[arg(long, default_value_t = 1024)]
-    ring_capacity: usize,
+    /// Capacity of each cross-shard ring, in messages (default: the profile's, else 1024).
+    #[arg(long)]
+    ring_capacity: Option<usize>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the detected hardware topology and the shard placement that
+    /// the given options (--cores, --tuning-profile, --no-pin) would use.
+    Topology,
 }
 
 fn init_logging(verbose: u8) {
@@ -85,6 +100,20 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    let profile = match &cli.tuning_profile {
+        Some(p) => TuningProfile::load(p)?,
+        None => TuningProfile::default(),
+    };
+    if let Some(Command::Topology) = cli.command {
+        let topology = MachineTopology::detect();
+        let plan = ShardPlan::build(&profile, cli.cores, !cli.no_pin, &topology.cpus)?;
+        print!("{topology}");
+        print!("{}", plan.describe(&topology));
+        return Ok(());
+    }
+    if cli.model_repository.is_empty() {
+        anyhow::bail!("--model-repository is required");
+    }
     let mode = match cli.model_control_mode {
         ControlMode::None => ModelControlMode::None,
         ControlMode::Explicit => ModelControlMode::Explicit,
@@ -105,7 +134,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         load_models: cli.load_model,
         exit_timeout: Duration::from_secs(cli.exit_timeout_secs),
         http_max_input_size: cli.http_max_input_size,
-        ring_capacity: cli.ring_capacity,
+        ring_capacity: cli.ring_capacity.or(profile.rings.capacity).unwrap_or(1024),
+        intra_op_threads: profile.onnxruntime.intra_op_threads.unwrap_or(1),
+        tuning: profile,
         ..ServerOptions::new(cli.model_repository)
     };
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;

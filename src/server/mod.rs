@@ -18,6 +18,7 @@ use crate::{
     model::ModelTable,
     repository::{load_repository, scan_repositories, LoadOptions, Placement},
     shard::{ring, ShardControl, ShardId},
+    tuning::ShardPlan,
 };
 
 /// Addresses the server listens on (ports resolved when 0 was asked).
@@ -88,8 +89,10 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
     if options.model_repositories.is_empty() {
         bail!("at least one --model-repository is required");
     }
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
-    let shard_count = options.cores.unwrap_or(cores.len()).max(1);
+    let usable: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id).collect();
+    let plan = ShardPlan::build(&options.tuning, options.cores, options.pin_threads, &usable)?;
+    let shard_count = plan.shard_count();
+    tracing::info!("placement:\n{plan}");
     let reserve = |what, enabled: bool, port: u16| -> anyhow::Result<Option<SocketAddr>> {
         enabled
             .then(|| ports::reserve(what, SocketAddr::new(options.host, port)))
@@ -103,6 +106,7 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
     let state = ServerState::new(options.clone(), shard_count);
 
     let links = ring::mesh(shard_count, options.ring_capacity);
+    let compute = plan.compute.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut control = Vec::with_capacity(shard_count);
     let mut threads = Vec::with_capacity(shard_count);
@@ -112,11 +116,8 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
         let boot = shard_thread::ShardBoot {
             id,
             count: shard_count,
-            core: if options.pin_threads && !cores.is_empty() {
-                Some(cores[id % cores.len()])
-            } else {
-                None
-            },
+            core: plan.cpus[id].map(|id| core_affinity::CoreId { id }),
+            accept: plan.accept.contains(&id),
             links,
             control: rx,
             state: state.clone(),
@@ -151,7 +152,7 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
     }
     log_addresses(&addresses, shard_count);
 
-    match load_models(&options, shard_count, &handle.control) {
+    match load_models(&options, shard_count, compute, &handle.control) {
         Ok(table) => {
             let table = Arc::new(table);
             for c in &handle.control {
@@ -171,6 +172,7 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
 fn load_models(
     options: &ServerOptions,
     shard_count: usize,
+    compute: Vec<ShardId>,
     control: &[mpsc::UnboundedSender<ShardControl>],
 ) -> anyhow::Result<ModelTable> {
     let found = scan_repositories(&options.model_repositories)?;
@@ -182,7 +184,7 @@ fn load_models(
         strict: options.strict_model_config,
         intra_op_threads: options.intra_op_threads,
     };
-    let mut placement = Placement::new(shard_count, (0..shard_count).collect());
+    let mut placement = Placement::new(shard_count, compute);
     let send = |shard: ShardId, msg: ShardControl| -> anyhow::Result<()> {
         control
             .get(shard)

@@ -1,5 +1,7 @@
 use std::{net::IpAddr, path::PathBuf, time::Duration};
 
+use crate::tuning::TuningProfile;
+
 /// How the repository's models are chosen for loading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelControlMode {
@@ -35,6 +37,9 @@ pub struct ServerOptions {
     /// Largest gRPC message accepted or sent.
     pub grpc_max_message_size: usize,
     pub intra_op_threads: usize,
+    /// Placement and defaults; its ring capacity and ONNX Runtime threads
+    /// apply where the command line did not set them.
+    pub tuning: TuningProfile,
 }
 
 impl ServerOptions {
@@ -58,6 +63,7 @@ impl ServerOptions {
             http_max_input_size: 64 * 1024 * 1024,
             grpc_max_message_size: i32::MAX as usize,
             intra_op_threads: 1,
+            tuning: TuningProfile::default(),
         }
     }
 

@@ -24,6 +24,8 @@ pub struct ShardBoot {
     pub id: ShardId,
     pub count: usize,
     pub core: Option<core_affinity::CoreId>,
+    /// Whether this shard binds the listeners (tuning profile `accept`).
+    pub accept: bool,
     pub links: ShardLinks<ShardMsg>,
     pub control: UnboundedReceiver<ShardControl>,
     pub state: Arc<ServerState>,
@@ -72,8 +74,14 @@ async fn shard_main(boot: ShardBoot) {
         state,
         addresses,
         ready,
+        accept,
         ..
     } = boot;
+    let addresses = if accept {
+        addresses
+    } else {
+        Addresses { http: None, grpc: None, metrics: None }
+    };
     let bound = (|| Ok::<_, std::io::Error>((bind(addresses.http)?, bind(addresses.grpc)?, bind(addresses.metrics)?)))();
     let (http, grpc, metrics) = match bound {
         Ok(l) => l,

@@ -1,0 +1,10 @@
+//! Hardware topology (hwloc) and tuning profiles: where shards run, which
+//! accept connections, which host model instances.
+
+mod plan;
+mod profile;
+mod topology;
+
+pub use plan::ShardPlan;
+pub use profile::TuningProfile;
+pub use topology::{MachineTopology, NumaNode, PciDevice};

@@ -1,0 +1,153 @@
+//! Turning a profile, the command line and the topology into a concrete
+//! shard plan: which CPU each shard runs on, which accept connections and
+//! which host instances.
+
+use std::fmt;
+
+use anyhow::bail;
+
+use super::{MachineTopology, TuningProfile};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardPlan {
+    /// Logical CPU of each shard (index = shard id); `None` = unpinned.
+    pub cpus: Vec<Option<usize>>,
+    pub accept: Vec<usize>,
+    pub compute: Vec<usize>,
+}
+
+impl ShardPlan {
+    /// `cores` (the `--cores` flag) wins over the profile's `count`;
+    /// explicit `cpus` in the profile win over both.
+    pub fn build(
+        profile: &TuningProfile,
+        cores: Option<usize>,
+        pin: bool,
+        topology_cpus: &[usize],
+    ) -> anyhow::Result<Self> {
+        let cpus: Vec<usize> = match &profile.shards.cpus {
+            Some(list) => {
+                if list.is_empty() {
+                    bail!("tuning profile: [shards] cpus is empty");
+                }
+                if let Some(bad) = list.iter().find(|c| !topology_cpus.is_empty() && !topology_cpus.contains(c)) {
+                    bail!("tuning profile: CPU {bad} is not usable by this process (usable: {topology_cpus:?})");
+                }
+                list.clone()
+            }
+            None => {
+                let n = cores.or(profile.shards.count).unwrap_or(topology_cpus.len()).max(1);
+                (0..n).map(|i| topology_cpus.get(i % topology_cpus.len().max(1)).copied().unwrap_or(i)).collect()
+            }
+        };
+        let n = cpus.len();
+        let check = |what: &str, list: &Option<Vec<usize>>| -> anyhow::Result<Vec<usize>> {
+            match list {
+                None => Ok((0..n).collect()),
+                Some(l) if l.is_empty() => bail!("tuning profile: [shards] {what} is empty"),
+                Some(l) => {
+                    if let Some(bad) = l.iter().find(|&&s| s >= n) {
+                        bail!("tuning profile: [shards] {what} names shard {bad}, but there are {n} shards");
+                    }
+                    Ok(l.clone())
+                }
+            }
+        };
+        Ok(Self {
+            cpus: cpus.into_iter().map(|c| pin.then_some(c)).collect(),
+            accept: check("accept", &profile.shards.accept)?,
+            compute: check("compute", &profile.shards.compute)?,
+        })
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.cpus.len()
+    }
+
+    /// The compute shards nearest a device: those whose CPU is local to it,
+    /// or all compute shards when none is.
+    pub fn compute_near(&self, local_cpus: &[usize]) -> Vec<usize> {
+        let near: Vec<usize> = self
+            .compute
+            .iter()
+            .copied()
+            .filter(|&s| self.cpus[s].is_some_and(|c| local_cpus.contains(&c)))
+            .collect();
+        if near.is_empty() {
+            self.compute.clone()
+        } else {
+            near
+        }
+    }
+
+    pub fn describe(&self, topology: &MachineTopology) -> String {
+        let mut out = self.to_string();
+        for gpu in topology.gpus() {
+            out.push_str(&format!(
+                "GPU {}: instances would go on shards {:?}\n",
+                gpu.bus_id,
+                self.compute_near(&gpu.local_cpus)
+            ));
+        }
+        out
+    }
+}
+
+impl fmt::Display for ShardPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "shards: {}", self.cpus.len())?;
+        for (i, cpu) in self.cpus.iter().enumerate() {
+            writeln!(
+                f,
+                "  shard {i}: cpu {}{}{}",
+                cpu.map_or_else(|| "unpinned".to_string(), |c| c.to_string()),
+                if self.accept.contains(&i) { ", accepts connections" } else { "" },
+                if self.compute.contains(&i) { ", hosts instances" } else { "" },
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_use_every_usable_cpu_for_everything() {
+        let p = ShardPlan::build(&TuningProfile::default(), None, true, &[2, 3]).unwrap();
+        assert_eq!(p.cpus, vec![Some(2), Some(3)]);
+        assert_eq!(p.accept, vec![0, 1]);
+        assert_eq!(p.compute, vec![0, 1]);
+    }
+
+    #[test]
+    fn cores_flag_limits_the_shards() {
+        let p = ShardPlan::build(&TuningProfile::default(), Some(1), false, &[0, 1]).unwrap();
+        assert_eq!(p.cpus, vec![None]);
+    }
+
+    #[test]
+    fn profile_splits_accept_and_compute() {
+        let mut profile = TuningProfile::default();
+        profile.shards.cpus = Some(vec![0, 1]);
+        profile.shards.accept = Some(vec![0]);
+        profile.shards.compute = Some(vec![1]);
+        let p = ShardPlan::build(&profile, None, true, &[0, 1]).unwrap();
+        assert_eq!(p.accept, vec![0]);
+        assert_eq!(p.compute, vec![1]);
+        assert_eq!(p.compute_near(&[1]), vec![1]);
+        assert_eq!(p.compute_near(&[7]), vec![1]);
+    }
+
+    #[test]
+    fn bad_profiles_are_clear_errors() {
+        let mut profile = TuningProfile::default();
+        profile.shards.compute = Some(vec![5]);
+        let e = ShardPlan::build(&profile, Some(2), true, &[0, 1]).unwrap_err();
+        assert!(e.to_string().contains("shard 5"));
+        profile.shards.compute = None;
+        profile.shards.cpus = Some(vec![9]);
+        assert!(ShardPlan::build(&profile, None, true, &[0, 1]).is_err());
+    }
+}

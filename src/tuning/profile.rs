@@ -1,0 +1,118 @@
+//! Tuning profiles (`tuning/*.toml`): which CPUs run shards, which shards
+//! accept connections and which host model instances, ring capacity and
+//! ONNX Runtime threads. Unknown keys are errors, so a typo never silently
+//! falls back to a default.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TuningProfile {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    #[serde(default)]
+    pub shards: ShardsSection,
+    #[serde(default)]
+    pub rings: RingsSection,
+    #[serde(default)]
+    pub onnxruntime: OnnxRuntimeSection,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ShardsSection {
+    /// Logical CPUs to run shards on, one shard each (default: all usable).
+    pub cpus: Option<Vec<usize>>,
+    /// Number of shards on the first usable CPUs, when `cpus` is not given.
+    pub count: Option<usize>,
+    /// Shard indices that bind the listeners (default: all).
+    pub accept: Option<Vec<usize>>,
+    /// Shard indices that host model instances (default: all).
+    pub compute: Option<Vec<usize>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RingsSection {
+    pub capacity: Option<usize>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OnnxRuntimeSection {
+    pub intra_op_threads: Option<usize>,
+}
+
+impl TuningProfile {
+    pub fn parse(text: &str, origin: &Path) -> anyhow::Result<Self> {
+        toml::from_str(text).with_context(|| format!("invalid tuning profile {}", origin.display()))
+    }
+
+    /// Loads `NAME` from `tuning/NAME.toml` (next to the working directory
+    /// or the executable's checkout), or a path to a file.
+    pub fn load(name_or_path: &str) -> anyhow::Result<Self> {
+        let path = Self::resolve(name_or_path)?;
+        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        Self::parse(&text, &path)
+    }
+
+    fn resolve(name_or_path: &str) -> anyhow::Result<PathBuf> {
+        let direct = PathBuf::from(name_or_path);
+        if direct.is_file() {
+            return Ok(direct);
+        }
+        let file = format!("{name_or_path}.toml");
+        let mut candidates = vec![PathBuf::from("tuning").join(&file)];
+        if let Ok(exe) = std::env::current_exe() {
+            if let Some(root) = exe.parent().and_then(Path::parent).and_then(Path::parent) {
+                candidates.push(root.join("tuning").join(&file));
+            }
+        }
+        for c in &candidates {
+            if c.is_file() {
+                return Ok(c.clone());
+            }
+        }
+        bail!(
+            "tuning profile '{name_or_path}' not found (looked for a file and in {})",
+            candidates.iter().map(|c| c.display().to_string()).collect::<Vec<_>>().join(", ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_section() {
+        let p = TuningProfile::parse(
+            "name = \"x\"\n[shards]\ncpus = [0, 1]\naccept = [0]\ncompute = [1]\n[rings]\ncapacity = 256\n[onnxruntime]\nintra_op_threads = 2\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert_eq!(p.shards.cpus, Some(vec![0, 1]));
+        assert_eq!(p.shards.compute, Some(vec![1]));
+        assert_eq!(p.rings.capacity, Some(256));
+        assert_eq!(p.onnxruntime.intra_op_threads, Some(2));
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let e = TuningProfile::parse("[shards]\ncpu = [0]\n", Path::new("bad.toml")).unwrap_err();
+        assert!(format!("{e:#}").contains("cpu"), "{e:#}");
+    }
+
+    #[test]
+    fn shipped_profiles_parse() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tuning");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            TuningProfile::parse(&text, &path).unwrap();
+        }
+    }
+}
