@@ -53,12 +53,50 @@ fn cross_thread_stream(c: &mut Criterion) {
     group.finish();
 }
 
+fn many_producers_one_consumer(c: &mut Criterion) {
+    // Contention as a shard sees it: three peers stream into one shard,
+    // each on its own SPSC ring, sharing only the consumer's doorbell.
+    const PER_PRODUCER: u64 = 50_000;
+    let mut group = c.benchmark_group("ring/three_producers_one_consumer");
+    group.throughput(Throughput::Elements(3 * PER_PRODUCER));
+    group.bench_function("capacity_1024", |bench| {
+        bench.iter(|| {
+            let mut links = ring::mesh::<u64>(4, 1024);
+            let mut consumer = links.remove(0);
+            let handles: Vec<_> = links
+                .into_iter()
+                .map(|mut producer| {
+                    std::thread::spawn(move || {
+                        for i in 0..PER_PRODUCER {
+                            let mut msg = i;
+                            while let Err(back) = producer.outbox.send(0, msg) {
+                                msg = back;
+                                std::hint::spin_loop();
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let mut received = 0u64;
+            while received < 3 * PER_PRODUCER {
+                received += consumer.inbox.drain(|m| {
+                    black_box(m);
+                }) as u64;
+            }
+            for h in handles {
+                let _ = h.join();
+            }
+        })
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
         .sample_size(20);
-    targets = push_pop_same_thread, cross_thread_stream
+    targets = push_pop_same_thread, cross_thread_stream, many_producers_one_consumer
 }
 criterion_main!(benches);

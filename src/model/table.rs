@@ -1,4 +1,7 @@
-use std::{collections::BTreeMap, sync::Arc};
+use std::{
+    collections::BTreeMap,
+    sync::{atomic::AtomicUsize, Arc},
+};
 
 use bytes::Bytes;
 
@@ -39,6 +42,9 @@ pub struct InstanceRef {
     pub shard: ShardId,
     pub key: u64,
     pub name: String,
+    /// Requests queued on the instance; written only by its owner shard,
+    /// read by others to pick the least-loaded instance.
+    pub load: Arc<AtomicUsize>,
 }
 
 /// A loaded model version: immutable, shared by every shard.

@@ -219,7 +219,15 @@ fn load_version(
             .create_instance(&config, &files, &spec)
             .with_context(|| format!("creating instance {}", spec.name))?;
         let (shard, key) = placement.next();
-        created.push((InstanceRef { shard, key, name: spec.name }, instance));
+        created.push((
+            InstanceRef {
+                shard,
+                key,
+                name: spec.name,
+                load: Default::default(),
+            },
+            instance,
+        ));
     }
     let model = Arc::new(ModelVersion {
         name: config.name.clone(),

@@ -10,6 +10,7 @@ use std::{
     rc::Rc,
     sync::Arc,
     task::{Poll, Waker},
+    sync::atomic::Ordering::Relaxed,
     time::{Duration, Instant},
 };
 
@@ -136,6 +137,9 @@ impl InstanceSlot {
         }
         drop(queue);
         self.model.stats.shard(self.shard).pending_add(1);
+        if let Some(load) = self.load_gauge() {
+            load.fetch_add(1, Relaxed);
+        }
         if let Some(g) = self.gauge() {
             g.add_queue_depth(1);
         }
@@ -224,7 +228,14 @@ impl InstanceSlot {
         }
     }
 
+    fn load_gauge(&self) -> Option<&std::sync::atomic::AtomicUsize> {
+        self.model.instances.iter().find(|r| r.key == self.key).map(|r| &*r.load)
+    }
+
     fn dequeued(&self, n: usize) {
+        if let Some(load) = self.load_gauge() {
+            let _ = load.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(n)));
+        }
         self.model.stats.shard(self.shard).pending_sub(n as u64);
         if let Some(g) = self.gauge() {
             g.add_queue_depth(-(n as i64));

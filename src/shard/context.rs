@@ -6,7 +6,7 @@ use std::{
     collections::HashMap,
     future::poll_fn,
     rc::Rc,
-    sync::Arc,
+    sync::{atomic::Ordering, Arc},
 };
 
 use futures::{channel::oneshot, StreamExt};
@@ -146,9 +146,15 @@ impl Shard {
                 model.name, model.version
             )));
         }
+        // Least-loaded remote instance; the rotating start breaks ties so
+        // equally idle instances share the work.
         let n = self.round_robin.get();
         self.round_robin.set(n.wrapping_add(1));
-        let r = &model.instances[n % model.instances.len()];
+        let count = model.instances.len();
+        let r = (0..count)
+            .map(|i| &model.instances[(n + i) % count])
+            .min_by_key(|r| r.load.load(Ordering::Relaxed))
+            .unwrap_or(&model.instances[n % count]);
         Ok(Target {
             shard: r.shard,
             key: r.key,
