@@ -1,0 +1,256 @@
+//! The dynamic batcher over real sockets: concurrent clients on several
+//! shards get merged into executions on the shard owning the instance.
+
+mod common;
+
+use std::{
+    net::SocketAddr,
+    path::Path,
+    sync::{Arc, Barrier},
+};
+
+use common::*;
+use serde_json::json;
+use shardserve::server::ServerOptions;
+
+fn dyna_request(rows: usize, base: i32) -> serde_json::Value {
+    let a: Vec<i32> = (0..rows as i32 * 16).map(|i| base + i).collect();
+    json!({
+        "inputs": [
+            {"name": "INPUT0", "datatype": "INT32", "shape": [rows, 16], "data": a},
+            {"name": "INPUT1", "datatype": "INT32", "shape": [rows, 16], "data": vec![1; rows * 16]},
+        ]
+    })
+}
+
+fn stats(addr: SocketAddr, model: &str) -> serde_json::Value {
+    let r = get(addr, &format!("/v2/models/{model}/stats"));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    r.json()["model_stats"][0].clone()
+}
+
+/// Copies the example model into a temporary repository with `config`.
+fn repo_with(name: &str, config: &str) -> tempdir::TempRepo {
+    tempdir::TempRepo::new(name, config)
+}
+
+mod tempdir {
+    use std::path::PathBuf;
+
+    pub struct TempRepo {
+        pub root: PathBuf,
+    }
+
+    impl TempRepo {
+        pub fn new(name: &str, config: &str) -> Self {
+            let root = std::env::temp_dir().join(format!("shardserve-test-{}-{}", name, std::process::id()));
+            let _ = std::fs::remove_dir_all(&root);
+            std::fs::create_dir_all(root.join(name).join("1")).unwrap();
+            std::fs::write(root.join(name).join("config.pbtxt"), config).unwrap();
+            Self { root }
+        }
+    }
+
+    impl Drop for TempRepo {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+}
+
+#[test]
+fn concurrent_requests_are_merged_and_answered_individually() {
+    let server = start_server(2);
+    let addr = server.http_addr();
+    let clients = 8;
+    let barrier = Arc::new(Barrier::new(clients));
+    let handles: Vec<_> = (0..clients)
+        .map(|c| {
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                let base = c as i32 * 1000;
+                let r = post_json(addr, "/v2/models/simple_dyna_batch/infer", &dyna_request(1, base));
+                assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+                let body = r.json();
+                let out0 = i32s(&body["outputs"][0]["data"]);
+                assert_eq!(out0, (0..16).map(|i| (base + i + 1) as i64).collect::<Vec<_>>(), "own results");
+                let batch = i32s(&body["outputs"][2]["data"]);
+                assert_eq!(body["outputs"][2]["shape"], json!([1, 1]));
+                batch[0]
+            })
+        })
+        .collect();
+    let sizes: Vec<i64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(sizes.iter().all(|&s| (1..=8).contains(&s)), "no execution exceeds max_batch_size: {sizes:?}");
+    assert!(sizes.iter().any(|&s| s > 1), "concurrent requests within 50 ms get merged: {sizes:?}");
+    let s = stats(addr, "simple_dyna_batch");
+    assert_eq!(s["inference_count"], clients as u64);
+    let executions: u64 = s["execution_count"].as_u64().unwrap();
+    assert!(executions < clients as u64, "fewer executions than requests: {s}");
+    let batch_total: u64 = s["batch_stats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["batch_size"].as_u64().unwrap() * b["compute_infer"]["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(batch_total, clients as u64, "batch_stats account for every row");
+    assert_eq!(s["inference_stats"]["success"]["count"], clients as u64);
+    server.shutdown().unwrap();
+}
+
+const BATCHED_SIMPLE: &str = r#"
+name: "batched"
+backend: "simple"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "BATCH_SIZE" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+"#;
+
+fn server_for(repo: &Path, shards: usize) -> shardserve::server::ServerHandle {
+    let mut opts = ServerOptions::for_tests(repo);
+    opts.cores = Some(shards);
+    start_with(opts)
+}
+
+#[test]
+fn preferred_batch_size_is_executed_without_waiting_for_the_delay() {
+    let config = format!("{BATCHED_SIMPLE}dynamic_batching {{ preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 30000000 }}");
+    let repo = repo_with("batched", &config);
+    let server = server_for(&repo.root, 1);
+    let addr = server.http_addr();
+    // Two requests of 2 rows reach the preferred size 4 and run at once,
+    // long before the 30 s delay.
+    let started = std::time::Instant::now();
+    let handles: Vec<_> = (0..2)
+        .map(|i| std::thread::spawn(move || post_json(addr, "/v2/models/batched/infer", &dyna_request(2, i * 100))))
+        .collect();
+    for h in handles {
+        let r = h.join().unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(i32s(&r.json()["outputs"][2]["data"]), vec![4, 4]);
+    }
+    assert!(started.elapsed().as_secs() < 20, "preferred size must not wait for the delay");
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn queue_delay_is_honoured_for_a_lone_request() {
+    let config = format!("{BATCHED_SIMPLE}dynamic_batching {{ max_queue_delay_microseconds: 200000 }}");
+    let repo = repo_with("batched", &config);
+    let server = server_for(&repo.root, 1);
+    let addr = server.http_addr();
+    let started = std::time::Instant::now();
+    let r = post_json(addr, "/v2/models/batched/infer", &dyna_request(1, 0));
+    assert_eq!(r.status, 200);
+    assert!(started.elapsed().as_millis() >= 190, "a lone request waits out the queue delay");
+    assert_eq!(i32s(&r.json()["outputs"][2]["data"]), vec![1]);
+    let s = stats(addr, "batched");
+    assert!(s["inference_stats"]["queue"]["ns"].as_u64().unwrap() >= 190_000_000, "{s}");
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn full_queue_and_timeouts_are_rejected_with_503() {
+    let config = format!(
+        "{BATCHED_SIMPLE}dynamic_batching {{ max_queue_delay_microseconds: 300000 \
+         default_queue_policy {{ max_queue_size: 1 timeout_action: REJECT default_timeout_microseconds: 100000 allow_timeout_override: true }} }}"
+    );
+    let repo = repo_with("batched", &config);
+    let server = server_for(&repo.root, 1);
+    let addr = server.http_addr();
+    // The first request waits in the queue (delay 300 ms, timeout 100 ms):
+    // it expires and is rejected; a second one sent meanwhile finds the
+    // queue full.
+    let first = std::thread::spawn(move || post_json(addr, "/v2/models/batched/infer", &dyna_request(1, 0)));
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let second = post_json(addr, "/v2/models/batched/infer", &dyna_request(1, 0));
+    assert_eq!(second.status, 503, "{}", String::from_utf8_lossy(&second.body));
+    assert!(second.error().contains("Exceeds maximum queue size"), "{}", second.error());
+    let first = first.join().unwrap();
+    assert_eq!(first.status, 503, "{}", String::from_utf8_lossy(&first.body));
+    assert!(first.error().contains("timeout"), "{}", first.error());
+    // A per-request timeout override longer than the delay lets it through.
+    let mut long = dyna_request(1, 0);
+    long["parameters"] = json!({"timeout": 2_000_000});
+    assert_eq!(post_json(addr, "/v2/models/batched/infer", &long).status, 200);
+    let metrics = String::from_utf8(get(server.metrics_addr(), "/metrics").body).unwrap();
+    assert!(
+        metrics.contains("nv_inference_request_failure{model=\"batched\",version=\"1\",reason=\"REJECTED\"} 2"),
+        "{metrics}"
+    );
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn priorities_are_served_in_order() {
+    let config = format!(
+        "{BATCHED_SIMPLE}dynamic_batching {{ max_queue_delay_microseconds: 200000 priority_levels: 2 default_priority_level: 2 }}"
+    );
+    let config = config.replace("max_batch_size: 8", "max_batch_size: 1");
+    let repo = repo_with("batched", &config);
+    let server = server_for(&repo.root, 1);
+    let addr = server.http_addr();
+    // With max_batch_size 1 every execution is one request. A low-priority
+    // request arrives first, a high-priority one shortly after; both wait
+    // for the 200 ms delay and the high-priority one must finish first.
+    let low = std::thread::spawn(move || {
+        let r = post_json(addr, "/v2/models/batched/infer", &dyna_request(1, 0));
+        (r.status, std::time::Instant::now())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let mut high_req = dyna_request(1, 0);
+    high_req["parameters"] = json!({"priority": 1});
+    let high = std::thread::spawn(move || {
+        let r = post_json(addr, "/v2/models/batched/infer", &high_req);
+        (r.status, std::time::Instant::now())
+    });
+    let (ls, lt) = low.join().unwrap();
+    let (hs, ht) = high.join().unwrap();
+    assert_eq!((ls, hs), (200, 200));
+    assert!(ht <= lt, "the priority-1 request completes before the priority-2 one");
+    let mut bad = dyna_request(1, 0);
+    bad["parameters"] = json!({"priority": 5});
+    assert_eq!(post_json(addr, "/v2/models/batched/infer", &bad).status, 400);
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn metrics_and_statistics_match_the_requests_sent() {
+    let server = start_server(2);
+    let addr = server.http_addr();
+    for i in 0..5 {
+        assert_eq!(post_json(addr, "/v2/models/simple/infer", &simple_json_request(i)).status, 200);
+    }
+    let mut bad = simple_json_request(0);
+    bad["inputs"][0]["datatype"] = json!("FP32");
+    bad["inputs"][0]["data"] = json!(vec![0.5; 16]);
+    assert_eq!(post_json(addr, "/v2/models/simple/infer", &bad).status, 400);
+    let s = stats(addr, "simple");
+    assert_eq!(s["inference_count"], 5);
+    assert_eq!(s["execution_count"], 5);
+    assert_eq!(s["inference_stats"]["success"]["count"], 5);
+    assert_eq!(s["inference_stats"]["fail"]["count"], 1);
+    assert!(s["last_inference"].as_u64().unwrap() > 1_600_000_000_000);
+    let all = get(addr, "/v2/models/stats").json();
+    assert!(all["model_stats"].as_array().unwrap().len() >= 5);
+    assert_eq!(get(addr, "/v2/models/nope/stats").status, 404);
+    let metrics = String::from_utf8(get(server.metrics_addr(), "/metrics").body).unwrap();
+    for line in [
+        "nv_inference_request_success{model=\"simple\",version=\"1\"} 5",
+        "nv_inference_count{model=\"simple\",version=\"1\"} 5",
+        "nv_inference_exec_count{model=\"simple\",version=\"1\"} 5",
+        "nv_inference_request_failure{model=\"simple\",version=\"1\",reason=\"OTHER\"} 1",
+        "nv_inference_pending_request_count{model=\"simple\",version=\"1\"} 0",
+    ] {
+        assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
+    }
+    for name in ["nv_inference_request_duration_us", "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us", "nv_cpu_utilization", "nv_cpu_memory_total_bytes", "shardserve_shard_connections", "shardserve_ring_occupancy"] {
+        assert!(metrics.contains(name), "missing {name}");
+    }
+    server.shutdown().unwrap();
+}
