@@ -2,5 +2,7 @@
 //! extension or protobuf. Decodes into `types::InferRequest`, encodes
 //! `types::InferResponse`.
 
+pub mod classification;
+pub mod compression;
 pub mod grpc;
 pub mod http;

@@ -1,1 +1,2 @@
 //! gRPC (`inference.GRPCInferenceService`, `grpc.health.v1`).
+pub mod codec;

@@ -1,1 +1,2 @@
 //! HTTP/REST (KServe v2 + Triton extensions).
+pub mod codec;

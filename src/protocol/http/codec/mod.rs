@@ -1,0 +1,208 @@
+//! KServe v2 HTTP/REST inference bodies: JSON, and Triton's binary tensor
+//! extension (a JSON header of `Inference-Header-Content-Length` bytes,
+//! followed by the raw tensors in input/output order).
+//!
+//! - [`decode_infer_request`]: request body → [`InferRequest`]; binary
+//!   inputs are zero-copy slices of the body.
+//! - [`encode_infer_response`]: [`InferResponse`] → body, JSON or binary
+//!   per output as Triton decides.
+//! - [`error_body`]: `{"error": "..."}`.
+
+mod json_data;
+mod request;
+mod response;
+
+use std::fmt;
+
+use bytes::Bytes;
+use serde::{
+    de::{self, Error as _, MapAccess, Visitor},
+    ser::{Serialize, SerializeMap, Serializer},
+    Deserialize, Deserializer,
+};
+
+pub use request::decode_infer_request;
+pub use response::{encode_infer_response, EncodedResponse};
+
+use crate::types::{ParamValue, Parameters};
+
+/// Request parameter: send every output in binary unless the output says otherwise.
+pub const BINARY_DATA_OUTPUT: &str = "binary_data_output";
+/// Requested-output parameter: this output in binary (true) or JSON (false).
+pub const BINARY_DATA: &str = "binary_data";
+/// Input/output parameter: size in bytes of the tensor's binary chunk.
+pub const BINARY_DATA_SIZE: &str = "binary_data_size";
+/// Requested-output parameter of the classification extension.
+pub const CLASSIFICATION: &str = "classification";
+/// Input/output parameter of the shared-memory extension.
+pub const SHARED_MEMORY_REGION: &str = "shared_memory_region";
+
+/// `{"error": "<message>"}`, the body of every HTTP error answer.
+pub fn error_body(message: &str) -> Bytes {
+    // serde_json escapes quotes, backslashes and control characters.
+    Bytes::from(serde_json::json!({ "error": message }).to_string())
+}
+
+/// A JSON `parameters` object, deserialized straight into [`Parameters`]
+/// (no intermediate `serde_json::Value`). Values must be scalars, as in
+/// Triton: booleans, integers (`Int`, or `Uint` above `i64::MAX`), doubles
+/// and strings; unknown names are kept. A non-scalar is an error that
+/// names the parameter.
+#[derive(Default)]
+struct JsonParams(Parameters);
+
+impl<'de> Deserialize<'de> for JsonParams {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ParamsVisitor)
+    }
+}
+
+struct ParamsVisitor;
+
+impl<'de> Visitor<'de> for ParamsVisitor {
+    type Value = JsonParams;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a parameters object")
+    }
+
+    /// `"parameters": null` reads as no parameters.
+    fn visit_unit<E: de::Error>(self) -> Result<JsonParams, E> {
+        Ok(JsonParams::default())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<JsonParams, A::Error> {
+        let mut out = Parameters::new();
+        while let Some(name) = map.next_key::<String>()? {
+            let value = map
+                .next_value::<ScalarParam>()
+                .map_err(|e| A::Error::custom(format!("parameter '{name}': {e}")))?;
+            out.insert(name, value.0);
+        }
+        Ok(JsonParams(out))
+    }
+}
+
+/// A parameter value as JSON text, for error messages.
+fn show_param(v: &ParamValue) -> String {
+    match v {
+        ParamValue::Bool(b) => b.to_string(),
+        ParamValue::Int(i) => i.to_string(),
+        ParamValue::Uint(u) => u.to_string(),
+        ParamValue::Double(d) => d.to_string(),
+        ParamValue::String(s) => format!("{s:?}"),
+    }
+}
+
+struct ScalarParam(ParamValue);
+
+impl<'de> Deserialize<'de> for ScalarParam {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ScalarVisitor)
+    }
+}
+
+struct ScalarVisitor;
+
+impl Visitor<'_> for ScalarVisitor {
+    type Value = ScalarParam;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a boolean, an integer, a double or a string")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<ScalarParam, E> {
+        Ok(ScalarParam(ParamValue::Bool(v)))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<ScalarParam, E> {
+        Ok(ScalarParam(ParamValue::Int(v)))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<ScalarParam, E> {
+        // Integers are `Int` whenever they fit, whatever their sign.
+        Ok(ScalarParam(
+            i64::try_from(v).map_or(ParamValue::Uint(v), ParamValue::Int),
+        ))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<ScalarParam, E> {
+        Ok(ScalarParam(ParamValue::Double(v)))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<ScalarParam, E> {
+        Ok(ScalarParam(ParamValue::String(v.to_string())))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<ScalarParam, E> {
+        Ok(ScalarParam(ParamValue::String(v)))
+    }
+}
+
+/// Serializes [`Parameters`] as a JSON object without cloning it into a
+/// `serde_json::Value`. Non-finite doubles become `null` (JSON has no NaN).
+struct ParamsJson<'a>(&'a Parameters);
+
+impl Serialize for ParamsJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (k, v) in self.0 {
+            match v {
+                ParamValue::Bool(b) => map.serialize_entry(k, b)?,
+                ParamValue::Int(i) => map.serialize_entry(k, i)?,
+                ParamValue::Uint(u) => map.serialize_entry(k, u)?,
+                ParamValue::Double(d) => map.serialize_entry(k, d)?,
+                ParamValue::String(s) => map.serialize_entry(k, s)?,
+            }
+        }
+        map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::*;
+
+    fn params(v: Value) -> Result<Parameters, serde_json::Error> {
+        serde_json::from_value::<JsonParams>(v).map(|p| p.0)
+    }
+
+    #[test]
+    fn error_body_escapes_quotes_and_newlines() {
+        let body = error_body("bad \"x\"\nnext \\ end");
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v, json!({"error": "bad \"x\"\nnext \\ end"}));
+        assert!(!body.contains(&b'\n'));
+    }
+
+    #[test]
+    fn json_parameters_map_to_param_values() {
+        let p =
+            params(json!({"b": true, "i": -3, "p": 5, "u": u64::MAX, "d": 0.5, "s": "x"})).unwrap();
+        assert_eq!(p["b"], ParamValue::Bool(true));
+        assert_eq!(p["i"], ParamValue::Int(-3));
+        assert_eq!(p["p"], ParamValue::Int(5));
+        assert_eq!(p["u"], ParamValue::Uint(u64::MAX));
+        assert_eq!(p["d"], ParamValue::Double(0.5));
+        assert_eq!(p["s"], ParamValue::String("x".into()));
+    }
+
+    #[test]
+    fn json_parameters_reject_non_scalars_naming_them() {
+        let err = params(json!({"nested": {"a": 1}})).unwrap_err().to_string();
+        assert!(
+            err.contains("parameter 'nested'") && err.contains("map"),
+            "{err}"
+        );
+        assert!(params(json!({"n": null})).is_err());
+        assert!(params(json!(null)).unwrap().is_empty());
+        assert!(params(json!({"l": [1]})).is_err());
+    }
+
+    #[test]
+    fn parameters_serialize_as_an_object() {
+        let mut p = Parameters::new();
+        p.insert("a".into(), ParamValue::Int(1));
+        p.insert("n".into(), ParamValue::Double(f64::NAN));
+        assert_eq!(
+            serde_json::to_string(&ParamsJson(&p)).unwrap(),
+            r#"{"a":1,"n":null}"#
+        );
+    }
+}

@@ -1,0 +1,726 @@
+//! `POST /v2/models/<m>[/versions/<v>]/infer` request bodies.
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{
+    json_data, show_param, JsonParams, BINARY_DATA, BINARY_DATA_SIZE, CLASSIFICATION,
+    SHARED_MEMORY_REGION,
+};
+use crate::types::{
+    bytes_elements, element_count, DataType, InferError, InferRequest, ParamValue, RequestedOutput,
+    Tensor,
+};
+
+#[derive(Deserialize)]
+struct RequestJson {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    parameters: JsonParams,
+    inputs: Vec<InputJson>,
+    #[serde(default)]
+    outputs: Option<Vec<OutputJson>>,
+}
+
+#[derive(Deserialize)]
+struct InputJson {
+    name: String,
+    datatype: String,
+    shape: Vec<i64>,
+    #[serde(default)]
+    parameters: JsonParams,
+    #[serde(default)]
+    data: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct OutputJson {
+    name: String,
+    #[serde(default)]
+    parameters: JsonParams,
+}
+
+/// Decodes an inference request body.
+///
+/// `header_length` is the parsed `Inference-Header-Content-Length`: when
+/// present the body is that many bytes of JSON followed by the binary
+/// inputs (each input with `binary_data_size` takes the next chunk, in
+/// input order); when absent the whole body is JSON. Binary tensors are
+/// `Bytes::slice`s of `body`, never copies.
+pub fn decode_infer_request(
+    body: Bytes,
+    header_length: Option<usize>,
+    model_name: &str,
+    model_version: &str,
+) -> Result<InferRequest, InferError> {
+    let json_len = match header_length {
+        None => body.len(),
+        // Triton's range check, and its wording; 0 would leave no JSON at all.
+        Some(n) if n == 0 || n > body.len() => {
+            return Err(InferError::invalid(format!(
+                "inference header size should be in range (0, {}), got: {n}",
+                body.len()
+            )))
+        }
+        Some(n) => n,
+    };
+    let header: RequestJson = serde_json::from_slice(&body[..json_len]).map_err(|e| {
+        let hint = match header_length {
+            Some(n) => format!(
+                " (Inference-Header-Content-Length is {n}: \
+                 it must be the exact byte length of the JSON header)"
+            ),
+            None => String::new(),
+        };
+        InferError::invalid(format!(
+            "failed to parse the request JSON buffer: {e}{hint}"
+        ))
+    })?;
+
+    let parameters = header.parameters.0;
+
+    let mut cursor = json_len;
+    let mut inputs = Vec::with_capacity(header.inputs.len());
+    for input in header.inputs {
+        let tensor = decode_input(
+            input,
+            &body,
+            &mut cursor,
+            header_length.is_some(),
+            model_name,
+        )?;
+        inputs.push(tensor);
+    }
+    if cursor != body.len() {
+        return Err(InferError::invalid(format!(
+            // cursor never passes body.len(): every chunk end was checked.
+            "unexpected additional input data for model '{model_name}': \
+             {} bytes follow the last binary input",
+            body.len() - cursor
+        )));
+    }
+
+    let outputs = header
+        .outputs
+        .unwrap_or_default()
+        .into_iter()
+        .map(|o| decode_output(o, model_name))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    Ok(InferRequest {
+        model_name: model_name.to_string(),
+        model_version: model_version.to_string(),
+        id: header.id.unwrap_or_default(),
+        inputs,
+        outputs,
+        parameters,
+    })
+}
+
+fn decode_input(
+    input: InputJson,
+    body: &Bytes,
+    cursor: &mut usize,
+    has_header_length: bool,
+    model: &str,
+) -> Result<Tensor, InferError> {
+    let name = input.name;
+    let invalid =
+        |msg: String| InferError::invalid(format!("input '{name}' for model '{model}': {msg}"));
+
+    let datatype = DataType::from_wire(&input.datatype)
+        .ok_or_else(|| invalid(format!("unknown datatype '{}'", input.datatype)))?;
+    if let Some(d) = input.shape.iter().find(|&&d| d < 0) {
+        return Err(invalid(format!(
+            "shape {:?} has a negative dimension {d}",
+            input.shape
+        )));
+    }
+    // Only a count: nothing is sized from the shape until the data that
+    // backs it has been found to agree.
+    let count = element_count(&input.shape).ok_or_else(|| {
+        invalid(format!(
+            "shape {:?} has more elements than can be addressed",
+            input.shape
+        ))
+    })?;
+
+    let params = input.parameters.0;
+    let binary_size = params.get(BINARY_DATA_SIZE);
+    let shm = params.contains_key(SHARED_MEMORY_REGION);
+    let has_data = input.data.is_some();
+    if usize::from(has_data) + usize::from(binary_size.is_some()) + usize::from(shm) != 1 {
+        let mut set = String::new();
+        for (flag, field) in [
+            (has_data, "data"),
+            (binary_size.is_some(), BINARY_DATA_SIZE),
+            (shm, SHARED_MEMORY_REGION),
+        ] {
+            if flag {
+                set.push_str(&format!(" '{field}'"));
+            }
+        }
+        let but = if set.is_empty() {
+            " no field is set".to_string()
+        } else {
+            format!(" set{set}")
+        };
+        // Triton's wording, with the input named.
+        return Err(invalid(format!(
+            "Input must set only one of the following fields: 'data', \
+             'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But{but}"
+        )));
+    }
+    if shm {
+        // `Tensor` has no way to point into a registered region yet.
+        return Err(InferError::unsupported(format!(
+            "input '{name}' for model '{model}': shared-memory inputs are not supported"
+        )));
+    }
+
+    let data = match (input.data, binary_size) {
+        (Some(data), _) => json_data::decode(datatype, &data, count)
+            .map_err(|e| invalid(format!("Unable to parse 'data': {}", e.describe(datatype))))?,
+        (None, Some(size)) => {
+            let size = match size {
+                ParamValue::Int(n) => usize::try_from(*n).ok(),
+                ParamValue::Uint(n) => usize::try_from(*n).ok(),
+                _ => None,
+            }
+            .ok_or_else(|| {
+                invalid(format!(
+                    "'{BINARY_DATA_SIZE}' must be a non-negative integer, got {}",
+                    show_param(size)
+                ))
+            })?;
+            if size > 0 && !has_header_length {
+                return Err(invalid(
+                    "must specify valid 'Inference-Header-Content-Length' in request header and \
+                     'binary_data_size' when passing inputs in binary data format"
+                        .into(),
+                ));
+            }
+            if let Some(elem) = datatype.element_size() {
+                // Checked against the shape before touching the body.
+                let needed = count.checked_mul(elem);
+                if needed != Some(size) {
+                    let needed =
+                        needed.map_or_else(|| "more than addressable".into(), |n| n.to_string());
+                    return Err(invalid(format!(
+                        "unexpected size: shape {:?} of {datatype} needs {needed} bytes, \
+                         but '{BINARY_DATA_SIZE}' is {size}",
+                        input.shape
+                    )));
+                }
+            }
+            let start = *cursor;
+            let end = start
+                .checked_add(size)
+                .filter(|&e| e <= body.len())
+                .ok_or_else(|| {
+                    InferError::invalid(format!(
+                        "unexpected size for input '{name}', expecting {} additional bytes \
+                     for model '{model}'",
+                        // The chunk runs past the body: size > what is left after start.
+                        size - (body.len() - start)
+                    ))
+                })?;
+            *cursor = end;
+            let data = body.slice(start..end);
+            if datatype == DataType::Bytes {
+                let n = bytes_elements(&data)
+                    .map_err(|e| invalid(format!("malformed BYTES binary data: {e}")))?
+                    .count();
+                if n != count {
+                    return Err(invalid(format!(
+                        "BYTES binary data holds {n} elements, but shape {:?} declares {count}",
+                        input.shape
+                    )));
+                }
+            }
+            data
+        }
+        // Excluded by the one-of check above.
+        (None, None) => Bytes::new(),
+    };
+    Ok(Tensor {
+        name,
+        datatype,
+        shape: input.shape,
+        data,
+    })
+}
+
+fn decode_output(o: OutputJson, model: &str) -> Result<RequestedOutput, InferError> {
+    let parameters = o.parameters.0;
+    if let Some(v) = parameters.get(BINARY_DATA) {
+        if !matches!(v, ParamValue::Bool(_)) {
+            return Err(InferError::invalid(format!(
+                "'{BINARY_DATA}' of requested output '{}' for model '{model}' must be a boolean",
+                o.name
+            )));
+        }
+    }
+    if let Some(v) = parameters.get(CLASSIFICATION) {
+        if !matches!(v, ParamValue::Int(0..) | ParamValue::Uint(_)) {
+            return Err(InferError::invalid(format!(
+                "Unable to set '{CLASSIFICATION}' of requested output '{}' for model '{model}': \
+                 it must be a non-negative integer",
+                o.name
+            )));
+        }
+    }
+    Ok(RequestedOutput {
+        name: o.name,
+        parameters,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::types::{encode_bytes_elements, ErrorKind};
+
+    fn decode_json(v: Value) -> Result<InferRequest, InferError> {
+        decode_infer_request(Bytes::from(v.to_string()), None, "simple", "")
+    }
+
+    /// A body of JSON header + binary chunks, and its header length.
+    fn binary_body(header: Value, chunks: &[&[u8]]) -> (Bytes, usize) {
+        let mut body = header.to_string().into_bytes();
+        let n = body.len();
+        for c in chunks {
+            body.extend_from_slice(c);
+        }
+        (Bytes::from(body), n)
+    }
+
+    fn err_of(r: Result<InferRequest, InferError>) -> String {
+        let e = r.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument, "{}", e.message);
+        e.message
+    }
+
+    fn int32_input(name: &str, data: Value) -> Value {
+        json!({"name": name, "datatype": "INT32", "shape": [1, 2], "data": data})
+    }
+
+    #[test]
+    fn decodes_json_request_fields() {
+        let r = decode_infer_request(
+            Bytes::from(
+                json!({
+                    "id": "42",
+                    "parameters": {"sequence_id": 7, "custom": "kept"},
+                    "inputs": [int32_input("INPUT0", json!([1, 2]))],
+                    "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": true}}]
+                })
+                .to_string(),
+            ),
+            None,
+            "simple",
+            "1",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                r.model_name.as_str(),
+                r.model_version.as_str(),
+                r.id.as_str()
+            ),
+            ("simple", "1", "42")
+        );
+        assert_eq!(r.parameters["sequence_id"], ParamValue::Int(7));
+        assert_eq!(r.parameters["custom"], ParamValue::String("kept".into()));
+        let t = &r.inputs[0];
+        assert_eq!(
+            (t.name.as_str(), t.datatype, &t.shape[..]),
+            ("INPUT0", DataType::Int32, &[1, 2][..])
+        );
+        assert_eq!(&t.data[..], &[1, 0, 0, 0, 2, 0, 0, 0]);
+        assert_eq!(r.outputs[0].name, "OUTPUT0");
+        assert_eq!(r.outputs[0].parameters[BINARY_DATA], ParamValue::Bool(true));
+    }
+
+    #[test]
+    fn accepts_nested_json_data() {
+        let r = decode_json(json!({"inputs": [int32_input("X", json!([[1, 2]]))]})).unwrap();
+        assert_eq!(r.inputs[0].data.len(), 8);
+    }
+
+    #[test]
+    fn missing_id_and_outputs_default_to_empty() {
+        let r = decode_json(json!({"inputs": [int32_input("X", json!([1, 2]))]})).unwrap();
+        assert!(r.id.is_empty() && r.outputs.is_empty() && r.parameters.is_empty());
+    }
+
+    #[test]
+    fn rejects_malformed_json() {
+        let r = decode_infer_request(Bytes::from_static(b"{\"inputs\": ["), None, "simple", "");
+        assert!(err_of(r).contains("failed to parse the request JSON"));
+    }
+
+    #[test]
+    fn rejects_missing_inputs() {
+        assert!(err_of(decode_json(json!({"id": "1"}))).contains("inputs"));
+    }
+
+    #[test]
+    fn rejects_header_length_beyond_body() {
+        let r = decode_infer_request(Bytes::from_static(b"{}"), Some(3), "simple", "");
+        assert!(err_of(r).contains("inference header size should be in range (0, 2), got: 3"));
+    }
+
+    #[test]
+    fn rejects_zero_header_length() {
+        let r = decode_infer_request(Bytes::from_static(b"{}"), Some(0), "simple", "");
+        assert!(err_of(r).contains("got: 0"));
+    }
+
+    #[test]
+    fn header_length_cutting_the_json_is_explained() {
+        let body = json!({"inputs": [int32_input("X", json!([1, 2]))]}).to_string();
+        let r = decode_infer_request(
+            Bytes::from(body.clone()),
+            Some(body.len() - 1),
+            "simple",
+            "",
+        );
+        let msg = err_of(r);
+        assert!(msg.contains("Inference-Header-Content-Length is"), "{msg}");
+    }
+
+    #[test]
+    fn rejects_unknown_datatype() {
+        let r = decode_json(
+            json!({"inputs": [{"name": "X", "datatype": "INT33", "shape": [1], "data": [1]}]}),
+        );
+        let msg = err_of(r);
+        assert!(
+            msg.contains("'X'") && msg.contains("unknown datatype 'INT33'"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn rejects_negative_dimension() {
+        let r = decode_json(
+            json!({"inputs": [{"name": "X", "datatype": "INT32", "shape": [1, -2], "data": [1]}]}),
+        );
+        assert!(err_of(r).contains("negative dimension -2"));
+    }
+
+    #[test]
+    fn rejects_overflowing_shape() {
+        let r = decode_json(json!({"inputs": [{"name": "X", "datatype": "INT32",
+            "shape": [i64::MAX, i64::MAX], "data": [1]}]}));
+        assert!(err_of(r).contains("more elements than can be addressed"));
+    }
+
+    #[test]
+    fn rejects_huge_shape_against_json_data_without_allocating() {
+        let r = decode_json(json!({"inputs": [{"name": "X", "datatype": "FP64",
+            "shape": [1, 1u64 << 40], "data": [1.0, 2.0]}]}));
+        let msg = err_of(r);
+        assert!(
+            msg.contains("Shape does not match true shape of 'data' field"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("'X'") && msg.contains("1099511627776"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn rejects_huge_shape_against_binary_size() {
+        let header = json!({"inputs": [{"name": "X", "datatype": "INT32", "shape": [1, 1u64 << 40],
+            "parameters": {"binary_data_size": 8}}]});
+        let (body, n) = binary_body(header, &[&[0; 8]]);
+        let msg = err_of(decode_infer_request(body, Some(n), "simple", ""));
+        assert!(msg.contains("needs 4398046511104 bytes"), "{msg}");
+    }
+
+    #[test]
+    fn rejects_huge_bytes_shape_against_binary_elements() {
+        let raw = encode_bytes_elements(["a"]);
+        let header = json!({"inputs": [{"name": "S", "datatype": "BYTES", "shape": [1, 1u64 << 40],
+            "parameters": {"binary_data_size": raw.len()}}]});
+        let (body, n) = binary_body(header, &[&raw]);
+        assert!(
+            err_of(decode_infer_request(body, Some(n), "simple", "")).contains("holds 1 elements")
+        );
+    }
+
+    #[test]
+    fn rejects_json_count_mismatch() {
+        let msg = err_of(decode_json(
+            json!({"inputs": [int32_input("X", json!([1, 2, 3]))]}),
+        ));
+        assert!(
+            msg.contains("Unable to parse 'data': Shape does not match true shape of 'data' field"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn rejects_string_for_int32() {
+        let msg = err_of(decode_json(
+            json!({"inputs": [int32_input("X", json!([1, "2"]))]}),
+        ));
+        assert!(
+            msg.contains("'X'") && msg.contains("element 1") && msg.contains("integer"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn rejects_out_of_range_uint8() {
+        let r = decode_json(
+            json!({"inputs": [{"name": "U", "datatype": "UINT8", "shape": [2], "data": [1, 300]}]}),
+        );
+        let msg = err_of(r);
+        assert!(
+            msg.contains("300") && msg.contains("out of range for UINT8"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn rejects_2_pow_31_for_int32() {
+        let msg = err_of(decode_json(
+            json!({"inputs": [int32_input("X", json!([1, 2147483648i64]))]}),
+        ));
+        assert!(msg.contains("out of range for INT32"), "{msg}");
+    }
+
+    #[test]
+    fn json_bytes_are_utf8_strings() {
+        let r = decode_json(json!({"inputs": [{"name": "S", "datatype": "BYTES", "shape": [2], "data": ["hé", ""]}]}))
+            .unwrap();
+        assert_eq!(r.inputs[0].data, encode_bytes_elements(["hé", ""]));
+    }
+
+    #[test]
+    fn json_bool_and_fp16_inputs() {
+        let r = decode_json(json!({"inputs": [
+            {"name": "B", "datatype": "BOOL", "shape": [2], "data": [true, false]},
+            {"name": "H", "datatype": "FP16", "shape": [1], "data": [0.5]}
+        ]}))
+        .unwrap();
+        assert_eq!(&r.inputs[0].data[..], &[1, 0]);
+        assert_eq!(
+            &r.inputs[1].data[..],
+            &half::f16::from_f32(0.5).to_le_bytes()
+        );
+    }
+
+    #[test]
+    fn empty_tensor_with_empty_data() {
+        let r = decode_json(
+            json!({"inputs": [{"name": "X", "datatype": "INT32", "shape": [0], "data": []}]}),
+        )
+        .unwrap();
+        assert!(r.inputs[0].data.is_empty());
+    }
+
+    #[test]
+    fn rejects_both_data_and_binary_size() {
+        let r = decode_json(
+            json!({"inputs": [{"name": "X", "datatype": "INT32", "shape": [1], "data": [1],
+            "parameters": {"binary_data_size": 4}}]}),
+        );
+        let msg = err_of(r);
+        assert!(
+            msg.contains("Input must set only one of the following fields"),
+            "{msg}"
+        );
+        assert!(msg.contains("But set 'data' 'binary_data_size'"), "{msg}");
+    }
+
+    #[test]
+    fn rejects_neither_data_nor_binary_size() {
+        let r = decode_json(json!({"inputs": [{"name": "X", "datatype": "INT32", "shape": [1]}]}));
+        assert!(err_of(r).contains("But no field is set"));
+    }
+
+    #[test]
+    fn shared_memory_inputs_are_unsupported() {
+        let r = decode_json(
+            json!({"inputs": [{"name": "X", "datatype": "INT32", "shape": [1],
+            "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 4}}]}),
+        );
+        assert_eq!(r.unwrap_err().kind, ErrorKind::Unsupported);
+    }
+
+    #[test]
+    fn decodes_binary_inputs_in_order_zero_copy() {
+        let a: Vec<u8> = (0..8).collect();
+        let b: Vec<u8> = (8..16).collect();
+        let header = json!({"inputs": [
+            {"name": "A", "datatype": "INT32", "shape": [1, 2], "parameters": {"binary_data_size": 8}},
+            int32_input("J", json!([5, 6])),
+            {"name": "B", "datatype": "INT32", "shape": [1, 2], "parameters": {"binary_data_size": 8}}
+        ]});
+        let (body, n) = binary_body(header, &[&a, &b]);
+        let r = decode_infer_request(body.clone(), Some(n), "simple", "").unwrap();
+        assert_eq!(&r.inputs[0].data[..], &a[..]);
+        assert_eq!(&r.inputs[2].data[..], &b[..]);
+        // Zero copy: the tensor points into the body's own buffer.
+        assert_eq!(r.inputs[0].data.as_ptr(), body[n..].as_ptr());
+        assert_eq!(r.inputs[2].data.as_ptr(), body[n + 8..].as_ptr());
+    }
+
+    #[test]
+    fn rejects_truncated_binary_body() {
+        let header = json!({"inputs": [{"name": "A", "datatype": "INT32", "shape": [1, 2],
+            "parameters": {"binary_data_size": 8}}]});
+        let (body, n) = binary_body(header, &[&[0; 5]]);
+        let msg = err_of(decode_infer_request(body, Some(n), "simple", ""));
+        assert!(
+            msg.contains(
+                "unexpected size for input 'A', expecting 3 additional bytes for model 'simple'"
+            ),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn rejects_trailing_bytes_after_last_binary_input() {
+        let header = json!({"inputs": [{"name": "A", "datatype": "INT32", "shape": [1, 2],
+            "parameters": {"binary_data_size": 8}}]});
+        let (body, n) = binary_body(header, &[&[0; 9]]);
+        let msg = err_of(decode_infer_request(body, Some(n), "simple", ""));
+        assert!(
+            msg.contains("unexpected additional input data for model 'simple'"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn rejects_trailing_bytes_after_json_only_inputs() {
+        let (body, n) = binary_body(
+            json!({"inputs": [int32_input("X", json!([1, 2]))]}),
+            &[b"junk"],
+        );
+        assert!(err_of(decode_infer_request(body, Some(n), "simple", ""))
+            .contains("unexpected additional input data"));
+    }
+
+    #[test]
+    fn rejects_binary_size_not_matching_shape() {
+        let header = json!({"inputs": [{"name": "A", "datatype": "INT32", "shape": [1, 2],
+            "parameters": {"binary_data_size": 4}}]});
+        let (body, n) = binary_body(header, &[&[0; 4]]);
+        assert!(err_of(decode_infer_request(body, Some(n), "simple", "")).contains("needs 8 bytes"));
+    }
+
+    #[test]
+    fn rejects_binary_input_without_header_length() {
+        let body = json!({"inputs": [{"name": "A", "datatype": "INT32", "shape": [1],
+            "parameters": {"binary_data_size": 4}}]})
+        .to_string();
+        let r = decode_infer_request(Bytes::from(body), None, "simple", "");
+        assert!(err_of(r).contains("Inference-Header-Content-Length"));
+    }
+
+    #[test]
+    fn rejects_non_integer_binary_size() {
+        let header = json!({"inputs": [{"name": "A", "datatype": "INT32", "shape": [1],
+            "parameters": {"binary_data_size": -4}}]});
+        let (body, n) = binary_body(header, &[]);
+        assert!(err_of(decode_infer_request(body, Some(n), "simple", ""))
+            .contains("non-negative integer"));
+    }
+
+    #[test]
+    fn rejects_huge_binary_size_without_overflow() {
+        let header = json!({"inputs": [{"name": "S", "datatype": "BYTES", "shape": [1],
+            "parameters": {"binary_data_size": u64::MAX}}]});
+        let (body, n) = binary_body(header, &[&[0; 4]]);
+        assert!(
+            err_of(decode_infer_request(body, Some(n), "simple", "")).contains("additional bytes")
+        );
+    }
+
+    #[test]
+    fn decodes_binary_bytes_input() {
+        let raw = encode_bytes_elements(["ab", "\u{0}\u{1}"]);
+        let header = json!({"inputs": [{"name": "S", "datatype": "BYTES", "shape": [2],
+            "parameters": {"binary_data_size": raw.len()}}]});
+        let (body, n) = binary_body(header, &[&raw]);
+        let r = decode_infer_request(body, Some(n), "simple", "").unwrap();
+        assert_eq!(r.inputs[0].data, raw);
+    }
+
+    #[test]
+    fn rejects_broken_bytes_framing() {
+        // Declares a 9-byte element but only 2 bytes follow.
+        let raw = [9u8, 0, 0, 0, b'a', b'b'];
+        let header = json!({"inputs": [{"name": "S", "datatype": "BYTES", "shape": [1],
+            "parameters": {"binary_data_size": raw.len()}}]});
+        let (body, n) = binary_body(header, &[&raw]);
+        let msg = err_of(decode_infer_request(body, Some(n), "simple", ""));
+        assert!(
+            msg.contains("'S'") && msg.contains("malformed BYTES"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn rejects_bytes_element_count_mismatch() {
+        let raw = encode_bytes_elements(["a", "b", "c"]);
+        let header = json!({"inputs": [{"name": "S", "datatype": "BYTES", "shape": [2],
+            "parameters": {"binary_data_size": raw.len()}}]});
+        let (body, n) = binary_body(header, &[&raw]);
+        assert!(
+            err_of(decode_infer_request(body, Some(n), "simple", "")).contains("holds 3 elements")
+        );
+    }
+
+    #[test]
+    fn zero_size_binary_input_for_empty_tensor() {
+        let header = json!({"inputs": [{"name": "A", "datatype": "INT32", "shape": [0],
+            "parameters": {"binary_data_size": 0}}]});
+        let (body, n) = binary_body(header, &[]);
+        assert!(decode_infer_request(body, Some(n), "simple", "")
+            .unwrap()
+            .inputs[0]
+            .data
+            .is_empty());
+    }
+
+    #[test]
+    fn rejects_non_scalar_request_parameter() {
+        let r = decode_json(json!({"parameters": {"p": [1]}, "inputs": []}));
+        assert!(err_of(r).contains("parameter 'p'"));
+    }
+
+    #[test]
+    fn keeps_unknown_output_parameters() {
+        let r = decode_json(json!({"inputs": [], "outputs": [{"name": "O", "parameters": {"classification": 3, "x": "y"}}]}))
+            .unwrap();
+        assert_eq!(r.outputs[0].class_count(), Some(3));
+        assert_eq!(r.outputs[0].parameters["x"], ParamValue::String("y".into()));
+    }
+
+    #[test]
+    fn rejects_non_boolean_binary_data() {
+        let r = decode_json(
+            json!({"inputs": [], "outputs": [{"name": "O", "parameters": {"binary_data": 1}}]}),
+        );
+        assert!(err_of(r).contains("must be a boolean"));
+    }
+
+    #[test]
+    fn rejects_negative_classification() {
+        let r = decode_json(
+            json!({"inputs": [], "outputs": [{"name": "O", "parameters": {"classification": -1}}]}),
+        );
+        assert!(err_of(r).contains("Unable to set 'classification'"));
+    }
+}

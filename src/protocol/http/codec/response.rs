@@ -1,0 +1,344 @@
+//! Inference response bodies: JSON, with binary outputs appended after it.
+
+use bytes::Bytes;
+use serde::Serialize;
+
+use super::{
+    json_data::check_layout, json_data::JsonData, ParamsJson, BINARY_DATA, BINARY_DATA_OUTPUT,
+};
+use crate::types::{InferError, InferResponse, ParamValue, Parameters, RequestedOutput, Tensor};
+
+/// An encoded response body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EncodedResponse {
+    pub body: Bytes,
+    /// `Some(n)`: the body is `n` bytes of JSON followed by binary outputs;
+    /// the caller sends `Inference-Header-Content-Length: n` and
+    /// `application/octet-stream`. `None`: pure JSON (`application/json`).
+    pub json_header_length: Option<usize>,
+}
+
+#[derive(Serialize)]
+struct ResponseJson<'a> {
+    model_name: &'a str,
+    model_version: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parameters: Option<ParamsJson<'a>>,
+    outputs: Vec<OutputJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct OutputJson<'a> {
+    name: &'a str,
+    datatype: &'static str,
+    shape: &'a [i64],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parameters: Option<BinaryParams>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<JsonData<'a>>,
+}
+
+#[derive(Serialize)]
+struct BinaryParams {
+    binary_data_size: usize,
+}
+
+/// Triton's rule: an output's own `binary_data` parameter decides; without
+/// one, the request's `binary_data_output` does; by default JSON.
+fn wants_binary(
+    name: &str,
+    requested: &[RequestedOutput],
+    request_parameters: &Parameters,
+) -> bool {
+    let own = requested
+        .iter()
+        .find(|r| r.name == name)
+        .and_then(|r| r.parameters.get(BINARY_DATA));
+    match own {
+        Some(ParamValue::Bool(b)) => *b,
+        _ => matches!(
+            request_parameters.get(BINARY_DATA_OUTPUT),
+            Some(ParamValue::Bool(true))
+        ),
+    }
+}
+
+/// Checks that an output's data agrees with its shape before any of it is
+/// written: a backend bug must give a clean 500, not a malformed body.
+fn check_output(t: &Tensor) -> Result<(), InferError> {
+    let found = check_layout(t.datatype, &t.data).map_err(|e| {
+        InferError::internal(format!("output '{}' has malformed data: {e}", t.name))
+    })?;
+    if t.element_count() != Some(found) {
+        return Err(InferError::internal(format!(
+            "output '{}' holds {found} elements, but its shape {:?} declares {}",
+            t.name,
+            t.shape,
+            t.element_count()
+                .map_or_else(|| "an invalid count".into(), |n| n.to_string())
+        )));
+    }
+    Ok(())
+}
+
+/// Encodes `resp`. `requested` and `request_parameters` are the request's
+/// requested outputs and parameters, which pick JSON or binary per output.
+pub fn encode_infer_response(
+    resp: &InferResponse,
+    requested: &[RequestedOutput],
+    request_parameters: &Parameters,
+) -> Result<EncodedResponse, InferError> {
+    let mut binary: Vec<&Bytes> = Vec::new();
+    let mut outputs = Vec::with_capacity(resp.outputs.len());
+    // A rough size so typical responses serialize without regrowing.
+    let mut estimate = 128usize;
+    for t in &resp.outputs {
+        check_output(t)?;
+        let is_binary = wants_binary(&t.name, requested, request_parameters);
+        estimate = estimate.saturating_add(64 + t.name.len());
+        let (parameters, data) = if is_binary {
+            binary.push(&t.data);
+            estimate = estimate.saturating_add(t.data.len());
+            (
+                Some(BinaryParams {
+                    binary_data_size: t.data.len(),
+                }),
+                None,
+            )
+        } else {
+            // Decimal text is a few times the raw size.
+            estimate = estimate.saturating_add(t.data.len().saturating_mul(3));
+            (
+                None,
+                Some(JsonData {
+                    datatype: t.datatype,
+                    data: &t.data,
+                }),
+            )
+        };
+        outputs.push(OutputJson {
+            name: &t.name,
+            datatype: t.datatype.as_str(),
+            shape: &t.shape,
+            parameters,
+            data,
+        });
+    }
+    let header = ResponseJson {
+        model_name: &resp.model_name,
+        model_version: &resp.model_version,
+        id: &resp.id,
+        parameters: (!resp.parameters.is_empty()).then_some(ParamsJson(&resp.parameters)),
+        outputs,
+    };
+    let mut body = Vec::with_capacity(estimate);
+    serde_json::to_writer(&mut body, &header)
+        .map_err(|e| InferError::internal(format!("failed to serialize the response: {e}")))?;
+    if binary.is_empty() {
+        return Ok(EncodedResponse {
+            body: Bytes::from(body),
+            json_header_length: None,
+        });
+    }
+    let json_len = body.len();
+    for data in binary {
+        body.extend_from_slice(data);
+    }
+    Ok(EncodedResponse {
+        body: Bytes::from(body),
+        json_header_length: Some(json_len),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::types::{encode_bytes_elements, DataType, ErrorKind};
+
+    fn int32(name: &str, values: &[i32]) -> Tensor {
+        let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Tensor::new(
+            name,
+            DataType::Int32,
+            vec![1, values.len() as i64],
+            Bytes::from(data),
+        )
+    }
+
+    fn response(outputs: Vec<Tensor>) -> InferResponse {
+        InferResponse {
+            model_name: "simple".into(),
+            model_version: "1".into(),
+            id: String::new(),
+            outputs,
+            parameters: Parameters::new(),
+        }
+    }
+
+    fn requested(name: &str, binary: Option<bool>) -> RequestedOutput {
+        let mut parameters = Parameters::new();
+        if let Some(b) = binary {
+            parameters.insert(BINARY_DATA.into(), ParamValue::Bool(b));
+        }
+        RequestedOutput {
+            name: name.into(),
+            parameters,
+        }
+    }
+
+    fn binary_output_param(on: bool) -> Parameters {
+        let mut p = Parameters::new();
+        p.insert(BINARY_DATA_OUTPUT.into(), ParamValue::Bool(on));
+        p
+    }
+
+    fn json_of(e: &EncodedResponse) -> Value {
+        let end = e.json_header_length.unwrap_or(e.body.len());
+        serde_json::from_slice(&e.body[..end]).unwrap()
+    }
+
+    #[test]
+    fn pure_json_response_shape() {
+        let e = encode_infer_response(
+            &response(vec![int32("OUTPUT0", &[1, -2])]),
+            &[],
+            &Parameters::new(),
+        )
+        .unwrap();
+        assert_eq!(e.json_header_length, None);
+        assert_eq!(
+            json_of(&e),
+            json!({"model_name": "simple", "model_version": "1",
+                   "outputs": [{"name": "OUTPUT0", "datatype": "INT32", "shape": [1, 2], "data": [1, -2]}]})
+        );
+    }
+
+    #[test]
+    fn id_and_parameters_are_included_when_set() {
+        let mut r = response(vec![]);
+        r.id = "abc".into();
+        r.parameters
+            .insert("triton_final_response".into(), ParamValue::Bool(true));
+        let v = json_of(&encode_infer_response(&r, &[], &Parameters::new()).unwrap());
+        assert_eq!(v["id"], "abc");
+        assert_eq!(v["parameters"], json!({"triton_final_response": true}));
+    }
+
+    #[test]
+    fn per_output_binary_data_true_goes_binary() {
+        let r = response(vec![int32("A", &[1, 2]), int32("B", &[3, 4])]);
+        let e = encode_infer_response(
+            &r,
+            &[requested("A", None), requested("B", Some(true))],
+            &Parameters::new(),
+        )
+        .unwrap();
+        let n = e.json_header_length.unwrap();
+        let v = json_of(&e);
+        assert_eq!(v["outputs"][0]["data"], json!([1, 2]));
+        assert_eq!(
+            v["outputs"][1]["parameters"],
+            json!({"binary_data_size": 8})
+        );
+        assert!(v["outputs"][1].get("data").is_none());
+        assert_eq!(&e.body[n..], &r.outputs[1].data[..]);
+    }
+
+    #[test]
+    fn request_level_binary_data_output_applies_to_all() {
+        let r = response(vec![int32("A", &[1]), int32("B", &[2])]);
+        let e = encode_infer_response(&r, &[], &binary_output_param(true)).unwrap();
+        let n = e.json_header_length.unwrap();
+        assert_eq!(&e.body[n..], &[1, 0, 0, 0, 2, 0, 0, 0]);
+    }
+
+    #[test]
+    fn per_output_false_overrides_request_level_true() {
+        let r = response(vec![int32("A", &[1]), int32("B", &[2])]);
+        let e = encode_infer_response(
+            &r,
+            &[requested("A", Some(false))],
+            &binary_output_param(true),
+        )
+        .unwrap();
+        let v = json_of(&e);
+        assert_eq!(v["outputs"][0]["data"], json!([1]));
+        assert_eq!(v["outputs"][1]["parameters"]["binary_data_size"], 4);
+        assert_eq!(e.body.len() - e.json_header_length.unwrap(), 4);
+    }
+
+    #[test]
+    fn binary_outputs_follow_json_in_output_order() {
+        let r = response(vec![int32("A", &[1]), int32("B", &[2]), int32("C", &[3])]);
+        let req = [
+            requested("C", Some(true)),
+            requested("A", Some(true)),
+            requested("B", Some(false)),
+        ];
+        let e = encode_infer_response(&r, &req, &Parameters::new()).unwrap();
+        let n = e.json_header_length.unwrap();
+        assert_eq!(&e.body[n..], &[1, 0, 0, 0, 3, 0, 0, 0]);
+    }
+
+    #[test]
+    fn bytes_output_as_json_strings() {
+        let t = Tensor::new(
+            "S",
+            DataType::Bytes,
+            vec![2],
+            encode_bytes_elements(["x", "yz"]),
+        );
+        let v =
+            json_of(&encode_infer_response(&response(vec![t]), &[], &Parameters::new()).unwrap());
+        assert_eq!(v["outputs"][0]["data"], json!(["x", "yz"]));
+    }
+
+    #[test]
+    fn bytes_output_in_binary_keeps_raw_framing() {
+        let raw = encode_bytes_elements([&[0xffu8, 0][..]]);
+        let t = Tensor::new("S", DataType::Bytes, vec![1], raw.clone());
+        let e = encode_infer_response(
+            &response(vec![t]),
+            &[requested("S", Some(true))],
+            &Parameters::new(),
+        )
+        .unwrap();
+        assert_eq!(&e.body[e.json_header_length.unwrap()..], &raw[..]);
+    }
+
+    #[test]
+    fn fp16_output_as_json_floats() {
+        let data: Vec<u8> = [1.5f32, -0.25]
+            .iter()
+            .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+            .collect();
+        let t = Tensor::new("H", DataType::Fp16, vec![2], Bytes::from(data));
+        let v =
+            json_of(&encode_infer_response(&response(vec![t]), &[], &Parameters::new()).unwrap());
+        assert_eq!(v["outputs"][0]["data"], json!([1.5, -0.25]));
+    }
+
+    #[test]
+    fn output_data_not_matching_shape_is_internal_error() {
+        let mut t = int32("A", &[1, 2]);
+        t.shape = vec![3];
+        let err = encode_infer_response(&response(vec![t]), &[], &Parameters::new()).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Internal);
+    }
+
+    #[test]
+    fn partial_element_is_internal_error() {
+        let t = Tensor::new(
+            "A",
+            DataType::Int32,
+            vec![1],
+            Bytes::from_static(&[1, 2, 3]),
+        );
+        let err = encode_infer_response(&response(vec![t]), &[], &Parameters::new()).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Internal);
+    }
+}
