@@ -100,7 +100,7 @@ impl GrpcInferenceService for InferenceService {
         req: Request<ModelStatisticsRequest>,
     ) -> Result<Response<ModelStatisticsResponse>, Status> {
         let req = req.into_inner();
-        let model_stats = statistics::collect(&table()?, &req.name, &req.version).map_err(to_status)?;
+        let model_stats = statistics::collect(&*table()?, &req.name, &req.version).map_err(to_status)?;
         Ok(Response::new(ModelStatisticsResponse { model_stats }))
     }
 

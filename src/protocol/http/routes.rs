@@ -92,7 +92,7 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
         }
         ["v2", "models", "stats"] => {
             expect_get(&method).ok_or_else(not_allowed)?;
-            stats_response(&model_table()?, "", "")
+            stats_response(&*model_table()?, "", "")
         }
         ["v2", "models", model, rest @ ..] => {
             let (version, action) = match rest {
