@@ -1,8 +1,51 @@
-//! ONNX Runtime backend (platform `onnxruntime_onnx`). PLACEHOLDER: being
-//! written; until then every load fails with this message.
+//! ONNX Runtime backend (platform `onnxruntime_onnx`, backend
+//! `onnxruntime`), through `ort` with the library loaded at run time
+//! (see [`runtime`]).
+//!
+//! One ORT session per instance: `Session::run` takes `&mut self`, and an
+//! instance belongs to one shard thread, so no lock is ever taken.
+//!
+//! Configuration, following Triton's onnxruntime backend:
+//! * `parameters { key: "intra_op_thread_count" value: { string_value: "N" } }`
+//!   (0 = ORT's default, one per core); without it, the server's
+//!   per-instance thread count (1 by default: thread-per-core).
+//! * `inter_op_thread_count`, and `execution_mode` ("0" sequential, the
+//!   default; "1" parallel).
+//! * `optimization { graph { level } }`: -1 basic, 1 extended, anything
+//!   else (0, the default) all optimizations.
+//!
+//! Auto-complete (Triton's rule, simplified): when the configuration lists
+//! no inputs, no outputs and no `max_batch_size`, and every model input and
+//! output has a dynamic leading dimension, `max_batch_size` becomes 4
+//! (Triton's `default-max-batch-size`) and, as in Triton, a default
+//! `dynamic_batching {}` is added unless a scheduler is configured. A
+//! configuration that lists I/O but no `max_batch_size` is taken literally:
+//! its dims are full shapes and the model is not batched.
+
+mod convert;
+pub mod runtime;
+
+use std::{borrow::Cow, path::PathBuf};
+
+use anyhow::{bail, Context};
+use ort::{
+    session::{builder::GraphOptimizationLevel, Session, SessionInputValue},
+    value::{Outlet, ValueType},
+};
 
 use super::{Backend, InstanceSpec, ModelFiles, ModelInstance};
-use crate::proto::inference::ModelConfig;
+use crate::{
+    proto::inference::{
+        model_config::SchedulingChoice, ModelConfig, ModelDynamicBatching, ModelInput, ModelOutput,
+    },
+    types::{DataType, InferError, InferResult, Tensor},
+};
+
+/// ONNX Runtime's default model file name in a version folder.
+pub const DEFAULT_MODEL_FILENAME: &str = "model.onnx";
+
+/// Triton's `--backend-config=onnxruntime,default-max-batch-size` default.
+pub const DEFAULT_MAX_BATCH_SIZE: i32 = 4;
 
 pub struct OnnxRuntimeBackend;
 
@@ -10,15 +53,393 @@ impl Backend for OnnxRuntimeBackend {
     fn name(&self) -> &'static str {
         "onnxruntime"
     }
-    fn auto_complete(&self, _: &mut ModelConfig, _: &ModelFiles) -> anyhow::Result<()> {
-        anyhow::bail!("the onnxruntime backend is not built yet")
+
+    fn auto_complete(&self, config: &mut ModelConfig, files: &ModelFiles) -> anyhow::Result<()> {
+        // Metadata only: skip graph optimization, which can be the slowest
+        // part of loading a big model.
+        let settings = SessionSettings {
+            intra_threads: 1,
+            inter_threads: None,
+            parallel: false,
+            level: GraphOptimizationLevel::Disable,
+        };
+        let session = open_session(config, files, &settings)?;
+        let model =
+            ModelIo::from_session(&session).with_context(|| model_context(config, files))?;
+        complete(config, &model)?;
+        check(config, &model)
     }
+
     fn create_instance(
         &self,
-        _: &ModelConfig,
-        _: &ModelFiles,
-        _: &InstanceSpec,
+        config: &ModelConfig,
+        files: &ModelFiles,
+        spec: &InstanceSpec,
     ) -> anyhow::Result<Box<dyn ModelInstance>> {
-        anyhow::bail!("the onnxruntime backend is not built yet")
+        let settings = SessionSettings::from_config(config, spec)?;
+        let session = open_session(config, files, &settings)?;
+        // Strict mode skips auto-complete, so the configuration is checked
+        // against the model here too; a mismatch would otherwise surface as
+        // an ORT error on every request.
+        let model =
+            ModelIo::from_session(&session).with_context(|| model_context(config, files))?;
+        check(config, &model)?;
+        tracing::debug!(
+            instance = %spec.name,
+            intra_threads = settings.intra_threads,
+            "ONNX Runtime session created"
+        );
+        Ok(Box::new(OnnxInstance {
+            session,
+            model: config.name.clone(),
+        }))
     }
 }
+
+fn model_path(config: &ModelConfig, files: &ModelFiles) -> PathBuf {
+    files.model_file(config, DEFAULT_MODEL_FILENAME)
+}
+
+fn model_context(config: &ModelConfig, files: &ModelFiles) -> String {
+    format!("ONNX model {}", model_path(config, files).display())
+}
+
+/// How one session is built.
+#[derive(Debug, Clone, PartialEq)]
+struct SessionSettings {
+    intra_threads: usize,
+    inter_threads: Option<usize>,
+    parallel: bool,
+    level: GraphOptimizationLevel,
+}
+
+impl SessionSettings {
+    fn from_config(config: &ModelConfig, spec: &InstanceSpec) -> anyhow::Result<Self> {
+        let count = |key: &str| -> anyhow::Result<Option<usize>> {
+            parameter(config, key)
+                .map(|v| {
+                    v.trim().parse::<usize>().with_context(|| {
+                        format!(
+                            "model '{}': parameter {key} must be a thread count, not '{v}'",
+                            config.name
+                        )
+                    })
+                })
+                .transpose()
+        };
+        let parallel = match parameter(config, "execution_mode").map(str::trim) {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(other) => bail!(
+                "model '{}': parameter execution_mode must be 0 (sequential) or 1 (parallel), not '{other}'",
+                config.name
+            ),
+        };
+        let level = match config
+            .optimization
+            .as_ref()
+            .and_then(|o| o.graph.as_ref())
+            .map(|g| g.level)
+        {
+            Some(-1) => GraphOptimizationLevel::Level1,
+            Some(1) => GraphOptimizationLevel::Level2,
+            _ => GraphOptimizationLevel::All,
+        };
+        Ok(Self {
+            intra_threads: count("intra_op_thread_count")?.unwrap_or(spec.intra_op_threads),
+            inter_threads: count("inter_op_thread_count")?,
+            parallel,
+            level,
+        })
+    }
+}
+
+fn parameter<'a>(config: &'a ModelConfig, key: &str) -> Option<&'a str> {
+    config.parameters.get(key).map(|p| p.string_value.as_str())
+}
+
+fn open_session(
+    config: &ModelConfig,
+    files: &ModelFiles,
+    settings: &SessionSettings,
+) -> anyhow::Result<Session> {
+    let env = runtime::environment()?;
+    let path = model_path(config, files);
+    if !path.is_file() {
+        bail!("model file {} not found", path.display());
+    }
+    let ort_err = |e: ort::Error<ort::session::builder::SessionBuilder>| anyhow::anyhow!("{e}");
+    let mut builder = Session::builder(env)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .with_optimization_level(settings.level)
+        .map_err(ort_err)?
+        .with_intra_threads(settings.intra_threads)
+        .map_err(ort_err)?
+        .with_parallel_execution(settings.parallel)
+        .map_err(ort_err)?;
+    if let Some(n) = settings.inter_threads {
+        builder = builder.with_inter_threads(n).map_err(ort_err)?;
+    }
+    builder
+        .commit_from_file(&path)
+        .map_err(|e| anyhow::anyhow!("ONNX Runtime cannot load {}: {e}", path.display()))
+}
+
+/// One input or output as the model declares it; `-1` marks a dynamic dim.
+#[derive(Debug, Clone, PartialEq)]
+struct IoInfo {
+    name: String,
+    dtype: DataType,
+    dims: Vec<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct ModelIo {
+    inputs: Vec<IoInfo>,
+    outputs: Vec<IoInfo>,
+}
+
+impl ModelIo {
+    fn from_session(session: &Session) -> anyhow::Result<Self> {
+        let read = |outlets: &[Outlet], kind: &str| -> anyhow::Result<Vec<IoInfo>> {
+            outlets
+                .iter()
+                .map(|o| match o.dtype() {
+                    ValueType::Tensor { ty, shape, .. } => {
+                        let dtype = convert::kserve_type(*ty).with_context(|| {
+                            format!(
+                                "{kind} '{}' has element type {ty}, which KServe cannot carry",
+                                o.name()
+                            )
+                        })?;
+                        // ORT reports symbolic and unknown dims as -1 already;
+                        // anything else negative means the same to us.
+                        let dims = shape.iter().map(|&d| if d < 0 { -1 } else { d }).collect();
+                        Ok(IoInfo {
+                            name: o.name().to_string(),
+                            dtype,
+                            dims,
+                        })
+                    }
+                    other => bail!(
+                        "{kind} '{}' is a {other:?}; only tensors are supported",
+                        o.name()
+                    ),
+                })
+                .collect()
+        };
+        Ok(Self {
+            inputs: read(session.inputs(), "input")?,
+            outputs: read(session.outputs(), "output")?,
+        })
+    }
+
+    /// Whether every input and output has a dynamic leading dim, so a batch
+    /// dimension can be put in front.
+    fn supports_batching(&self) -> bool {
+        self.inputs
+            .iter()
+            .chain(&self.outputs)
+            .all(|io| io.dims.first() == Some(&-1))
+    }
+}
+
+/// Fills in what the configuration leaves out from the model's own
+/// description, leaving whatever the user set untouched.
+fn complete(config: &mut ModelConfig, model: &ModelIo) -> anyhow::Result<()> {
+    if config.max_batch_size == 0
+        && config.input.is_empty()
+        && config.output.is_empty()
+        && model.supports_batching()
+    {
+        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE;
+        if config.scheduling_choice.is_none() {
+            config.scheduling_choice = Some(SchedulingChoice::DynamicBatching(
+                ModelDynamicBatching::default(),
+            ));
+        }
+    }
+    let batched = config.max_batch_size > 0;
+    if batched && !model.supports_batching() {
+        bail!(
+            "model '{}' has max_batch_size {}, but not every input and output of the ONNX model has a \
+             dynamic first dimension to batch along; set max_batch_size: 0 and give full shapes",
+            config.name,
+            config.max_batch_size
+        );
+    }
+    let config_dims = |io: &IoInfo| -> Vec<i64> {
+        if batched {
+            io.dims.get(1..).unwrap_or_default().to_vec()
+        } else {
+            io.dims.clone()
+        }
+    };
+    if config.input.is_empty() {
+        config.input = model
+            .inputs
+            .iter()
+            .map(|io| ModelInput {
+                name: io.name.clone(),
+                data_type: io.dtype.to_config() as i32,
+                dims: config_dims(io),
+                ..Default::default()
+            })
+            .collect();
+    } else {
+        for input in &mut config.input {
+            if let Some(io) = model.inputs.iter().find(|io| io.name == input.name) {
+                fill_missing(&mut input.data_type, &mut input.dims, io, config_dims(io));
+            }
+        }
+    }
+    if config.output.is_empty() {
+        config.output = model
+            .outputs
+            .iter()
+            .map(|io| ModelOutput {
+                name: io.name.clone(),
+                data_type: io.dtype.to_config() as i32,
+                dims: config_dims(io),
+                ..Default::default()
+            })
+            .collect();
+    } else {
+        for output in &mut config.output {
+            if let Some(io) = model.outputs.iter().find(|io| io.name == output.name) {
+                fill_missing(&mut output.data_type, &mut output.dims, io, config_dims(io));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A listed tensor with no datatype (`TYPE_INVALID`) or no dims gets the
+/// model's; one the user spelled out is left for [`check`] to judge.
+fn fill_missing(data_type: &mut i32, dims: &mut Vec<i64>, io: &IoInfo, model_dims: Vec<i64>) {
+    if DataType::from_config_i32(*data_type).is_none() {
+        *data_type = io.dtype.to_config() as i32;
+    }
+    if dims.is_empty() {
+        *dims = model_dims;
+    }
+}
+
+/// Checks the configuration against the model: every configured tensor
+/// exists with the same datatype and compatible dims, every model input is
+/// configured, and batching is possible where asked for.
+fn check(config: &ModelConfig, model: &ModelIo) -> anyhow::Result<()> {
+    let name = &config.name;
+    let batched = config.max_batch_size > 0;
+    if batched && !model.supports_batching() {
+        bail!(
+            "model '{name}' has max_batch_size {}, but not every input and output of the ONNX model has a \
+             dynamic first dimension",
+            config.max_batch_size
+        );
+    }
+    let names = |ios: &[IoInfo]| {
+        ios.iter()
+            .map(|io| io.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let configured = config
+        .input
+        .iter()
+        .map(|i| ("input", &i.name, i.data_type, &i.dims, i.reshape.is_some()))
+        .chain(
+            config
+                .output
+                .iter()
+                .map(|o| ("output", &o.name, o.data_type, &o.dims, o.reshape.is_some())),
+        );
+    for (kind, tensor, data_type, dims, reshaped) in configured {
+        let ios = if kind == "input" {
+            &model.inputs
+        } else {
+            &model.outputs
+        };
+        let Some(io) = ios.iter().find(|io| &io.name == tensor) else {
+            bail!(
+                "model '{name}': configuration {kind} '{tensor}' is not an {kind} of the ONNX model \
+                 (its {kind}s: {})",
+                names(ios)
+            );
+        };
+        let configured_type = DataType::from_config_i32(data_type);
+        if configured_type != Some(io.dtype) {
+            bail!(
+                "model '{name}': configuration {kind} '{tensor}' has datatype {}, but the ONNX model's is {}",
+                configured_type.map_or_else(|| "TYPE_INVALID".to_string(), |d| d.to_config().as_str_name().to_string()),
+                io.dtype.to_config().as_str_name()
+            );
+        }
+        // With a reshape the configured dims are the client's view; the
+        // model's shape is the reshape's, which ORT itself will check.
+        if !reshaped {
+            let model_dims = if batched {
+                io.dims.get(1..).unwrap_or_default()
+            } else {
+                &io.dims[..]
+            };
+            let compatible = model_dims.len() == dims.len()
+                && model_dims
+                    .iter()
+                    .zip(dims.iter())
+                    .all(|(&m, &c)| m == -1 || c == -1 || m == c);
+            if !compatible {
+                bail!(
+                    "model '{name}': configuration {kind} '{tensor}' has dims {dims:?}, but the ONNX model's \
+                     are {model_dims:?}{}",
+                    if batched { " (without the batch dimension)" } else { "" }
+                );
+            }
+        }
+    }
+    if let Some(missing) = model
+        .inputs
+        .iter()
+        .find(|io| !config.input.iter().any(|i| i.name == io.name))
+    {
+        bail!(
+            "model '{name}': the ONNX model's input '{}' is missing from the configuration",
+            missing.name
+        );
+    }
+    Ok(())
+}
+
+struct OnnxInstance {
+    session: Session,
+    model: String,
+}
+
+impl ModelInstance for OnnxInstance {
+    fn execute(&mut self, inputs: &[Tensor], outputs: &[&str]) -> InferResult<Vec<Tensor>> {
+        let mut feeds: Vec<(Cow<'_, str>, SessionInputValue<'_>)> =
+            Vec::with_capacity(inputs.len());
+        for t in inputs {
+            let value = convert::to_ort(t).map_err(|e| {
+                InferError::invalid(format!("model '{}': input '{}': {e}", self.model, t.name))
+            })?;
+            feeds.push((Cow::Borrowed(t.name.as_str()), value));
+        }
+        let produced = self.session.run(feeds).map_err(|e| {
+            InferError::internal(format!("model '{}': ONNX Runtime failed: {e}", self.model))
+        })?;
+        let mut result = Vec::with_capacity(produced.len());
+        for (name, value) in produced {
+            if !outputs.is_empty() && !outputs.contains(&name) {
+                continue;
+            }
+            let tensor = convert::from_ort(name, value)
+                .map_err(|e| InferError::internal(format!("model '{}': {e}", self.model)))?;
+            result.push(tensor);
+        }
+        Ok(result)
+    }
+}
+
+#[cfg(test)]
+mod tests;
