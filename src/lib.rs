@@ -13,3 +13,4 @@ pub mod repository;
 pub mod server;
 pub mod metrics;
 pub mod tuning;
+pub mod bench;

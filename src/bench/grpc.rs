@@ -1,0 +1,279 @@
+//! gRPC over hyper HTTP/2 without tonic's client: 5-byte framing, status
+//! from headers (trailers-only) or trailers, unary calls and a
+//! ModelStreamInfer stream for the streaming mode.
+
+use std::{future::Future, pin::Pin};
+
+use bytes::{Buf, Bytes, BytesMut};
+use futures::channel::mpsc;
+use http::{header, HeaderMap, HeaderValue};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use prost::Message;
+
+use super::{
+    request::Prepared,
+    wire::{BenchBody, H2},
+};
+use crate::proto::inference::ModelStreamInferResponse;
+
+pub fn request_headers() -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    h.insert(header::TE, HeaderValue::from_static("trailers"));
+    h
+}
+
+/// `grpc-status` and a readable message, if the map carries a status.
+fn status_of(map: &HeaderMap) -> Option<(i32, String)> {
+    let code = map.get("grpc-status")?.to_str().ok()?.trim().parse().ok()?;
+    let msg = map
+        .get("grpc-message")
+        .and_then(|m| m.to_str().ok())
+        .map(percent_decode)
+        .unwrap_or_default();
+    Some((code, msg))
+}
+
+/// grpc-message is percent-encoded.
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub fn code_name(code: i32) -> &'static str {
+    match code {
+        0 => "OK",
+        1 => "CANCELLED",
+        2 => "UNKNOWN",
+        3 => "INVALID_ARGUMENT",
+        4 => "DEADLINE_EXCEEDED",
+        5 => "NOT_FOUND",
+        6 => "ALREADY_EXISTS",
+        7 => "PERMISSION_DENIED",
+        8 => "RESOURCE_EXHAUSTED",
+        9 => "FAILED_PRECONDITION",
+        10 => "ABORTED",
+        11 => "OUT_OF_RANGE",
+        12 => "UNIMPLEMENTED",
+        13 => "INTERNAL",
+        14 => "UNAVAILABLE",
+        15 => "DATA_LOSS",
+        16 => "UNAUTHENTICATED",
+        _ => "UNKNOWN_CODE",
+    }
+}
+
+fn status_error(code: i32, msg: &str) -> String {
+    format!("gRPC {}: {msg}", code_name(code))
+}
+
+/// Takes one whole length-prefixed message off the front of `buf`.
+pub fn take_message(buf: &mut BytesMut) -> Result<Option<Bytes>, String> {
+    if buf.len() < 5 {
+        return Ok(None);
+    }
+    if buf[0] != 0 {
+        return Err("compressed gRPC messages are not supported".into());
+    }
+    let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+    if buf.len() < 5 + len {
+        return Ok(None);
+    }
+    buf.advance(5);
+    Ok(Some(buf.split_to(len).freeze()))
+}
+
+/// Awaits a unary response and returns its message body (unframed).
+pub async fn unary_response(
+    fut: impl Future<Output = hyper::Result<http::Response<Incoming>>>,
+) -> Result<Bytes, String> {
+    let resp = fut.await.map_err(|e| format!("gRPC request failed: {e}"))?;
+    if resp.status() != http::StatusCode::OK {
+        return Err(format!(
+            "gRPC request failed: HTTP status {}",
+            resp.status()
+        ));
+    }
+    if let Some((code, msg)) = status_of(resp.headers()) {
+        if code != 0 {
+            return Err(status_error(code, &msg));
+        }
+    }
+    let collected = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("gRPC response failed: {e}"))?;
+    if let Some((code, msg)) = collected.trailers().and_then(status_of) {
+        if code != 0 {
+            return Err(status_error(code, &msg));
+        }
+    }
+    let mut buf = BytesMut::from(collected.to_bytes().as_ref());
+    take_message(&mut buf)?.ok_or_else(|| "gRPC response without a message".to_string())
+}
+
+/// A unary call with typed messages (metadata, config, statistics).
+pub async fn call<Req: Message, Resp: Message + Default>(
+    sender: &mut H2,
+    authority: &str,
+    method: &str,
+    req: &Req,
+) -> anyhow::Result<Resp> {
+    let prepared = super::request::grpc_prepared(
+        authority,
+        method,
+        vec![super::input::grpc_frame(req)],
+        false,
+    )?;
+    sender
+        .ready()
+        .await
+        .map_err(|e| anyhow::anyhow!("gRPC connection lost: {e}"))?;
+    let body = unary_response(
+        sender.send_request(prepared.request(BenchBody::Once(Some(prepared.body(0))))),
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
+    Resp::decode(body).map_err(|e| anyhow::anyhow!("bad {method} response: {e}"))
+}
+
+type ResponseFuture = Pin<Box<dyn Future<Output = hyper::Result<http::Response<Incoming>>>>>;
+
+/// One ModelStreamInfer stream carrying one request at a time: send a
+/// message, wait for the next response message.
+pub struct GrpcStream {
+    tx: mpsc::UnboundedSender<Bytes>,
+    response: Option<ResponseFuture>,
+    body: Option<Incoming>,
+    buf: BytesMut,
+    broken: bool,
+}
+
+impl GrpcStream {
+    pub fn open(sender: &mut H2, prepared: &Prepared) -> Self {
+        let (tx, rx) = mpsc::unbounded();
+        let fut = sender.send_request(prepared.request(BenchBody::Channel(rx)));
+        Self {
+            tx,
+            response: Some(Box::pin(fut)),
+            body: None,
+            buf: BytesMut::new(),
+            broken: false,
+        }
+    }
+
+    pub fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    pub async fn call(&mut self, message: Bytes) -> Result<(), String> {
+        let r = self.call_inner(message).await;
+        if r.is_err() && self.body.is_none() {
+            self.broken = true;
+        }
+        r
+    }
+
+    async fn call_inner(&mut self, message: Bytes) -> Result<(), String> {
+        if self.tx.unbounded_send(message).is_err() {
+            self.broken = true;
+            return Err("gRPC stream closed".into());
+        }
+        // Servers may send response headers only with the first message.
+        if let Some(fut) = self.response.take() {
+            let resp = fut.await.map_err(|e| format!("gRPC stream failed: {e}"))?;
+            if resp.status() != http::StatusCode::OK {
+                return Err(format!("gRPC stream failed: HTTP status {}", resp.status()));
+            }
+            if let Some((code, msg)) = status_of(resp.headers()) {
+                if code != 0 {
+                    return Err(status_error(code, &msg));
+                }
+            }
+            self.body = Some(resp.into_body());
+        }
+        loop {
+            if let Some(m) = take_message(&mut self.buf).inspect_err(|_| self.broken = true)? {
+                let r = ModelStreamInferResponse::decode(m)
+                    .map_err(|e| format!("bad stream response: {e}"))?;
+                return if r.error_message.is_empty() {
+                    Ok(())
+                } else {
+                    Err(r.error_message)
+                };
+            }
+            let Some(body) = self.body.as_mut() else {
+                self.broken = true;
+                return Err("gRPC stream closed".into());
+            };
+            match body.frame().await {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => self.buf.extend_from_slice(&data),
+                    Err(frame) => {
+                        self.broken = true;
+                        return match frame.trailers_ref().and_then(status_of) {
+                            Some((code, msg)) if code != 0 => Err(status_error(code, &msg)),
+                            _ => Err("gRPC stream ended without a response".into()),
+                        };
+                    }
+                },
+                Some(Err(e)) => {
+                    self.broken = true;
+                    return Err(format!("gRPC stream failed: {e}"));
+                }
+                None => {
+                    self.broken = true;
+                    return Err("gRPC stream ended without a response".into());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn framing() {
+        let mut buf = BytesMut::from(&[0u8, 0, 0, 0, 2, 7, 8, 0, 0][..]);
+        assert_eq!(take_message(&mut buf).unwrap().unwrap().as_ref(), &[7, 8]);
+        assert_eq!(take_message(&mut buf).unwrap(), None);
+        assert_eq!(buf.len(), 2);
+        let mut compressed = BytesMut::from(&[1u8, 0, 0, 0, 0][..]);
+        assert!(take_message(&mut compressed).is_err());
+    }
+
+    #[test]
+    fn statuses() {
+        let mut h = HeaderMap::new();
+        h.insert("grpc-status", HeaderValue::from_static("12"));
+        h.insert(
+            "grpc-message",
+            HeaderValue::from_static("unknown%20method%"),
+        );
+        let (code, msg) = status_of(&h).unwrap();
+        assert_eq!(
+            status_error(code, &msg),
+            "gRPC UNIMPLEMENTED: unknown method%"
+        );
+    }
+}

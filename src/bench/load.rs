@@ -1,0 +1,311 @@
+//! Load generation: one pinned thread per --cpu entry, each a monoio
+//! runtime. Closed loop: N tasks, each sending its next request as soon as
+//! the previous one completes. Open loop: a schedule of intended send
+//! times; latency counts from the intended time (no coordinated omission).
+
+use std::{
+    cell::Cell,
+    future::Future,
+    pin::Pin,
+    rc::Rc,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    task::{Context, Poll},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use monoio::{FusionDriver, RuntimeBuilder};
+
+use super::{
+    cli::{Distribution, Load, Target},
+    request::{send, Prepared},
+    stats::{dur_ns, SplitMix64},
+    wire::Pool,
+};
+
+/// What completed since the coordinator last took it.
+#[derive(Debug, Default)]
+pub struct WindowBuf {
+    /// Latencies of successful requests, ns.
+    pub latencies: Vec<u64>,
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+/// Shared by one worker (writer) and the coordinator (takes per window).
+/// One uncontended lock per completed request: tens of nanoseconds.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    buf: Mutex<WindowBuf>,
+    completed: AtomicU64,
+}
+
+impl Recorder {
+    pub fn record(&self, result: Result<u64, String>) {
+        let mut b = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        match result {
+            Ok(ns) => b.latencies.push(ns),
+            Err(e) => {
+                b.errors += 1;
+                if b.first_error.is_none() {
+                    b.first_error = Some(e);
+                }
+            }
+        }
+        drop(b);
+        self.completed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn take(&self) -> WindowBuf {
+        std::mem::take(&mut *self.buf.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub fn completed(&self) -> u64 {
+        self.completed.load(Ordering::Relaxed)
+    }
+}
+
+pub struct WorkerSpec {
+    pub index: usize,
+    pub target: Target,
+    pub prepared: Arc<Prepared>,
+    pub load: Load,
+    /// Open loop: this worker's first intended send, as an offset from the
+    /// common start, so workers interleave rather than send in bursts.
+    pub phase: Duration,
+    pub distribution: Distribution,
+    pub seed: u64,
+    pub max_outstanding: usize,
+    pub connections: usize,
+    pub cpu: Option<usize>,
+    pub stop: Arc<AtomicBool>,
+    pub recorder: Arc<Recorder>,
+}
+
+/// Starts a worker thread; it runs until `stop` is set.
+pub fn spawn(spec: WorkerSpec) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("bench-{}", spec.index))
+        .spawn(move || {
+            if let Some(cpu) = spec.cpu {
+                if !core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
+                    tracing::warn!(cpu, "bench: cannot pin worker thread");
+                }
+            }
+            let mut rt = match RuntimeBuilder::<FusionDriver>::new().enable_timer().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    spec.recorder
+                        .record(Err(format!("cannot start a runtime: {e}")));
+                    return;
+                }
+            };
+            rt.block_on(run(spec));
+        })
+}
+
+async fn run(spec: WorkerSpec) {
+    let spec = Rc::new(spec);
+    let pool = Rc::new(Pool::new(
+        &spec.target,
+        spec.prepared.wire,
+        spec.connections,
+    ));
+    if let Err(e) = pool.warm().await {
+        spec.recorder.record(Err(format!("{e:#}")));
+    }
+    let handles = match spec.load {
+        Load::Concurrency(n) => (0..n)
+            .map(|i| {
+                monoio::spawn(closed_loop(
+                    pool.clone(),
+                    spec.prepared.clone(),
+                    spec.stop.clone(),
+                    spec.recorder.clone(),
+                    i as usize,
+                ))
+            })
+            .collect::<Vec<_>>(),
+        Load::Rate(_) => vec![monoio::spawn(open_loop(pool.clone(), spec.clone()))],
+    };
+    while !spec.stop.load(Ordering::Relaxed) {
+        monoio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // A request stuck on a hung server must not keep the step from ending.
+    let _ = monoio::time::timeout(Duration::from_secs(2), futures::future::join_all(handles)).await;
+}
+
+async fn closed_loop(
+    pool: Rc<Pool>,
+    prepared: Arc<Prepared>,
+    stop: Arc<AtomicBool>,
+    recorder: Arc<Recorder>,
+    task: usize,
+) {
+    let mut i = task;
+    while !stop.load(Ordering::Relaxed) {
+        let t0 = Instant::now();
+        let r = send(&pool, &prepared, i).await;
+        let elapsed = dur_ns(t0.elapsed());
+        let failed_to_connect = matches!(&r, Err(e) if e.starts_with("cannot connect"));
+        recorder.record(r.map(|()| elapsed));
+        if failed_to_connect {
+            // Do not spin on a refused connection.
+            monoio::time::sleep(Duration::from_millis(10)).await;
+        }
+        i = i.wrapping_add(1);
+    }
+}
+
+/// Returns the intended send times of an open loop.
+pub struct Schedule {
+    next: Instant,
+    mean: Duration,
+    rng: Option<SplitMix64>,
+}
+
+impl Schedule {
+    pub fn new(start: Instant, rate: f64, distribution: Distribution, seed: u64) -> Self {
+        let mean = Duration::from_secs_f64(1.0 / rate);
+        let rng = (distribution == Distribution::Poisson).then(|| SplitMix64::new(seed));
+        let mut s = Self {
+            next: start,
+            mean,
+            rng,
+        };
+        if s.rng.is_some() {
+            let g = s.gap();
+            s.next += g;
+        }
+        s
+    }
+
+    fn gap(&mut self) -> Duration {
+        match self.rng.as_mut() {
+            Some(rng) => Duration::from_secs_f64(rng.exp(self.mean.as_secs_f64())),
+            None => self.mean,
+        }
+    }
+
+    pub fn next_send(&mut self) -> Instant {
+        let t = self.next;
+        let g = self.gap();
+        self.next += g;
+        t
+    }
+}
+
+/// monoio's timer has millisecond granularity: sleep to within a
+/// millisecond, then yield until the instant (the runtime polls I/O between
+/// yields) so requests are neither early nor a tick late.
+async fn wait_until(t: Instant) {
+    loop {
+        let now = Instant::now();
+        if now >= t {
+            return;
+        }
+        let left = t - now;
+        if left > Duration::from_millis(2) {
+            monoio::time::sleep(left - Duration::from_millis(1)).await;
+        } else {
+            YieldNow(false).await;
+        }
+    }
+}
+
+struct YieldNow(bool);
+
+impl Future for YieldNow {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}
+
+async fn open_loop(pool: Rc<Pool>, spec: Rc<WorkerSpec>) {
+    let Load::Rate(rate) = spec.load else { return };
+    let mut schedule = Schedule::new(
+        Instant::now() + spec.phase,
+        rate,
+        spec.distribution,
+        spec.seed,
+    );
+    let outstanding = Rc::new(Cell::new(0usize));
+    let mut i = 0usize;
+    while !spec.stop.load(Ordering::Relaxed) {
+        let intended = schedule.next_send();
+        wait_until(intended).await;
+        if outstanding.get() >= spec.max_outstanding {
+            spec.recorder.record(Err(format!(
+                "dropped: {} requests outstanding (--max-outstanding)",
+                spec.max_outstanding
+            )));
+            continue;
+        }
+        outstanding.set(outstanding.get() + 1);
+        let (pool, prepared, recorder, outstanding) = (
+            pool.clone(),
+            spec.prepared.clone(),
+            spec.recorder.clone(),
+            outstanding.clone(),
+        );
+        monoio::spawn(async move {
+            let r = send(&pool, &prepared, i).await;
+            // From the intended time: a late send is latency the user would see.
+            recorder.record(r.map(|()| dur_ns(intended.elapsed())));
+            outstanding.set(outstanding.get() - 1);
+        });
+        i = i.wrapping_add(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_schedule_is_evenly_spaced() {
+        let start = Instant::now();
+        let mut s = Schedule::new(start, 1000.0, Distribution::Constant, 0);
+        let times: Vec<_> = (0..4).map(|_| s.next_send() - start).collect();
+        assert_eq!(times, [0, 1, 2, 3].map(Duration::from_millis));
+    }
+
+    #[test]
+    fn poisson_schedule_has_the_rate() {
+        let start = Instant::now();
+        let mut s = Schedule::new(start, 10_000.0, Distribution::Poisson, 7);
+        let mut last = start;
+        for _ in 0..100_000 {
+            let t = s.next_send();
+            assert!(t >= last);
+            last = t;
+        }
+        let secs = (last - start).as_secs_f64();
+        assert!((secs - 10.0).abs() < 0.3, "{secs}");
+    }
+
+    #[test]
+    fn recorder_counts() {
+        let r = Recorder::default();
+        r.record(Ok(5));
+        r.record(Err("boom".into()));
+        r.record(Err("later".into()));
+        assert_eq!(r.completed(), 3);
+        let w = r.take();
+        assert_eq!(
+            (w.latencies, w.errors, w.first_error.as_deref()),
+            (vec![5], 2, Some("boom"))
+        );
+        assert_eq!(r.take().errors, 0);
+    }
+}

@@ -1,0 +1,284 @@
+//! `shardserve-bench`: a perf_analyzer-compatible load generator for any
+//! KServe v2 server. `cli` parses, `probe` reads the model from the server,
+//! `input` builds and pre-encodes requests, `load` runs pinned monoio
+//! worker threads, `measure` runs windows until stable, `report` writes the
+//! table, CSV, JSON and SVG. See `run` for the whole flow.
+
+pub mod cli;
+pub mod grpc;
+pub mod input;
+pub mod load;
+pub mod measure;
+pub mod probe;
+pub mod report;
+pub mod request;
+pub mod stats;
+pub mod wire;
+
+use std::{io::IsTerminal, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use clap::Parser;
+use monoio::{FusionDriver, RuntimeBuilder};
+
+use cli::{Endpoint, Load, MeasurementMode, Options, Protocol, TensorFormat, UsageError};
+use input::{build_inputs, encode_grpc, encode_http, InputOptions};
+use measure::{Plan, StepResult, TargetRun};
+
+/// Everything a run produced.
+#[derive(Debug)]
+pub struct RunReport {
+    pub results: Vec<StepResult>,
+    pub ratios: Vec<report::Ratio>,
+    pub json: serde_json::Value,
+}
+
+/// Parses `args` (program name first), runs, and returns the exit code:
+/// 0 success, 1 run failure, 2 bad arguments.
+pub fn main_with_args<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let opts = match Options::try_parse_from(args) {
+        Ok(o) => o,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    match run(&opts) {
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            if e.downcast_ref::<UsageError>().is_some() {
+                2
+            } else {
+                1
+            }
+        }
+    }
+}
+
+/// Runs the sweep described by `opts` and writes the requested outputs.
+pub fn run(opts: &Options) -> anyhow::Result<RunReport> {
+    opts.validate()?;
+    // The coordinator is a monoio runtime too: it makes the control calls
+    // (metadata, statistics) with the same client code as the workers.
+    let mut rt = RuntimeBuilder::<FusionDriver>::new()
+        .enable_timer()
+        .build()
+        .context("cannot start the coordinator runtime")?;
+    rt.block_on(run_async(opts))
+}
+
+async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::Result<TargetRun> {
+    let model = opts.model.clone().unwrap_or_default();
+    if opts.endpoint == Endpoint::Live {
+        probe::reachable(&target).await?;
+        let prepared = match target.protocol {
+            Protocol::Http => request::http_prepared(
+                &target.authority,
+                "/v2/health/live",
+                vec![bytes::Bytes::new()],
+                None,
+                false,
+            )?,
+            Protocol::Grpc => request::grpc_prepared(
+                &target.authority,
+                "ServerLive",
+                vec![input::grpc_frame(
+                    &crate::proto::inference::ServerLiveRequest {},
+                )],
+                false,
+            )?,
+        };
+        return Ok(TargetRun {
+            index,
+            target,
+            prepared: Arc::new(prepared),
+            stats_model: None,
+        });
+    }
+    let info = probe::model_info(&target, &model, &opts.model_version).await?;
+    if info.max_batch_size > 0 && i64::from(opts.batch_size) > info.max_batch_size {
+        tracing::warn!(
+            "batch size {} exceeds the model's max_batch_size {}: expect the server to reject requests",
+            opts.batch_size,
+            info.max_batch_size
+        );
+    }
+    let shapes = opts.shape_overrides()?;
+    let sets = build_inputs(
+        &info,
+        &InputOptions {
+            batch_size: opts.batch_size,
+            shapes: &shapes,
+            source: &opts.input_data,
+            string_length: opts.string_length,
+            string_data: opts.string_data.as_deref(),
+            seed: opts.seed,
+        },
+    )?;
+    let prepared = match target.protocol {
+        Protocol::Http => {
+            let binary_in = opts.input_format == TensorFormat::Binary;
+            let binary_out = opts.output_format == TensorFormat::Binary;
+            let mut bodies = Vec::with_capacity(sets.len());
+            let mut header_len = None;
+            for set in &sets {
+                let e = encode_http(&info, set, binary_in, binary_out)?;
+                // Each body has its own header length; with several data
+                // entries they must agree, which holds for equal shapes.
+                if header_len.is_some() && header_len != e.header_len {
+                    anyhow::bail!("--input-data entries with different shapes need --input-tensor-format json");
+                }
+                header_len = e.header_len;
+                bodies.push(e.body);
+            }
+            let path = if opts.model_version.is_empty() {
+                format!("/v2/models/{model}/infer")
+            } else {
+                format!("/v2/models/{model}/versions/{}/infer", opts.model_version)
+            };
+            request::http_prepared(&target.authority, &path, bodies, header_len, true)?
+        }
+        Protocol::Grpc => {
+            let bodies = sets.iter().map(|s| encode_grpc(&info, s)).collect();
+            let method = if opts.streaming {
+                "ModelStreamInfer"
+            } else {
+                "ModelInfer"
+            };
+            request::grpc_prepared(&target.authority, method, bodies, opts.streaming)?
+        }
+    };
+    let stats_model = probe::server_counters(&target, &model, &opts.model_version)
+        .await
+        .map(|_| (model.clone(), opts.model_version.clone()));
+    if stats_model.is_none() {
+        tracing::info!(target = %target.label, "no statistics extension: server-side breakdown unavailable");
+    }
+    Ok(TargetRun {
+        index,
+        target,
+        prepared: Arc::new(prepared),
+        stats_model,
+    })
+}
+
+async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
+    let targets = opts.targets()?;
+    let steps = opts.load_steps()?;
+    let rate = matches!(steps.first(), Some(Load::Rate(_)));
+    let mut runs = Vec::with_capacity(targets.len());
+    for (i, t) in targets.into_iter().enumerate() {
+        runs.push(prepare(opts, i, t).await?);
+    }
+    let workers = opts.worker_count()?;
+    let plan = Plan {
+        mode: opts.measurement_mode,
+        interval: Duration::from_millis(opts.measurement_interval_ms),
+        request_count: opts.measurement_request_count,
+        warmup: Duration::from_millis(
+            opts.warmup_ms
+                .unwrap_or((opts.measurement_interval_ms / 2).min(1000)),
+        ),
+        warmup_requests: opts.warmup_request_count,
+        stability_percent: opts.stability_percentage,
+        max_trials: opts.max_trials,
+        percentile: opts.percentile,
+        distribution: opts.distribution,
+        seed: opts.seed,
+        max_outstanding: opts.max_outstanding,
+        connections: opts.connections,
+        cpus: opts.cpus()?,
+        workers,
+        progress: !opts.no_progress && !opts.quiet && std::io::stderr().is_terminal(),
+    };
+    let multi = runs.len() > 1;
+    if !opts.quiet {
+        println!(
+            "*** shardserve-bench: model '{}' batch {} ; {} ; {} thread(s); windows of {} ***",
+            opts.model.as_deref().unwrap_or("(live endpoint)"),
+            opts.batch_size,
+            runs.iter()
+                .map(|r| format!("{} ({:?})", r.target.label, r.target.protocol))
+                .collect::<Vec<_>>()
+                .join(" vs "),
+            workers,
+            match opts.measurement_mode {
+                MeasurementMode::TimeWindows => format!("{} ms", opts.measurement_interval_ms),
+                MeasurementMode::CountWindows =>
+                    format!("{} requests", opts.measurement_request_count),
+            }
+        );
+        println!("{}", report::table_header(multi, rate));
+    }
+    let mut results = Vec::with_capacity(steps.len() * runs.len());
+    // Interleave: every target at this load before the next load, so a
+    // noisy machine affects all targets alike.
+    for load in &steps {
+        for run in &runs {
+            let r = measure::run_step(&plan, run, *load, opts.batch_size).await?;
+            if !opts.quiet {
+                println!("{}", report::table_row(&r, multi));
+            }
+            results.push(r);
+        }
+    }
+    let ratios = report::ratios(&results);
+    if !opts.quiet {
+        print!("{}", report::ratio_table(&ratios));
+        if results.iter().any(|r| !r.stable) {
+            println!(
+                "note: unstable steps did not settle within ±{}% in {} windows",
+                opts.stability_percentage, opts.max_trials
+            );
+        }
+    }
+    let info = report::RunInfo {
+        model: opts.model.as_deref().unwrap_or(""),
+        model_version: &opts.model_version,
+        batch_size: opts.batch_size,
+        mode: if rate { "request_rate" } else { "concurrency" },
+        measurement_interval_ms: opts.measurement_interval_ms,
+        measurement_mode: match opts.measurement_mode {
+            MeasurementMode::TimeWindows => "time_windows",
+            MeasurementMode::CountWindows => "count_windows",
+        },
+        stability_percentage: opts.stability_percentage,
+        max_trials: opts.max_trials,
+        threads: workers,
+    };
+    let target_json: Vec<serde_json::Value> = runs
+        .iter()
+        .map(|r| serde_json::json!({"label": r.target.label, "address": r.target.addr.to_string(), "protocol": r.target.protocol, "statistics": r.stats_model.is_some()}))
+        .collect();
+    let json = report::json_report(&info, &target_json, &results, &ratios);
+    if let Some(path) = &opts.csv {
+        for run in &runs {
+            let rows: Vec<&StepResult> = results
+                .iter()
+                .filter(|r| r.target_index == run.index)
+                .collect();
+            report::write_file(
+                &report::csv_path(path, run.index),
+                &report::csv(&rows, rate),
+            )?;
+        }
+    }
+    if let Some(path) = &opts.json {
+        let text = serde_json::to_string_pretty(&json).context("encoding the JSON report")?;
+        report::write_file(path, &text)?;
+    }
+    if let Some(path) = &opts.plot {
+        let labels: Vec<String> = runs.iter().map(|r| r.target.label.clone()).collect();
+        report::write_file(path, &report::svg(&results, &labels))?;
+    }
+    Ok(RunReport {
+        results,
+        ratios,
+        json,
+    })
+}

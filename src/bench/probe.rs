@@ -1,0 +1,267 @@
+//! Control requests the coordinator makes: model metadata and config before
+//! a run, statistics around each window. Not on the hot path: a fresh
+//! connection per call keeps this simple.
+
+use anyhow::{anyhow, Context};
+use http::StatusCode;
+use http_body_util::BodyExt;
+use serde_json::Value;
+
+use super::{
+    cli::{Protocol, Target},
+    grpc,
+    input::{ModelInfo, TensorInfo},
+    request::{http_error, http_prepared},
+    wire::{connect_h1, connect_h2, BenchBody},
+};
+use crate::proto::inference as pb;
+
+async fn http_get(target: &Target, path: &str) -> anyhow::Result<(StatusCode, bytes::Bytes)> {
+    let mut sender = connect_h1(target.addr).await?;
+    let prepared = http_prepared(
+        &target.authority,
+        path,
+        vec![bytes::Bytes::new()],
+        None,
+        false,
+    )?;
+    sender
+        .ready()
+        .await
+        .map_err(|e| anyhow!("connection to {} lost: {e}", target.addr))?;
+    let resp = sender
+        .send_request(prepared.request(BenchBody::Once(None)))
+        .await
+        .map_err(|e| anyhow!("GET {path} on {}: {e}", target.addr))?;
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| anyhow!("GET {path}: {e}"))?
+        .to_bytes();
+    Ok((status, body))
+}
+
+fn model_path(model: &str, version: &str) -> String {
+    if version.is_empty() {
+        format!("/v2/models/{model}")
+    } else {
+        format!("/v2/models/{model}/versions/{version}")
+    }
+}
+
+/// The model's inputs/outputs and max_batch_size; the server's own error
+/// text when it does not know the model.
+pub async fn model_info(target: &Target, model: &str, version: &str) -> anyhow::Result<ModelInfo> {
+    match target.protocol {
+        Protocol::Http => {
+            let path = model_path(model, version);
+            let (status, body) = http_get(target, &path).await?;
+            if !status.is_success() {
+                return Err(anyhow!(
+                    "server {} rejected model '{model}': {}",
+                    target.authority,
+                    http_error(status, &body)
+                ));
+            }
+            let meta: Value =
+                serde_json::from_slice(&body).context("model metadata is not JSON")?;
+            // The config is Triton's extension: without it, assume no batching.
+            let config = match http_get(target, &format!("{path}/config")).await {
+                Ok((s, b)) if s.is_success() => serde_json::from_slice::<Value>(&b).ok(),
+                _ => None,
+            };
+            ModelInfo::from_json(&meta, config.as_ref(), version)
+        }
+        Protocol::Grpc => {
+            let mut sender = connect_h2(target.addr).await?;
+            let meta: pb::ModelMetadataResponse = grpc::call(
+                &mut sender,
+                &target.authority,
+                "ModelMetadata",
+                &pb::ModelMetadataRequest {
+                    name: model.into(),
+                    version: version.into(),
+                },
+            )
+            .await
+            .map_err(|e| anyhow!("server {} rejected model '{model}': {e}", target.authority))?;
+            let config: Option<pb::ModelConfigResponse> = grpc::call(
+                &mut sender,
+                &target.authority,
+                "ModelConfig",
+                &pb::ModelConfigRequest {
+                    name: model.into(),
+                    version: version.into(),
+                },
+            )
+            .await
+            .ok();
+            let tensors = |ts: &[pb::model_metadata_response::TensorMetadata]| {
+                ts.iter()
+                    .map(|t| TensorInfo {
+                        name: t.name.clone(),
+                        datatype: t.datatype.clone(),
+                        shape: t.shape.clone(),
+                    })
+                    .collect()
+            };
+            Ok(ModelInfo {
+                name: meta.name.clone(),
+                version: version.to_string(),
+                max_batch_size: config
+                    .and_then(|c| c.config)
+                    .map_or(0, |c| i64::from(c.max_batch_size)),
+                inputs: tensors(&meta.inputs),
+                outputs: tensors(&meta.outputs),
+            })
+        }
+    }
+}
+
+/// Checks the server answers at all (for --endpoint live, which needs no model).
+pub async fn reachable(target: &Target) -> anyhow::Result<()> {
+    match target.protocol {
+        Protocol::Http => connect_h1(target.addr).await.map(drop),
+        Protocol::Grpc => connect_h2(target.addr).await.map(drop),
+    }
+}
+
+/// Cumulative server-side counters of a model (the statistics extension).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct ServerCounters {
+    pub success_count: u64,
+    pub queue_ns: u64,
+    pub compute_input_ns: u64,
+    pub compute_infer_ns: u64,
+    pub compute_output_ns: u64,
+    pub execution_count: u64,
+}
+
+impl ServerCounters {
+    pub fn delta(&self, earlier: &Self) -> Self {
+        Self {
+            success_count: self.success_count.saturating_sub(earlier.success_count),
+            queue_ns: self.queue_ns.saturating_sub(earlier.queue_ns),
+            compute_input_ns: self
+                .compute_input_ns
+                .saturating_sub(earlier.compute_input_ns),
+            compute_infer_ns: self
+                .compute_infer_ns
+                .saturating_sub(earlier.compute_infer_ns),
+            compute_output_ns: self
+                .compute_output_ns
+                .saturating_sub(earlier.compute_output_ns),
+            execution_count: self.execution_count.saturating_sub(earlier.execution_count),
+        }
+    }
+
+    pub fn add(&mut self, o: &Self) {
+        self.success_count += o.success_count;
+        self.queue_ns += o.queue_ns;
+        self.compute_input_ns += o.compute_input_ns;
+        self.compute_infer_ns += o.compute_infer_ns;
+        self.compute_output_ns += o.compute_output_ns;
+        self.execution_count += o.execution_count;
+    }
+
+    fn from_json(v: &Value) -> Option<Self> {
+        // Several versions may answer: sum them.
+        let mut out = Self::default();
+        for m in v["model_stats"].as_array()? {
+            let s = &m["inference_stats"];
+            let get = |k: &str, f: &str| s[k][f].as_u64().unwrap_or(0);
+            out.add(&Self {
+                success_count: get("success", "count"),
+                queue_ns: get("queue", "ns"),
+                compute_input_ns: get("compute_input", "ns"),
+                compute_infer_ns: get("compute_infer", "ns"),
+                compute_output_ns: get("compute_output", "ns"),
+                execution_count: m["execution_count"].as_u64().unwrap_or(0),
+            });
+        }
+        Some(out)
+    }
+
+    fn from_proto(r: &pb::ModelStatisticsResponse) -> Self {
+        let mut out = Self::default();
+        for m in &r.model_stats {
+            let s = m.inference_stats.clone().unwrap_or_default();
+            let d = |x: Option<pb::StatisticDuration>| x.unwrap_or_default();
+            out.add(&Self {
+                success_count: d(s.success).count,
+                queue_ns: d(s.queue).ns,
+                compute_input_ns: d(s.compute_input).ns,
+                compute_infer_ns: d(s.compute_infer).ns,
+                compute_output_ns: d(s.compute_output).ns,
+                execution_count: m.execution_count,
+            });
+        }
+        out
+    }
+}
+
+/// None when the server has no statistics extension (or it failed).
+pub async fn server_counters(
+    target: &Target,
+    model: &str,
+    version: &str,
+) -> Option<ServerCounters> {
+    let r = match target.protocol {
+        Protocol::Http => {
+            let (status, body) = http_get(target, &format!("{}/stats", model_path(model, version)))
+                .await
+                .ok()?;
+            if !status.is_success() {
+                return None;
+            }
+            ServerCounters::from_json(&serde_json::from_slice(&body).ok()?)
+        }
+        Protocol::Grpc => {
+            let mut sender = connect_h2(target.addr).await.ok()?;
+            let r: pb::ModelStatisticsResponse = grpc::call(
+                &mut sender,
+                &target.authority,
+                "ModelStatistics",
+                &pb::ModelStatisticsRequest {
+                    name: model.into(),
+                    version: version.into(),
+                },
+            )
+            .await
+            .ok()?;
+            Some(ServerCounters::from_proto(&r))
+        }
+    };
+    if r.is_none() {
+        tracing::debug!(target = %target.label, "bench: no server statistics");
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_from_json_and_delta() {
+        let v = serde_json::json!({"model_stats": [{"name": "simple", "version": "1", "execution_count": 4,
+            "inference_stats": {"success": {"count": 10, "ns": 1000}, "queue": {"count": 10, "ns": 200},
+            "compute_input": {"count": 10, "ns": 30}, "compute_infer": {"count": 10, "ns": 400},
+            "compute_output": {"count": 10, "ns": 50}}}]});
+        let a = ServerCounters::from_json(&v).unwrap();
+        assert_eq!(a.success_count, 10);
+        assert_eq!(a.compute_infer_ns, 400);
+        let d = a.delta(&ServerCounters {
+            success_count: 4,
+            queue_ns: 100,
+            ..Default::default()
+        });
+        assert_eq!(
+            (d.success_count, d.queue_ns, d.execution_count),
+            (6, 100, 4)
+        );
+        assert!(ServerCounters::from_json(&serde_json::json!({})).is_none());
+    }
+}

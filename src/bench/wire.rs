@@ -1,0 +1,229 @@
+//! Client connections: hyper 1.x HTTP/1.1 and HTTP/2 over monoio TCP
+//! streams (monoio-compat), a request body that is either one pre-encoded
+//! buffer or a channel (gRPC streaming), and the per-thread connection pool.
+
+use std::{
+    cell::{Cell, RefCell},
+    convert::Infallible,
+    net::SocketAddr,
+    pin::Pin,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use anyhow::anyhow;
+use bytes::Bytes;
+use futures::{channel::mpsc, StreamExt};
+use http_body::{Body, Frame, SizeHint};
+use hyper::client::conn::{http1, http2};
+use monoio::{io::IntoPollIo, net::TcpStream};
+use monoio_compat::hyper::{MonoioExecutor, MonoioIo, MonoioTimer};
+
+use super::{cli::Target, grpc::GrpcStream, request::Prepared};
+
+/// A request body: one pre-encoded buffer (cloned per send, so sending costs
+/// no copy) or, for gRPC streaming, messages pushed through a channel.
+pub enum BenchBody {
+    Once(Option<Bytes>),
+    Channel(mpsc::UnboundedReceiver<Bytes>),
+}
+
+impl Body for BenchBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            BenchBody::Once(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            BenchBody::Channel(rx) => rx
+                .poll_next_unpin(cx)
+                .map(|m| m.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, BenchBody::Once(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            BenchBody::Once(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            BenchBody::Once(None) => SizeHint::with_exact(0),
+            BenchBody::Channel(_) => SizeHint::default(),
+        }
+    }
+}
+
+pub type H1 = http1::SendRequest<BenchBody>;
+pub type H2 = http2::SendRequest<BenchBody>;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// "cannot connect to 127.0.0.1:1: connection refused".
+pub async fn connect(
+    addr: SocketAddr,
+) -> anyhow::Result<MonoioIo<monoio::net::tcp::stream_poll::TcpStreamPoll>> {
+    let stream = match monoio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+        Err(_) => {
+            return Err(anyhow!(
+                "cannot connect to {addr}: timed out after {CONNECT_TIMEOUT:?}"
+            ))
+        }
+        Ok(Err(e)) => {
+            let why = match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
+                _ => e.to_string(),
+            };
+            return Err(anyhow!("cannot connect to {addr}: {why}"));
+        }
+        Ok(Ok(s)) => s,
+    };
+    // Small requests: Nagle would add tens of milliseconds.
+    let _ = stream.set_nodelay(true);
+    let io = stream
+        .into_poll_io()
+        .map_err(|e| anyhow!("cannot connect to {addr}: {e}"))?;
+    Ok(MonoioIo::new(io))
+}
+
+pub async fn connect_h1(addr: SocketAddr) -> anyhow::Result<H1> {
+    let io = connect(addr).await?;
+    let (sender, conn) = http1::Builder::new()
+        .handshake(io)
+        .await
+        .map_err(|e| anyhow!("HTTP/1.1 handshake with {addr} failed: {e}"))?;
+    monoio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "bench: HTTP/1.1 connection ended");
+        }
+    });
+    Ok(sender)
+}
+
+pub async fn connect_h2(addr: SocketAddr) -> anyhow::Result<H2> {
+    let io = connect(addr).await?;
+    let (sender, conn) = http2::Builder::new(MonoioExecutor)
+        .timer(MonoioTimer)
+        .initial_stream_window_size(4 << 20)
+        .initial_connection_window_size(16 << 20)
+        .handshake(io)
+        .await
+        .map_err(|e| anyhow!("HTTP/2 handshake with {addr} failed: {e}"))?;
+    monoio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "bench: HTTP/2 connection ended");
+        }
+    });
+    Ok(sender)
+}
+
+/// How a request travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    Http1,
+    GrpcUnary,
+    GrpcStream,
+}
+
+/// Something that can carry one outstanding request.
+pub enum Lane {
+    H1(H1),
+    H2(H2),
+    Stream(GrpcStream),
+}
+
+/// One thread's connections to one target. HTTP/1.1: one connection per
+/// outstanding request (as perf_analyzer). gRPC: `connections` HTTP/2
+/// connections, requests spread round-robin; streaming: one stream per
+/// outstanding request, reused.
+pub struct Pool {
+    addr: SocketAddr,
+    wire: Wire,
+    connections: usize,
+    idle_h1: RefCell<Vec<H1>>,
+    idle_streams: RefCell<Vec<GrpcStream>>,
+    h2: RefCell<Vec<H2>>,
+    next: Cell<usize>,
+}
+
+impl Pool {
+    pub fn new(target: &Target, wire: Wire, connections: usize) -> Self {
+        Self {
+            addr: target.addr,
+            wire,
+            connections: connections.max(1),
+            idle_h1: RefCell::default(),
+            idle_streams: RefCell::default(),
+            h2: RefCell::default(),
+            next: Cell::new(0),
+        }
+    }
+
+    /// Opens the HTTP/2 connections up front so the first window does not
+    /// pay for handshakes.
+    pub async fn warm(&self) -> anyhow::Result<()> {
+        if self.wire != Wire::Http1 {
+            while self.h2.borrow().len() < self.connections {
+                let c = connect_h2(self.addr).await?;
+                self.h2.borrow_mut().push(c);
+            }
+        }
+        Ok(())
+    }
+
+    async fn h2_sender(&self) -> anyhow::Result<H2> {
+        let i = self.next.get();
+        self.next.set(i.wrapping_add(1));
+        let existing = {
+            let conns = self.h2.borrow();
+            (!conns.is_empty()).then(|| conns[i % conns.len()].clone())
+        };
+        match existing {
+            Some(c) if !c.is_closed() => Ok(c),
+            _ => {
+                let c = connect_h2(self.addr).await?;
+                let mut conns = self.h2.borrow_mut();
+                conns.retain(|c| !c.is_closed());
+                if conns.len() < self.connections {
+                    conns.push(c.clone());
+                }
+                Ok(c)
+            }
+        }
+    }
+
+    pub async fn acquire(&self, prepared: &Prepared) -> anyhow::Result<Lane> {
+        match self.wire {
+            Wire::Http1 => {
+                let idle = self.idle_h1.borrow_mut().pop();
+                match idle {
+                    Some(c) => Ok(Lane::H1(c)),
+                    None => Ok(Lane::H1(connect_h1(self.addr).await?)),
+                }
+            }
+            Wire::GrpcUnary => Ok(Lane::H2(self.h2_sender().await?)),
+            Wire::GrpcStream => {
+                let idle = self.idle_streams.borrow_mut().pop();
+                match idle {
+                    Some(s) => Ok(Lane::Stream(s)),
+                    None => {
+                        let mut sender = self.h2_sender().await?;
+                        Ok(Lane::Stream(GrpcStream::open(&mut sender, prepared)))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Returns a lane that is still usable.
+    pub fn release(&self, lane: Lane) {
+        match lane {
+            Lane::H1(c) if !c.is_closed() => self.idle_h1.borrow_mut().push(c),
+            Lane::Stream(s) if !s.is_broken() => self.idle_streams.borrow_mut().push(s),
+            _ => {}
+        }
+    }
+}
