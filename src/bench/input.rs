@@ -496,7 +496,11 @@ mod tests {
         assert_eq!(&sets[0][0].raw[4..8], &1i32.to_le_bytes());
         assert_eq!(&sets[0][1].raw[32..36], &2i32.to_le_bytes());
         assert_eq!(sets[1][1].raw.len(), 2 * 64);
-        std::fs::write(&path, r#"{"data": [{"INPUT0": [1, 2]}]}"#).unwrap();
+        std::fs::write(
+            &path,
+            json!({"data": [{"INPUT0": vec![1; 16]}]}).to_string(),
+        )
+        .unwrap();
         let err = build_inputs(&simple(), &opts(&p, &[], 1))
             .unwrap_err()
             .to_string();

@@ -1,0 +1,419 @@
+//! shardserve-bench against the project's server in-process: every mode
+//! gives sane numbers, rejections are counted as errors, the CSV/JSON
+//! outputs have their schema, and failures exit with clear messages.
+
+mod common;
+
+use std::process::Command;
+
+use clap::Parser;
+use shardserve::bench::{self, cli::Options, measure::StepResult};
+
+const BIN: &str = env!("CARGO_BIN_EXE_shardserve-bench");
+
+/// Short windows keep every test bounded: warm-up 50 ms + at most 3 × 150 ms per step.
+fn args(extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "shardserve-bench",
+        "-p",
+        "150",
+        "--max-trials",
+        "3",
+        "--warmup",
+        "50",
+        "-q",
+        "--no-progress",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+fn run(extra: &[&str]) -> Vec<StepResult> {
+    let opts = Options::try_parse_from(args(extra)).expect("arguments parse");
+    bench::run(&opts).expect("bench runs").results
+}
+
+fn check_sane(r: &StepResult) {
+    let l = &r.latency_us;
+    assert!(r.requests > 0, "no successful request: {r:?}");
+    assert_eq!(r.errors, 0, "unexpected errors: {:?}", r.first_error);
+    assert!(
+        l.min <= l.p50 && l.p50 <= l.p90 && l.p90 <= l.p95 && l.p95 <= l.p99 && l.p99 <= l.max,
+        "{l:?}"
+    );
+    assert!(l.min <= l.avg && l.avg <= l.max, "{l:?}");
+    // Throughput is completions over the measured time, nothing more.
+    let expected = r.requests as f64 / r.measured_seconds;
+    assert!(
+        (r.requests_per_second - expected).abs() <= expected * 1e-9,
+        "{r:?}"
+    );
+    // The measured windows are the last (at most 3) of 150 ms each.
+    assert!(
+        r.measured_seconds > 0.1 && r.measured_seconds < 3.0 * 0.15 * 2.0,
+        "{r:?}"
+    );
+    assert!((1..=3).contains(&r.windows));
+}
+
+#[test]
+fn closed_loop_http_json_binary_and_grpc() {
+    let server = common::start_server(1);
+    let http = server.http_addr().to_string();
+    let grpc = server.grpc_addr().to_string();
+
+    let json = run(&[
+        "-m",
+        "simple",
+        "-u",
+        &http,
+        "--input-tensor-format",
+        "json",
+        "--output-tensor-format",
+        "json",
+        "--concurrency-range",
+        "1:2",
+    ]);
+    assert_eq!(json.len(), 2);
+    for r in &json {
+        check_sane(r);
+        assert_eq!(r.mode, "concurrency");
+        let s = r
+            .server
+            .as_ref()
+            .expect("shardserve has the statistics extension");
+        assert!(s.requests > 0 && s.compute_infer_us >= 0.0, "{s:?}");
+    }
+    assert_eq!(json[1].load, 2.0);
+
+    let binary = run(&[
+        "-m",
+        "simple",
+        "-u",
+        &http,
+        "-b",
+        "2",
+        "--concurrency-range",
+        "4",
+    ]);
+    check_sane(&binary[0]);
+    // A batch of 2 per request: inferences are twice the requests.
+    assert!((binary[0].throughput - 2.0 * binary[0].requests_per_second).abs() < 1e-6);
+
+    let g = run(&[
+        "-m",
+        "simple",
+        "-i",
+        "grpc",
+        "-u",
+        &grpc,
+        "--concurrency-range",
+        "1,8",
+        "--connections",
+        "2",
+        "--threads",
+        "2",
+    ]);
+    assert_eq!(g.len(), 2);
+    g.iter().for_each(check_sane);
+    assert!(g[0].server.is_some());
+    server.shutdown().expect("server stops");
+}
+
+#[test]
+fn open_loop_constant_and_poisson() {
+    let server = common::start_server(1);
+    let http = server.http_addr().to_string();
+    let grpc = server.grpc_addr().to_string();
+    // Rates the server meets easily: completions track the schedule.
+    let c = run(&["-m", "simple", "-u", &http, "--request-rate-range", "200"]);
+    check_sane(&c[0]);
+    assert_eq!(c[0].mode, "request_rate");
+    assert!(
+        c[0].requests_per_second > 100.0 && c[0].requests_per_second < 300.0,
+        "{:?}",
+        c[0]
+    );
+
+    let p = run(&[
+        "-m",
+        "simple",
+        "-i",
+        "grpc",
+        "-u",
+        &grpc,
+        "--request-rate-range",
+        "300",
+        "--request-distribution",
+        "poisson",
+        "--seed",
+        "7",
+    ]);
+    check_sane(&p[0]);
+    assert!(
+        p[0].requests_per_second > 120.0 && p[0].requests_per_second < 600.0,
+        "{:?}",
+        p[0]
+    );
+    server.shutdown().expect("server stops");
+}
+
+#[test]
+fn rejected_requests_are_counted_as_errors() {
+    let server = common::start_server(1);
+    let http = server.http_addr().to_string();
+    let grpc = server.grpc_addr().to_string();
+    // simple's max_batch_size is 8.
+    let r = &run(&["-m", "simple", "-u", &http, "-b", "9"])[0];
+    assert_eq!(r.requests, 0);
+    assert!(r.errors > 0);
+    assert!(
+        r.first_error
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("HTTP 400"),
+        "{r:?}"
+    );
+
+    let r = &run(&[
+        "-m", "simple", "-i", "grpc", "-u", &grpc, "--shape", "INPUT0:8",
+    ])[0];
+    assert_eq!(r.requests, 0);
+    assert!(r.errors > 0);
+    assert!(
+        r.first_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("INVALID_ARGUMENT"),
+        "{r:?}"
+    );
+
+    // Our server does not implement ModelStreamInfer yet: every request is an error, cleanly.
+    let r = &run(&["-m", "simple", "-i", "grpc", "-u", &grpc, "--streaming"])[0];
+    assert_eq!(r.requests, 0);
+    assert!(r.errors > 0);
+    assert!(
+        r.first_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("gRPC"),
+        "{r:?}"
+    );
+
+    // The server stays healthy and the bench still measures it.
+    check_sane(&run(&["-m", "simple", "-u", &http])[0]);
+    server.shutdown().expect("server stops");
+}
+
+#[test]
+fn compare_two_targets_gives_ratios() {
+    let server = common::start_server(1);
+    let http = server.http_addr().to_string();
+    let grpc = format!("{},grpc", server.grpc_addr());
+    let opts = Options::try_parse_from(args(&[
+        "-m",
+        "simple",
+        "-u",
+        &http,
+        "--compare",
+        &grpc,
+        "--concurrency-range",
+        "1,2",
+    ]))
+    .unwrap();
+    let report = bench::run(&opts).expect("bench runs");
+    assert_eq!(report.results.len(), 4);
+    // Interleaved: target 0, target 1 at each load.
+    let order: Vec<(usize, f64)> = report
+        .results
+        .iter()
+        .map(|r| (r.target_index, r.load))
+        .collect();
+    assert_eq!(order, vec![(0, 1.0), (1, 1.0), (0, 2.0), (1, 2.0)]);
+    assert_eq!(report.ratios.len(), 2);
+    assert!(report
+        .ratios
+        .iter()
+        .all(|r| r.throughput > 0.0 && r.p50 > 0.0));
+    server.shutdown().expect("server stops");
+}
+
+#[test]
+fn live_endpoint_mode_needs_no_model() {
+    let server = common::start_server(1);
+    let r = run(&[
+        "--endpoint",
+        "live",
+        "-u",
+        &server.http_addr().to_string(),
+        "--concurrency-range",
+        "2",
+    ]);
+    check_sane(&r[0]);
+    assert!(r[0].server.is_none());
+    let g = run(&[
+        "--endpoint",
+        "live",
+        "-i",
+        "grpc",
+        "-u",
+        &server.grpc_addr().to_string(),
+    ]);
+    check_sane(&g[0]);
+    server.shutdown().expect("server stops");
+}
+
+#[test]
+fn binary_writes_csv_json_and_plot() {
+    let server = common::start_server(1);
+    let dir = std::env::temp_dir().join(format!("bench-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (csv, json, svg) = (
+        dir.join("out.csv"),
+        dir.join("out.json"),
+        dir.join("out.svg"),
+    );
+    let out = Command::new(BIN)
+        .args([
+            "-m",
+            "simple",
+            "-u",
+            &server.http_addr().to_string(),
+            "--concurrency-range",
+            "1:3:2",
+            "-p",
+            "150",
+            "--max-trials",
+            "2",
+            "--warmup",
+            "20",
+            "--percentile",
+            "99",
+        ])
+        .arg("-f")
+        .arg(&csv)
+        .arg("--json")
+        .arg(&json)
+        .arg("--plot")
+        .arg(&svg)
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("Infer/s") && stdout.contains("p99 us"),
+        "{stdout}"
+    );
+
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,\
+         Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,\
+         Avg latency,request/response,response wait"
+    );
+    assert_eq!(lines.len(), 3, "{text}");
+    for (line, conc) in lines[1..].iter().zip(["1", "3"]) {
+        let f: Vec<&str> = line.split(',').collect();
+        assert_eq!(f.len(), 16);
+        assert_eq!(f[0], conc);
+        let n: Vec<f64> = f.iter().map(|v| v.parse().expect("numeric")).collect();
+        assert!(n[1] > 0.0);
+        assert!(n[9] <= n[10] && n[10] <= n[11] && n[11] <= n[12], "{line}");
+    }
+
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["tool"], "shardserve-bench");
+    assert_eq!(v["run"]["mode"], "concurrency");
+    assert_eq!(v["targets"][0]["protocol"], "http");
+    assert_eq!(v["targets"][0]["statistics"], true);
+    let steps = v["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2);
+    for s in steps {
+        for k in [
+            "throughput",
+            "requests",
+            "errors",
+            "stable",
+            "windows",
+            "load",
+        ] {
+            assert!(!s[k].is_null(), "missing {k} in {s}");
+        }
+        for k in ["avg", "p50", "p90", "p95", "p99", "percentile"] {
+            assert!(s["latency_us"][k].is_number(), "missing latency {k} in {s}");
+        }
+        assert!(s["server"]["compute_infer_us"].is_number());
+    }
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    std::fs::remove_dir_all(&dir).ok();
+    server.shutdown().expect("server stops");
+}
+
+#[test]
+fn unknown_model_unreachable_server_and_bad_flags() {
+    let server = common::start_server(1);
+    let out = Command::new(BIN)
+        .args(["-m", "no_such_model", "-u", &server.http_addr().to_string()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no_such_model") && err.contains("unknown model"),
+        "{err}"
+    );
+
+    let out = Command::new(BIN)
+        .args([
+            "-m",
+            "no_such_model",
+            "-i",
+            "grpc",
+            "-u",
+            &server.grpc_addr().to_string(),
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("unknown model"), "{err}");
+    server.shutdown().expect("server stops");
+
+    for proto in ["http", "grpc"] {
+        let out = Command::new(BIN)
+            .args(["-m", "simple", "-i", proto, "-u", "127.0.0.1:1"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("cannot connect to 127.0.0.1:1: connection refused"),
+            "{err}"
+        );
+    }
+
+    for bad in [
+        &["-m", "simple", "--concurrency-range", "4:1"][..],
+        &["-m", "simple", "-i", "quic"],
+        &["--bogus"],
+        &["-m", "simple", "--shape", "INPUT0"],
+    ] {
+        let out = Command::new(BIN).args(bad).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{bad:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
