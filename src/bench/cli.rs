@@ -505,7 +505,7 @@ mod tests {
 
     #[test]
     fn ranges() {
-        assert_eq!(parse_range("1:64:x", "f").is_err(), true);
+        assert!(parse_range("1:64:x", "f").is_err());
         assert_eq!(parse_range("1,8,64", "f").unwrap(), vec![1.0, 8.0, 64.0]);
         assert_eq!(parse_range("5", "f").unwrap(), vec![5.0]);
         assert_eq!(

@@ -187,7 +187,7 @@ impl ServerCounters {
     fn from_proto(r: &pb::ModelStatisticsResponse) -> Self {
         let mut out = Self::default();
         for m in &r.model_stats {
-            let s = m.inference_stats.clone().unwrap_or_default();
+            let s = m.inference_stats.unwrap_or_default();
             let d = |x: Option<pb::StatisticDuration>| x.unwrap_or_default();
             out.add(&Self {
                 success_count: d(s.success).count,
