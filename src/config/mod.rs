@@ -1,20 +1,22 @@
 //! Model configuration (`config.pbtxt`): parsing, printing, validation.
-//! WORK IN PROGRESS (being written): API surface only.
+//!
+//! The configuration is Triton's `inference.ModelConfig` message. It is read
+//! from protobuf text format ([`parse_model_config`]), printed as the JSON
+//! Triton serves on `GET /v2/models/{m}/config` ([`model_config_to_json`]),
+//! checked for structural mistakes after auto-complete ([`validate`]), and
+//! checked against the features this server implements ([`check_supported`]).
+//!
+//! Everything goes through the message descriptor compiled into the binary
+//! (`crate::proto::DESCRIPTOR_SET`), so field names, enum names and the JSON
+//! mapping always match `proto/model_config.proto`.
 
-use crate::proto::inference::ModelConfig;
+mod descriptor;
+mod json;
+mod supported;
+mod text_format;
+mod validate;
 
-pub fn parse_model_config(_text: &str) -> anyhow::Result<ModelConfig> {
-    anyhow::bail!("config parsing is being written")
-}
-
-pub fn model_config_to_json(_config: &ModelConfig) -> serde_json::Value {
-    serde_json::Value::Null
-}
-
-pub fn validate(_config: &ModelConfig) -> anyhow::Result<()> {
-    Ok(())
-}
-
-pub fn check_supported(_config: &ModelConfig) -> anyhow::Result<()> {
-    Ok(())
-}
+pub use json::{model_config_from_json, model_config_to_json};
+pub use supported::{check_supported, unsupported_features, Unsupported};
+pub use text_format::{model_config_to_text, parse_model_config, ConfigSyntaxError};
+pub use validate::validate;

@@ -1,0 +1,398 @@
+//! The single list of configuration features shardserve refuses until they
+//! are implemented.
+
+use std::fmt;
+
+use crate::proto::inference::{
+    model_config::SchedulingChoice, model_instance_group::Kind,
+    model_optimization_policy::execution_accelerators::Accelerator, ModelConfig,
+};
+
+/// Refuses a configuration that asks for something this server does not do
+/// yet, naming every such feature, rather than loading a model that would
+/// behave differently from Triton.
+///
+/// Refused (each changes what a client observes, so ignoring it would be
+/// wrong):
+///
+/// - `sequence_batching` (stateful models, sequence control inputs);
+/// - `platform: "ensemble"` and `ensemble_scheduling`;
+/// - `model_transaction_policy { decoupled: true }` (decoupled models);
+/// - `instance_group` of `kind: KIND_GPU`, or `KIND_AUTO` listing `gpus`
+///   (no GPU backend yet), `secondary_devices`, TensorRT `profile`s, and
+///   `passive` instances;
+/// - `response_cache { enable: true }`;
+/// - `model_warmup`;
+/// - `model_repository_agents`;
+/// - `batch_input` / `batch_output`;
+/// - inputs with `is_shape_tensor`, `allow_ragged_batch` or
+///   `is_non_linear_format_io`, outputs with `is_shape_tensor` or
+///   `is_non_linear_format_io`;
+/// - `optimization.cuda` with `graphs` or `graph_spec` (CUDA graphs);
+/// - `optimization.execution_accelerators` (GPU ones: no GPU; CPU ones such
+///   as OpenVINO: not wired into the ONNX Runtime backend);
+/// - `model_operations` (custom operator libraries).
+///
+/// Accepted: the default scheduler, `dynamic_batching` with all of its
+/// fields, `instance_group` of `KIND_CPU` / `KIND_AUTO` / `KIND_MODEL`
+/// (run on CPU), `version_policy`, `reshape`, `optional` inputs,
+/// `parameters`, `label_filename`, and fields that are purely advisory
+/// here: input `format`, `optimization.priority`, `optimization.graph`,
+/// pinned-memory settings, `rate_limiter` (no rate limiter runs, as in
+/// Triton without `--rate-limit`), `host_policy`, `metric_tags`,
+/// `model_metrics`, `cc_model_filenames`.
+pub fn check_supported(config: &ModelConfig) -> anyhow::Result<()> {
+    let refused = unsupported_features(config);
+    match refused.as_slice() {
+        [] => Ok(()),
+        [only] => anyhow::bail!(
+            "model '{}': {} is not supported yet by shardserve{}",
+            config.name,
+            only.feature,
+            only.reason.map(|r| format!(" ({r})")).unwrap_or_default()
+        ),
+        all => anyhow::bail!(
+            "model '{}': these configuration features are not supported yet by shardserve: {}",
+            config.name,
+            all.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    }
+}
+
+/// A configuration feature that [`check_supported`] refuses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsupported {
+    /// The field as written in `config.pbtxt`, with the offending value.
+    pub feature: String,
+    /// What it is or what to do instead, when the name alone does not say.
+    pub reason: Option<&'static str>,
+}
+
+impl fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.reason {
+            Some(reason) => write!(f, "{} ({reason})", self.feature),
+            None => f.write_str(&self.feature),
+        }
+    }
+}
+
+const NO_GPU: &str = "no GPU backend yet: use KIND_CPU or KIND_AUTO";
+
+/// Every refused feature the configuration uses (see [`check_supported`]).
+pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
+    let mut refused = Vec::new();
+    let mut refuse = |feature: String, reason: Option<&'static str>| {
+        refused.push(Unsupported { feature, reason })
+    };
+
+    match &config.scheduling_choice {
+        Some(SchedulingChoice::SequenceBatching(_)) => refuse(
+            "sequence_batching".into(),
+            Some("stateful sequence scheduling"),
+        ),
+        Some(SchedulingChoice::EnsembleScheduling(_)) => {
+            refuse("ensemble_scheduling".into(), Some("ensemble models"))
+        }
+        Some(SchedulingChoice::DynamicBatching(_)) | None => {
+            if config.platform == "ensemble" {
+                refuse("platform \"ensemble\"".into(), Some("ensemble models"));
+            }
+        }
+    }
+    if config
+        .model_transaction_policy
+        .as_ref()
+        .is_some_and(|p| p.decoupled)
+    {
+        refuse(
+            "model_transaction_policy decoupled: true".into(),
+            Some("decoupled models"),
+        );
+    }
+
+    for (index, group) in config.instance_group.iter().enumerate() {
+        let label = if group.name.is_empty() {
+            format!("instance_group #{index}")
+        } else {
+            format!("instance_group '{}'", group.name)
+        };
+        match Kind::try_from(group.kind) {
+            Ok(Kind::Gpu) => refuse(format!("{label} kind: KIND_GPU"), Some(NO_GPU)),
+            Ok(Kind::Auto) if !group.gpus.is_empty() => refuse(
+                format!("{label} gpus: {:?}", group.gpus),
+                Some("no GPU backend yet: leave gpus out"),
+            ),
+            _ => {}
+        }
+        if !group.secondary_devices.is_empty() {
+            refuse(format!("{label} secondary_devices"), None);
+        }
+        if !group.profile.is_empty() {
+            refuse(
+                format!("{label} profile"),
+                Some("TensorRT optimization profiles"),
+            );
+        }
+        if group.passive {
+            refuse(format!("{label} passive: true"), None);
+        }
+    }
+
+    if config.response_cache.as_ref().is_some_and(|c| c.enable) {
+        refuse("response_cache enable: true".into(), None);
+    }
+    if !config.model_warmup.is_empty() {
+        refuse("model_warmup".into(), None);
+    }
+    if config
+        .model_repository_agents
+        .as_ref()
+        .is_some_and(|a| !a.agents.is_empty())
+    {
+        refuse("model_repository_agents".into(), None);
+    }
+    if !config.batch_input.is_empty() {
+        refuse("batch_input".into(), None);
+    }
+    if !config.batch_output.is_empty() {
+        refuse("batch_output".into(), None);
+    }
+
+    for input in &config.input {
+        let flags = [
+            ("is_shape_tensor", input.is_shape_tensor),
+            ("allow_ragged_batch", input.allow_ragged_batch),
+            ("is_non_linear_format_io", input.is_non_linear_format_io),
+        ];
+        for (flag, _) in flags.iter().filter(|(_, on)| *on) {
+            refuse(format!("input '{}' {flag}: true", input.name), None);
+        }
+    }
+    for output in &config.output {
+        let flags = [
+            ("is_shape_tensor", output.is_shape_tensor),
+            ("is_non_linear_format_io", output.is_non_linear_format_io),
+        ];
+        for (flag, _) in flags.iter().filter(|(_, on)| *on) {
+            refuse(format!("output '{}' {flag}: true", output.name), None);
+        }
+    }
+
+    if let Some(opt) = &config.optimization {
+        if opt
+            .cuda
+            .as_ref()
+            .is_some_and(|c| c.graphs || !c.graph_spec.is_empty())
+        {
+            refuse(
+                "optimization.cuda graphs".into(),
+                Some("CUDA graphs; no GPU backend yet"),
+            );
+        }
+        if let Some(acc) = &opt.execution_accelerators {
+            let names =
+                |list: &[Accelerator]| list.iter().map(|a| a.name.clone()).collect::<Vec<_>>();
+            if !acc.gpu_execution_accelerator.is_empty() {
+                refuse(
+                    format!(
+                        "optimization.execution_accelerators gpu_execution_accelerator {:?}",
+                        names(&acc.gpu_execution_accelerator)
+                    ),
+                    Some("no GPU backend yet"),
+                );
+            }
+            if !acc.cpu_execution_accelerator.is_empty() {
+                refuse(
+                    format!(
+                        "optimization.execution_accelerators cpu_execution_accelerator {:?}",
+                        names(&acc.cpu_execution_accelerator)
+                    ),
+                    Some("the ONNX Runtime backend runs its default CPU provider only"),
+                );
+            }
+        }
+    }
+    if config
+        .model_operations
+        .as_ref()
+        .is_some_and(|o| !o.op_library_filename.is_empty())
+    {
+        refuse("model_operations".into(), Some("custom operator libraries"));
+    }
+
+    refused
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_model_config;
+
+    const BASE: &str = r#"
+        name: "m"
+        max_batch_size: 8
+        input [ { name: "IN" data_type: TYPE_FP32 dims: [ 16 ] } ]
+        output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
+    "#;
+
+    fn config(extra: &str) -> ModelConfig {
+        parse_model_config(&format!("{BASE}\n{extra}")).unwrap()
+    }
+
+    fn refusal(extra: &str) -> String {
+        format!("{:#}", check_supported(&config(extra)).unwrap_err())
+    }
+
+    #[test]
+    fn every_config_in_the_models_folder_is_supported() {
+        let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+        for entry in std::fs::read_dir(&models).unwrap() {
+            let path = entry.unwrap().path().join("config.pbtxt");
+            if path.is_file() {
+                let c = parse_model_config(&std::fs::read_to_string(&path).unwrap()).unwrap();
+                check_supported(&c).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+            }
+        }
+    }
+
+    #[test]
+    fn implemented_features_are_accepted() {
+        check_supported(&config(
+            r#"
+            version_policy { latest { num_versions: 2 } }
+            dynamic_batching {
+              preferred_batch_size: [ 4 ] priority_levels: 2 default_priority_level: 1
+              default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 10 }
+            }
+            instance_group [ { count: 2 kind: KIND_CPU }, { kind: KIND_AUTO }, { kind: KIND_MODEL } ]
+            parameters { key: "k" value: { string_value: "v" } }
+            optimization { priority: PRIORITY_MAX graph { level: 1 } input_pinned_memory { enable: true } }
+            model_transaction_policy { decoupled: false }
+            response_cache { enable: false }
+            "#,
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn sequence_batching_is_refused() {
+        let e = refusal("sequence_batching { max_sequence_idle_microseconds: 10 }");
+        assert_eq!(
+            e,
+            "model 'm': sequence_batching is not supported yet by shardserve (stateful sequence scheduling)"
+        );
+    }
+
+    #[test]
+    fn ensembles_are_refused() {
+        assert!(refusal("platform: \"ensemble\"").contains("platform \"ensemble\""));
+        assert!(
+            refusal("ensemble_scheduling { step [ { model_name: \"a\" } ] }")
+                .contains("ensemble_scheduling")
+        );
+    }
+
+    #[test]
+    fn decoupled_models_are_refused() {
+        assert!(refusal("model_transaction_policy { decoupled: true }").contains("decoupled"));
+    }
+
+    #[test]
+    fn gpu_instance_groups_are_refused() {
+        let e = refusal("instance_group [ { name: \"g\" kind: KIND_GPU } ]");
+        assert!(
+            e.contains("instance_group 'g' kind: KIND_GPU") && e.contains("no GPU backend yet"),
+            "{e}"
+        );
+        assert!(refusal("instance_group [ { gpus: [ 0 ] } ]").contains("gpus: [0]"));
+    }
+
+    #[test]
+    fn passive_instances_are_refused() {
+        assert!(refusal("instance_group [ { passive: true } ]").contains("passive"));
+    }
+
+    #[test]
+    fn response_cache_is_refused() {
+        assert!(refusal("response_cache { enable: true }").contains("response_cache"));
+    }
+
+    #[test]
+    fn warmup_is_refused() {
+        assert!(refusal("model_warmup [ { name: \"w\" batch_size: 1 } ]").contains("model_warmup"));
+    }
+
+    #[test]
+    fn repository_agents_are_refused() {
+        assert!(
+            refusal("model_repository_agents { agents [ { name: \"checksum\" } ] }")
+                .contains("model_repository_agents")
+        );
+    }
+
+    #[test]
+    fn batch_inputs_and_outputs_are_refused() {
+        assert!(
+            refusal("batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: \"x\" } ]")
+                .contains("batch_input")
+        );
+        assert!(refusal("batch_output [ { target_name: \"x\" } ]").contains("batch_output"));
+    }
+
+    #[test]
+    fn shape_tensors_and_ragged_inputs_are_refused() {
+        let mut c = config("");
+        c.input[0].is_shape_tensor = true;
+        c.input[0].allow_ragged_batch = true;
+        let e = format!("{:#}", check_supported(&c).unwrap_err());
+        assert!(e.contains("input 'IN' is_shape_tensor: true"), "{e}");
+        assert!(e.contains("input 'IN' allow_ragged_batch: true"), "{e}");
+    }
+
+    #[test]
+    fn cuda_graphs_and_accelerators_are_refused() {
+        assert!(refusal("optimization { cuda { graphs: true } }").contains("CUDA graphs"));
+        let e = refusal("optimization { execution_accelerators { gpu_execution_accelerator [ { name: \"tensorrt\" } ] } }");
+        assert!(
+            e.contains("[\"tensorrt\"]") && e.contains("no GPU backend yet"),
+            "{e}"
+        );
+        assert!(
+            refusal("optimization { execution_accelerators { cpu_execution_accelerator [ { name: \"openvino\" } ] } }")
+                .contains("openvino")
+        );
+    }
+
+    #[test]
+    fn custom_operator_libraries_are_refused() {
+        assert!(
+            refusal("model_operations { op_library_filename: [ \"libcustom.so\" ] }")
+                .contains("model_operations")
+        );
+    }
+
+    #[test]
+    fn every_refused_feature_is_named_in_one_message() {
+        let e = refusal("sequence_batching { } model_warmup [ { name: \"w\" } ] response_cache { enable: true }");
+        assert!(
+            e.starts_with(
+                "model 'm': these configuration features are not supported yet by shardserve: "
+            ),
+            "{e}"
+        );
+        assert!(
+            e.contains("sequence_batching")
+                && e.contains("model_warmup")
+                && e.contains("response_cache"),
+            "{e}"
+        );
+        assert_eq!(
+            unsupported_features(&config("sequence_batching { } model_warmup [ { } ]")).len(),
+            2
+        );
+    }
+}

@@ -1,0 +1,607 @@
+//! Structural validation of a configuration after auto-complete, following
+//! the checks Triton makes when it loads a model (`ValidateModelConfig`,
+//! `ValidateIOShape`). Features this server does not implement are not
+//! judged here: that is `check_supported`.
+
+use std::collections::HashSet;
+
+use anyhow::bail;
+
+use crate::proto::inference::{
+    model_config::SchedulingChoice, model_instance_group::Kind, model_queue_policy::TimeoutAction,
+    model_version_policy::PolicyChoice, DataType, ModelConfig, ModelDynamicBatching,
+    ModelTensorReshape,
+};
+
+/// Wildcard dimension: any size.
+const WILDCARD: i64 = -1;
+
+/// Checks a configuration for mistakes Triton would refuse to load, with a
+/// message naming the model and the offending field.
+pub fn validate(config: &ModelConfig) -> anyhow::Result<()> {
+    let model = &config.name;
+    if config.max_batch_size < 0 {
+        bail!(
+            "model '{model}': max_batch_size must be 0 (no batching) or positive, not {}",
+            config.max_batch_size
+        );
+    }
+    if config.input.is_empty() {
+        bail!("model '{model}': the configuration declares no input");
+    }
+    if config.output.is_empty() {
+        bail!("model '{model}': the configuration declares no output");
+    }
+
+    let mut names = HashSet::new();
+    for input in &config.input {
+        let io = Io {
+            model,
+            what: "input",
+            name: &input.name,
+            data_type: input.data_type,
+            dims: &input.dims,
+            reshape: input.reshape.as_ref(),
+        };
+        io.check(config.max_batch_size, &mut names)?;
+    }
+    names.clear();
+    for output in &config.output {
+        let io = Io {
+            model,
+            what: "output",
+            name: &output.name,
+            data_type: output.data_type,
+            dims: &output.dims,
+            reshape: output.reshape.as_ref(),
+        };
+        io.check(config.max_batch_size, &mut names)?;
+    }
+
+    check_version_policy(config)?;
+    check_scheduling(config)?;
+    check_instance_groups(config)?;
+    Ok(())
+}
+
+/// What input and output checks share.
+struct Io<'a> {
+    model: &'a str,
+    what: &'static str,
+    name: &'a str,
+    data_type: i32,
+    dims: &'a [i64],
+    reshape: Option<&'a ModelTensorReshape>,
+}
+
+impl Io<'_> {
+    fn check(&self, max_batch_size: i32, seen: &mut HashSet<String>) -> anyhow::Result<()> {
+        let Io {
+            model, what, name, ..
+        } = *self;
+        if name.is_empty() {
+            bail!("model '{model}': an {what} has an empty name");
+        }
+        if !seen.insert(name.to_string()) {
+            bail!("model '{model}': {what} '{name}' is declared more than once");
+        }
+        match DataType::try_from(self.data_type) {
+            Ok(DataType::TypeInvalid) => {
+                bail!("model '{model}': {what} '{name}' must specify data_type")
+            }
+            Ok(_) => {}
+            Err(_) => bail!(
+                "model '{model}': {what} '{name}' has unknown data_type {}",
+                self.data_type
+            ),
+        }
+        if self.dims.is_empty() {
+            bail!(
+                "model '{model}': {what} '{name}' must specify dims \
+                 (a scalar is written dims: [ 1 ] with reshape: {{ shape: [ ] }})"
+            );
+        }
+        check_dims(self.dims).map_err(|bad| {
+            anyhow::anyhow!(
+                "model '{model}': {what} '{name}' has dimension {bad} in dims {:?}: \
+                 each dimension must be >= 1, or -1 for a variable size",
+                self.dims
+            )
+        })?;
+        if let Some(reshape) = self.reshape {
+            self.check_reshape(&reshape.shape, max_batch_size)?;
+        }
+        Ok(())
+    }
+
+    fn check_reshape(&self, shape: &[i64], max_batch_size: i32) -> anyhow::Result<()> {
+        let Io {
+            model, what, name, ..
+        } = *self;
+        if shape.is_empty() && max_batch_size == 0 {
+            bail!(
+                "model '{model}': {what} '{name}' cannot have an empty reshape in a model without batching \
+                 (max_batch_size: 0), as that tensor would hold no data"
+            );
+        }
+        check_dims(shape).map_err(|bad| {
+            anyhow::anyhow!(
+                "model '{model}': {what} '{name}' has dimension {bad} in reshape {shape:?}: \
+                 each dimension must be >= 1, or -1 for a variable size"
+            )
+        })?;
+        if !reshape_compatible(self.dims, shape) {
+            bail!(
+                "model '{model}': {what} '{name}' has dims {:?} and reshape {shape:?}, which do not hold \
+                 the same number of elements",
+                self.dims
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The first dimension that is neither a wildcard nor positive.
+fn check_dims(dims: &[i64]) -> Result<(), i64> {
+    match dims.iter().find(|&&d| d != WILDCARD && d < 1) {
+        Some(&bad) => Err(bad),
+        None => Ok(()),
+    }
+}
+
+/// Element counts of the runs of fixed dimensions between wildcards
+/// (`[2, 4, -1, 6]` → `[8, 6]`); `None` on overflow.
+fn fixed_runs(dims: &[i64]) -> Option<Vec<i64>> {
+    let mut runs = vec![1i64];
+    for &d in dims {
+        if d == WILDCARD {
+            runs.push(1);
+        } else if let Some(last) = runs.last_mut() {
+            *last = last.checked_mul(d)?;
+        }
+    }
+    Some(runs)
+}
+
+/// Triton's rule: dims and reshape agree run by run between wildcards
+/// (`[2, 4, -1, 6]` may become `[8, -1, 1, 6]`), and an empty reshape (a
+/// scalar) needs exactly one element.
+fn reshape_compatible(dims: &[i64], shape: &[i64]) -> bool {
+    if shape.is_empty() {
+        return fixed_runs(dims).is_some_and(|runs| runs == [1]);
+    }
+    match (fixed_runs(dims), fixed_runs(shape)) {
+        (Some(a), Some(b)) => a == b,
+        // Absurdly large products: leave the verdict to the backend.
+        _ => true,
+    }
+}
+
+fn check_version_policy(config: &ModelConfig) -> anyhow::Result<()> {
+    let model = &config.name;
+    match config
+        .version_policy
+        .as_ref()
+        .and_then(|p| p.policy_choice.as_ref())
+    {
+        Some(PolicyChoice::Latest(latest)) if latest.num_versions < 1 => {
+            bail!("model '{model}': version_policy latest must serve at least 1 version (num_versions >= 1)")
+        }
+        Some(PolicyChoice::Specific(specific)) => {
+            if let Some(v) = specific.versions.iter().find(|&&v| v < 0) {
+                bail!("model '{model}': version_policy specific lists version {v}, versions are non-negative")
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn check_scheduling(config: &ModelConfig) -> anyhow::Result<()> {
+    let model = &config.name;
+    match &config.scheduling_choice {
+        Some(SchedulingChoice::DynamicBatching(d)) => check_dynamic_batching(config, d),
+        Some(SchedulingChoice::SequenceBatching(s)) => {
+            if let Some(oldest) = s.strategy_choice.as_ref().and_then(|c| match c {
+                crate::proto::inference::model_sequence_batching::StrategyChoice::Oldest(o) => {
+                    Some(o)
+                }
+                _ => None,
+            }) {
+                check_preferred_sizes(
+                    config,
+                    "sequence_batching oldest",
+                    &oldest.preferred_batch_size,
+                )?;
+            }
+            Ok(())
+        }
+        Some(SchedulingChoice::EnsembleScheduling(e)) => {
+            if config.platform != "ensemble" {
+                bail!(
+                    "model '{model}': ensemble_scheduling is only valid with platform \"ensemble\", not {:?}",
+                    config.platform
+                );
+            }
+            if e.step.is_empty() {
+                bail!("model '{model}': ensemble_scheduling must list at least one step");
+            }
+            if e.step.iter().any(|s| s.model_name.is_empty()) {
+                bail!("model '{model}': every ensemble_scheduling step must name a model (model_name)");
+            }
+            Ok(())
+        }
+        None => {
+            if config.platform == "ensemble" {
+                bail!("model '{model}': platform \"ensemble\" requires ensemble_scheduling");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn check_preferred_sizes(config: &ModelConfig, what: &str, sizes: &[i32]) -> anyhow::Result<()> {
+    let model = &config.name;
+    for &size in sizes {
+        if size < 1 || size > config.max_batch_size {
+            bail!(
+                "model '{model}': {what} preferred_batch_size {size} must be between 1 and \
+                 max_batch_size ({})",
+                config.max_batch_size
+            );
+        }
+    }
+    Ok(())
+}
+
+fn check_dynamic_batching(config: &ModelConfig, d: &ModelDynamicBatching) -> anyhow::Result<()> {
+    let model = &config.name;
+    if config.max_batch_size == 0 {
+        bail!(
+            "model '{model}': dynamic_batching requires batching: set max_batch_size > 0 \
+             (it is 0, which means the model takes no batch dimension)"
+        );
+    }
+    check_preferred_sizes(config, "dynamic_batching", &d.preferred_batch_size)?;
+
+    let levels = d.priority_levels;
+    if levels > 0 {
+        if d.default_priority_level < 1 || d.default_priority_level > levels {
+            bail!(
+                "model '{model}': dynamic_batching default_priority_level is {}, it must be between 1 and \
+                 priority_levels ({levels})",
+                d.default_priority_level
+            );
+        }
+        let mut keys: Vec<u64> = d.priority_queue_policy.keys().copied().collect();
+        keys.sort_unstable();
+        if let Some(bad) = keys.iter().find(|&&k| k < 1 || k > levels) {
+            bail!(
+                "model '{model}': dynamic_batching priority_queue_policy has priority level {bad}, it must be \
+                 between 1 and priority_levels ({levels})"
+            );
+        }
+    } else if !d.priority_queue_policy.is_empty() {
+        bail!("model '{model}': dynamic_batching priority_queue_policy needs priority_levels > 0");
+    }
+
+    if d.preserve_ordering {
+        if levels > 1 {
+            bail!("model '{model}': dynamic_batching allows only one priority level when preserve_ordering is true");
+        }
+        let delays = d
+            .default_queue_policy
+            .iter()
+            .chain(d.priority_queue_policy.values())
+            .any(|p| {
+                p.default_timeout_microseconds != 0
+                    && p.timeout_action == TimeoutAction::Delay as i32
+            });
+        if delays {
+            bail!(
+                "model '{model}': a dynamic_batching queue policy cannot use timeout_action DELAY when \
+                 preserve_ordering is true"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn check_instance_groups(config: &ModelConfig) -> anyhow::Result<()> {
+    let model = &config.name;
+    for (index, group) in config.instance_group.iter().enumerate() {
+        let label = if group.name.is_empty() {
+            format!("instance_group #{index}")
+        } else {
+            format!("instance_group '{}'", group.name)
+        };
+        // Triton turns a count of 0 into 1; a negative count is a typo.
+        if group.count < 0 {
+            bail!(
+                "model '{model}': {label} has count {}, it must be >= 1",
+                group.count
+            );
+        }
+        match Kind::try_from(group.kind) {
+            Ok(Kind::Cpu | Kind::Model) if !group.gpus.is_empty() => bail!(
+                "model '{model}': {label} has kind {} but lists gpus {:?}",
+                Kind::try_from(group.kind).map_or("?", |k| k.as_str_name()),
+                group.gpus
+            ),
+            Ok(_) => {}
+            Err(_) => bail!("model '{model}': {label} has unknown kind {}", group.kind),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_model_config;
+
+    const BASE: &str = r#"
+        name: "m"
+        max_batch_size: 8
+        input [ { name: "IN" data_type: TYPE_FP32 dims: [ 16 ] } ]
+        output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
+    "#;
+
+    fn config(extra: &str) -> ModelConfig {
+        parse_model_config(&format!("{BASE}\n{extra}")).unwrap()
+    }
+
+    fn err(config: &ModelConfig) -> String {
+        format!("{:#}", validate(config).unwrap_err())
+    }
+
+    #[test]
+    fn valid_config_passes() {
+        validate(&config("instance_group [ { count: 2 kind: KIND_CPU } ]")).unwrap();
+    }
+
+    #[test]
+    fn every_config_in_the_models_folder_is_valid() {
+        let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+        for entry in std::fs::read_dir(&models).unwrap() {
+            let path = entry.unwrap().path().join("config.pbtxt");
+            if path.is_file() {
+                let c = parse_model_config(&std::fs::read_to_string(&path).unwrap()).unwrap();
+                validate(&c).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+            }
+        }
+    }
+
+    #[test]
+    fn negative_max_batch_size_is_rejected() {
+        let mut c = config("");
+        c.max_batch_size = -1;
+        let e = err(&c);
+        assert!(
+            e.contains("model 'm'") && e.contains("max_batch_size"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn missing_inputs_or_outputs_are_rejected() {
+        let mut c = config("");
+        c.input.clear();
+        assert!(err(&c).contains("no input"));
+        let mut c = config("");
+        c.output.clear();
+        assert!(err(&c).contains("no output"));
+    }
+
+    #[test]
+    fn empty_tensor_name_is_rejected() {
+        let mut c = config("");
+        c.output[0].name.clear();
+        assert!(err(&c).contains("empty name"));
+    }
+
+    #[test]
+    fn duplicate_input_name_is_rejected() {
+        let mut c = config("");
+        c.input.push(c.input[0].clone());
+        let e = err(&c);
+        assert!(e.contains("input 'IN' is declared more than once"), "{e}");
+    }
+
+    #[test]
+    fn same_name_for_an_input_and_an_output_is_allowed() {
+        let mut c = config("");
+        c.output[0].name = "IN".into();
+        validate(&c).unwrap();
+    }
+
+    #[test]
+    fn missing_data_type_is_rejected() {
+        let mut c = config("");
+        c.input[0].data_type = 0;
+        let e = err(&c);
+        assert!(e.contains("input 'IN' must specify data_type"), "{e}");
+    }
+
+    #[test]
+    fn unknown_data_type_number_is_rejected() {
+        let mut c = config("");
+        c.output[0].data_type = 99;
+        assert!(err(&c).contains("unknown data_type 99"));
+    }
+
+    #[test]
+    fn empty_dims_are_rejected() {
+        let mut c = config("");
+        c.input[0].dims.clear();
+        assert!(err(&c).contains("must specify dims"));
+    }
+
+    #[test]
+    fn wildcard_dims_are_accepted() {
+        let mut c = config("");
+        c.input[0].dims = vec![-1, 3];
+        validate(&c).unwrap();
+    }
+
+    #[test]
+    fn dims_below_minus_one_or_zero_are_rejected() {
+        for bad in [-2, 0] {
+            let mut c = config("");
+            c.input[0].dims = vec![4, bad];
+            let e = err(&c);
+            assert!(e.contains(&format!("dimension {bad}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn reshape_with_the_same_element_count_is_accepted() {
+        let mut c = config("");
+        c.input[0].dims = vec![2, 4, -1, 6];
+        c.input[0].reshape = Some(ModelTensorReshape {
+            shape: vec![8, -1, 1, 6],
+        });
+        validate(&c).unwrap();
+    }
+
+    #[test]
+    fn reshape_with_a_different_element_count_is_rejected() {
+        let mut c = config("");
+        c.input[0].reshape = Some(ModelTensorReshape { shape: vec![4, 5] });
+        let e = err(&c);
+        assert!(e.contains("do not hold the same number of elements"), "{e}");
+    }
+
+    #[test]
+    fn reshape_with_misplaced_wildcards_is_rejected() {
+        let mut c = config("");
+        c.input[0].dims = vec![2, -1, 3];
+        c.input[0].reshape = Some(ModelTensorReshape { shape: vec![-1, 6] });
+        assert!(err(&c).contains("same number of elements"));
+    }
+
+    #[test]
+    fn empty_reshape_of_one_element_is_accepted_when_batching() {
+        let mut c = config("");
+        c.output[0].dims = vec![1];
+        c.output[0].reshape = Some(ModelTensorReshape { shape: vec![] });
+        validate(&c).unwrap();
+    }
+
+    #[test]
+    fn empty_reshape_without_batching_is_rejected() {
+        let mut c = config("");
+        c.max_batch_size = 0;
+        c.output[0].dims = vec![1];
+        c.output[0].reshape = Some(ModelTensorReshape { shape: vec![] });
+        assert!(err(&c).contains("empty reshape"));
+    }
+
+    #[test]
+    fn preferred_batch_size_above_max_is_rejected() {
+        let c = config("dynamic_batching { preferred_batch_size: [ 4, 16 ] }");
+        let e = err(&c);
+        assert!(
+            e.contains("preferred_batch_size 16") && e.contains("(8)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn zero_preferred_batch_size_is_rejected() {
+        assert!(
+            err(&config("dynamic_batching { preferred_batch_size: [ 0 ] }"))
+                .contains("preferred_batch_size 0")
+        );
+    }
+
+    #[test]
+    fn dynamic_batching_without_batching_is_rejected() {
+        let mut c = config("dynamic_batching { }");
+        c.max_batch_size = 0;
+        assert!(err(&c).contains("requires batching"));
+    }
+
+    #[test]
+    fn default_priority_level_out_of_range_is_rejected() {
+        let e = err(&config(
+            "dynamic_batching { priority_levels: 2 default_priority_level: 3 }",
+        ));
+        assert!(e.contains("default_priority_level is 3"), "{e}");
+        let e = err(&config("dynamic_batching { priority_levels: 2 }"));
+        assert!(e.contains("default_priority_level is 0"), "{e}");
+    }
+
+    #[test]
+    fn priority_queue_policy_key_out_of_range_is_rejected() {
+        let e = err(&config(
+            "dynamic_batching { priority_levels: 2 default_priority_level: 1 \
+             priority_queue_policy { key: 3 value: { max_queue_size: 1 } } }",
+        ));
+        assert!(e.contains("priority level 3"), "{e}");
+    }
+
+    #[test]
+    fn valid_priorities_are_accepted() {
+        validate(&config(
+            "dynamic_batching { priority_levels: 3 default_priority_level: 2 \
+             priority_queue_policy { key: 1 value: { timeout_action: DELAY default_timeout_microseconds: 10 } } }",
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn preserve_ordering_with_delay_policy_is_rejected() {
+        let e = err(&config(
+            "dynamic_batching { preserve_ordering: true \
+             default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 10 } }",
+        ));
+        assert!(e.contains("DELAY"), "{e}");
+    }
+
+    #[test]
+    fn negative_instance_count_is_rejected() {
+        let e = err(&config("instance_group [ { name: \"g\" count: -1 } ]"));
+        assert!(e.contains("instance_group 'g' has count -1"), "{e}");
+    }
+
+    #[test]
+    fn zero_instance_count_is_accepted() {
+        validate(&config("instance_group [ { count: 0 } ]")).unwrap();
+    }
+
+    #[test]
+    fn unknown_instance_kind_is_rejected() {
+        let mut c = config("instance_group [ { count: 1 } ]");
+        c.instance_group[0].kind = 9;
+        assert!(err(&c).contains("unknown kind 9"));
+    }
+
+    #[test]
+    fn cpu_instance_group_listing_gpus_is_rejected() {
+        let e = err(&config("instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]"));
+        assert!(e.contains("KIND_CPU") && e.contains("gpus"), "{e}");
+    }
+
+    #[test]
+    fn latest_policy_with_zero_versions_is_rejected() {
+        let e = err(&config("version_policy { latest { num_versions: 0 } }"));
+        assert!(e.contains("num_versions"), "{e}");
+    }
+
+    #[test]
+    fn ensemble_platform_without_scheduling_is_rejected() {
+        let mut c = config("");
+        c.platform = "ensemble".into();
+        assert!(err(&c).contains("requires ensemble_scheduling"));
+    }
+
+    #[test]
+    fn ensemble_without_outputs_is_rejected() {
+        let mut c =
+            config("platform: \"ensemble\" ensemble_scheduling { step [ { model_name: \"a\" } ] }");
+        validate(&c).unwrap();
+        c.output.clear();
+        assert!(err(&c).contains("no output"));
+    }
+}
