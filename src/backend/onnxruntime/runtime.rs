@@ -62,7 +62,7 @@ pub fn find_library() -> Result<PathBuf, String> {
             Ok(path)
         } else {
             Err(format!(
-                "{LIB_ENV} is set to {}, which is not a file",
+                "{NOT_FOUND} ({LIB_ENV} is set to {}, which is not a file)",
                 path.display()
             ))
         };
