@@ -390,3 +390,64 @@ fn garbage_model_file_is_a_load_error() {
     assert!(err.contains("not found"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Latency of `mlp_onnx` through this backend (conversions included), per
+/// batch size, one intra-op thread. Compare with
+/// `scripts/bench_ort_direct.py`, which calls ORT from Python.
+/// `cargo test --release --lib mlp_onnx_latency -- --ignored --nocapture`
+#[test]
+#[ignore = "a measurement, not a check"]
+fn mlp_onnx_latency() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/mlp_onnx");
+    let files = ModelFiles {
+        model_dir: root.clone(),
+        version_dir: root.join("1"),
+        version: 1,
+    };
+    let mut config = ModelConfig {
+        name: "mlp_onnx".into(),
+        max_batch_size: 64,
+        ..Default::default()
+    };
+    OnnxRuntimeBackend
+        .auto_complete(&mut config, &files)
+        .unwrap();
+    let spec = InstanceSpec {
+        name: "mlp_onnx_0".into(),
+        index: 0,
+        intra_op_threads: 1,
+    };
+    let mut instance = OnnxRuntimeBackend
+        .create_instance(&config, &files, &spec)
+        .unwrap();
+    for batch in [1usize, 8, 32, 64] {
+        let data: Vec<u8> = (0..batch * 256)
+            .flat_map(|i| ((i % 17) as f32 / 17.0).to_le_bytes())
+            .collect();
+        let input = Tensor::new(
+            "INPUT0",
+            DataType::Fp32,
+            vec![batch as i64, 256],
+            Bytes::from(data),
+        );
+        for _ in 0..20 {
+            instance.execute(std::slice::from_ref(&input), &[]).unwrap();
+        }
+        let mut lat: Vec<f64> = Vec::new();
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while std::time::Instant::now() < end {
+            let t0 = std::time::Instant::now();
+            instance.execute(std::slice::from_ref(&input), &[]).unwrap();
+            lat.push(t0.elapsed().as_secs_f64());
+        }
+        lat.sort_by(f64::total_cmp);
+        let total: f64 = lat.iter().sum();
+        println!(
+            "batch {batch:3}: {:8.1} exec/s {:9.1} infer/s  p50 {:7.1} us  p99 {:7.1} us",
+            lat.len() as f64 / total,
+            (batch * lat.len()) as f64 / total,
+            lat[lat.len() / 2] * 1e6,
+            lat[lat.len() * 99 / 100] * 1e6
+        );
+    }
+}
