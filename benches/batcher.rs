@@ -27,18 +27,30 @@ fn policy(preferred: Vec<i32>, delay_us: u64, levels: u64) -> BatcherPolicy {
 fn push_and_decide(c: &mut Criterion) {
     let mut group = c.benchmark_group("batcher/push_then_decide");
     for queued in [1usize, 8, 32] {
-        group.bench_with_input(BenchmarkId::from_parameter(queued), &queued, |b, &queued| {
-            let mut q: BatchQueue<u64> = BatchQueue::new(policy(vec![8, 16], 0, 1));
-            let now = Instant::now();
-            b.iter(|| {
-                for i in 0..queued as u64 {
-                    let _ = q.push(0, Pending { item: i, rows: 1, enqueued: now, deadline: None });
-                }
-                while let Decision::Execute(batch) = q.decide(now, |a, b| (a ^ b) < 1 << 20) {
-                    black_box(batch);
-                }
-            })
-        });
+        group.bench_with_input(
+            BenchmarkId::from_parameter(queued),
+            &queued,
+            |b, &queued| {
+                let mut q: BatchQueue<u64> = BatchQueue::new(policy(vec![8, 16], 0, 1));
+                let now = Instant::now();
+                b.iter(|| {
+                    for i in 0..queued as u64 {
+                        let _ = q.push(
+                            0,
+                            Pending {
+                                item: i,
+                                rows: 1,
+                                enqueued: now,
+                                deadline: None,
+                            },
+                        );
+                    }
+                    while let Decision::Execute(batch) = q.decide(now, |a, b| (a ^ b) < 1 << 20) {
+                        black_box(batch);
+                    }
+                })
+            },
+        );
     }
     group.finish();
 }
@@ -47,7 +59,15 @@ fn decide_while_waiting(c: &mut Criterion) {
     // The common idle-instance case: one request queued, delay not over.
     let mut q: BatchQueue<u64> = BatchQueue::new(policy(vec![], 100, 2));
     let now = Instant::now();
-    let _ = q.push(1, Pending { item: 1, rows: 1, enqueued: now, deadline: Some(now + Duration::from_secs(5)) });
+    let _ = q.push(
+        1,
+        Pending {
+            item: 1,
+            rows: 1,
+            enqueued: now,
+            deadline: Some(now + Duration::from_secs(5)),
+        },
+    );
     c.bench_function("batcher/decide_wait", |b| {
         b.iter(|| {
             black_box(q.expire(now));

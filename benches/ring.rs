@@ -26,29 +26,33 @@ fn cross_thread_stream(c: &mut Criterion) {
     let mut group = c.benchmark_group("ring/cross_thread");
     group.throughput(Throughput::Elements(BATCH));
     for capacity in [64usize, 1024] {
-        group.bench_with_input(BenchmarkId::from_parameter(capacity), &capacity, |bench, &capacity| {
-            bench.iter(|| {
-                let mut links = ring::mesh::<u64>(2, capacity);
-                let mut consumer = links.pop().expect("two shards");
-                let mut producer = links.pop().expect("two shards");
-                let handle = std::thread::spawn(move || {
-                    for i in 0..BATCH {
-                        let mut msg = i;
-                        while let Err(back) = producer.outbox.send(1, msg) {
-                            msg = back;
-                            std::hint::spin_loop();
+        group.bench_with_input(
+            BenchmarkId::from_parameter(capacity),
+            &capacity,
+            |bench, &capacity| {
+                bench.iter(|| {
+                    let mut links = ring::mesh::<u64>(2, capacity);
+                    let mut consumer = links.pop().expect("two shards");
+                    let mut producer = links.pop().expect("two shards");
+                    let handle = std::thread::spawn(move || {
+                        for i in 0..BATCH {
+                            let mut msg = i;
+                            while let Err(back) = producer.outbox.send(1, msg) {
+                                msg = back;
+                                std::hint::spin_loop();
+                            }
                         }
+                    });
+                    let mut received = 0u64;
+                    while received < BATCH {
+                        received += consumer.inbox.drain(|m| {
+                            black_box(m);
+                        }) as u64;
                     }
-                });
-                let mut received = 0u64;
-                while received < BATCH {
-                    received += consumer.inbox.drain(|m| {
-                        black_box(m);
-                    }) as u64;
-                }
-                let _ = handle.join();
-            })
-        });
+                    let _ = handle.join();
+                })
+            },
+        );
     }
     group.finish();
 }

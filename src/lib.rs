@@ -2,15 +2,15 @@
 //! HTTP/REST and gRPC protocols. See ARCHITECTURE.md for the map.
 
 pub mod backend;
+pub mod bench;
 pub mod config;
+pub mod metrics;
+pub mod model;
 pub mod proto;
 pub mod protocol;
-pub mod types;
-pub mod model;
-pub mod scheduler;
-pub mod shard;
 pub mod repository;
+pub mod scheduler;
 pub mod server;
-pub mod metrics;
+pub mod shard;
 pub mod tuning;
-pub mod bench;
+pub mod types;

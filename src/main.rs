@@ -17,7 +17,11 @@ enum ControlMode {
 }
 
 #[derive(Debug, Parser)]
-#[command(name = "shardserve", version, about = "Thread-per-core inference server, drop-in for Triton's KServe v2 protocols")]
+#[command(
+    name = "shardserve",
+    version,
+    about = "Thread-per-core inference server, drop-in for Triton's KServe v2 protocols"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -83,8 +87,12 @@ fn init_logging(verbose: u8) {
         1 => "debug",
         _ => "trace",
     };
-    let filter = EnvFilter::try_from_env("SHARDSERVE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    let filter =
+        EnvFilter::try_from_env("SHARDSERVE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
 }
 
 fn main() -> ExitCode {
@@ -117,7 +125,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let mode = match cli.model_control_mode {
         ControlMode::None => ModelControlMode::None,
         ControlMode::Explicit => ModelControlMode::Explicit,
-        ControlMode::Poll => anyhow::bail!("--model-control-mode=poll is not supported yet; use none or explicit"),
+        ControlMode::Poll => {
+            anyhow::bail!("--model-control-mode=poll is not supported yet; use none or explicit")
+        }
     };
     let options = ServerOptions {
         host: cli.host,
@@ -139,10 +149,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         tuning: profile,
         ..ServerOptions::new(cli.model_repository)
     };
-    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])?;
     let handle = server::start(options)?;
     if let Some(sig) = signals.forever().next() {
-        tracing::info!(signal = sig, "shutting down: no new connections, finishing in-flight requests");
+        tracing::info!(
+            signal = sig,
+            "shutting down: no new connections, finishing in-flight requests"
+        );
     }
     handle.shutdown()?;
     tracing::info!("stopped");

@@ -43,7 +43,11 @@ mod tempdir {
 
     impl TempRepo {
         pub fn new(name: &str, config: &str) -> Self {
-            let root = std::env::temp_dir().join(format!("shardserve-test-{}-{}", name, std::process::id()));
+            let root = std::env::temp_dir().join(format!(
+                "shardserve-test-{}-{}",
+                name,
+                std::process::id()
+            ));
             let _ = std::fs::remove_dir_all(&root);
             std::fs::create_dir_all(root.join(name).join("1")).unwrap();
             std::fs::write(root.join(name).join("config.pbtxt"), config).unwrap();
@@ -70,11 +74,19 @@ fn concurrent_requests_are_merged_and_answered_individually() {
             std::thread::spawn(move || {
                 barrier.wait();
                 let base = c as i32 * 1000;
-                let r = post_json(addr, "/v2/models/simple_dyna_batch/infer", &dyna_request(1, base));
+                let r = post_json(
+                    addr,
+                    "/v2/models/simple_dyna_batch/infer",
+                    &dyna_request(1, base),
+                );
                 assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
                 let body = r.json();
                 let out0 = i32s(&body["outputs"][0]["data"]);
-                assert_eq!(out0, (0..16).map(|i| (base + i + 1) as i64).collect::<Vec<_>>(), "own results");
+                assert_eq!(
+                    out0,
+                    (0..16).map(|i| (base + i + 1) as i64).collect::<Vec<_>>(),
+                    "own results"
+                );
                 let batch = i32s(&body["outputs"][2]["data"]);
                 assert_eq!(body["outputs"][2]["shape"], json!([1, 1]));
                 batch[0]
@@ -82,19 +94,31 @@ fn concurrent_requests_are_merged_and_answered_individually() {
         })
         .collect();
     let sizes: Vec<i64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    assert!(sizes.iter().all(|&s| (1..=8).contains(&s)), "no execution exceeds max_batch_size: {sizes:?}");
-    assert!(sizes.iter().any(|&s| s > 1), "concurrent requests within 50 ms get merged: {sizes:?}");
+    assert!(
+        sizes.iter().all(|&s| (1..=8).contains(&s)),
+        "no execution exceeds max_batch_size: {sizes:?}"
+    );
+    assert!(
+        sizes.iter().any(|&s| s > 1),
+        "concurrent requests within 50 ms get merged: {sizes:?}"
+    );
     let s = stats(addr, "simple_dyna_batch");
     assert_eq!(s["inference_count"], clients as u64);
     let executions: u64 = s["execution_count"].as_u64().unwrap();
-    assert!(executions < clients as u64, "fewer executions than requests: {s}");
+    assert!(
+        executions < clients as u64,
+        "fewer executions than requests: {s}"
+    );
     let batch_total: u64 = s["batch_stats"]
         .as_array()
         .unwrap()
         .iter()
         .map(|b| b["batch_size"].as_u64().unwrap() * b["compute_infer"]["count"].as_u64().unwrap())
         .sum();
-    assert_eq!(batch_total, clients as u64, "batch_stats account for every row");
+    assert_eq!(
+        batch_total, clients as u64,
+        "batch_stats account for every row"
+    );
     assert_eq!(s["inference_stats"]["success"]["count"], clients as u64);
     server.shutdown().unwrap();
 }
@@ -127,30 +151,44 @@ fn preferred_batch_size_is_executed_without_waiting_for_the_delay() {
     // long before the 30 s delay.
     let started = std::time::Instant::now();
     let handles: Vec<_> = (0..2)
-        .map(|i| std::thread::spawn(move || post_json(addr, "/v2/models/batched/infer", &dyna_request(2, i * 100))))
+        .map(|i| {
+            std::thread::spawn(move || {
+                post_json(addr, "/v2/models/batched/infer", &dyna_request(2, i * 100))
+            })
+        })
         .collect();
     for h in handles {
         let r = h.join().unwrap();
         assert_eq!(r.status, 200);
         assert_eq!(i32s(&r.json()["outputs"][2]["data"]), vec![4, 4]);
     }
-    assert!(started.elapsed().as_secs() < 20, "preferred size must not wait for the delay");
+    assert!(
+        started.elapsed().as_secs() < 20,
+        "preferred size must not wait for the delay"
+    );
     server.shutdown().unwrap();
 }
 
 #[test]
 fn queue_delay_is_honoured_for_a_lone_request() {
-    let config = format!("{BATCHED_SIMPLE}dynamic_batching {{ max_queue_delay_microseconds: 200000 }}");
+    let config =
+        format!("{BATCHED_SIMPLE}dynamic_batching {{ max_queue_delay_microseconds: 200000 }}");
     let repo = repo_with("batched", &config);
     let server = server_for(&repo.root, 1);
     let addr = server.http_addr();
     let started = std::time::Instant::now();
     let r = post_json(addr, "/v2/models/batched/infer", &dyna_request(1, 0));
     assert_eq!(r.status, 200);
-    assert!(started.elapsed().as_millis() >= 190, "a lone request waits out the queue delay");
+    assert!(
+        started.elapsed().as_millis() >= 190,
+        "a lone request waits out the queue delay"
+    );
     assert_eq!(i32s(&r.json()["outputs"][2]["data"]), vec![1]);
     let s = stats(addr, "batched");
-    assert!(s["inference_stats"]["queue"]["ns"].as_u64().unwrap() >= 190_000_000, "{s}");
+    assert!(
+        s["inference_stats"]["queue"]["ns"].as_u64().unwrap() >= 190_000_000,
+        "{s}"
+    );
     server.shutdown().unwrap();
 }
 
@@ -166,21 +204,42 @@ fn full_queue_and_timeouts_are_rejected_with_503() {
     // The first request waits in the queue (delay 300 ms, timeout 100 ms):
     // it expires and is rejected; a second one sent meanwhile finds the
     // queue full.
-    let first = std::thread::spawn(move || post_json(addr, "/v2/models/batched/infer", &dyna_request(1, 0)));
+    let first = std::thread::spawn(move || {
+        post_json(addr, "/v2/models/batched/infer", &dyna_request(1, 0))
+    });
     std::thread::sleep(std::time::Duration::from_millis(30));
     let second = post_json(addr, "/v2/models/batched/infer", &dyna_request(1, 0));
-    assert_eq!(second.status, 503, "{}", String::from_utf8_lossy(&second.body));
-    assert!(second.error().contains("Exceeds maximum queue size"), "{}", second.error());
+    assert_eq!(
+        second.status,
+        503,
+        "{}",
+        String::from_utf8_lossy(&second.body)
+    );
+    assert!(
+        second.error().contains("Exceeds maximum queue size"),
+        "{}",
+        second.error()
+    );
     let first = first.join().unwrap();
-    assert_eq!(first.status, 503, "{}", String::from_utf8_lossy(&first.body));
+    assert_eq!(
+        first.status,
+        503,
+        "{}",
+        String::from_utf8_lossy(&first.body)
+    );
     assert!(first.error().contains("timeout"), "{}", first.error());
     // A per-request timeout override longer than the delay lets it through.
     let mut long = dyna_request(1, 0);
     long["parameters"] = json!({"timeout": 2_000_000});
-    assert_eq!(post_json(addr, "/v2/models/batched/infer", &long).status, 200);
+    assert_eq!(
+        post_json(addr, "/v2/models/batched/infer", &long).status,
+        200
+    );
     let metrics = String::from_utf8(get(server.metrics_addr(), "/metrics").body).unwrap();
     assert!(
-        metrics.contains("nv_inference_request_failure{model=\"batched\",version=\"1\",reason=\"REJECTED\"} 2"),
+        metrics.contains(
+            "nv_inference_request_failure{model=\"batched\",version=\"1\",reason=\"REJECTED\"} 2"
+        ),
         "{metrics}"
     );
     server.shutdown().unwrap();
@@ -191,19 +250,21 @@ fn priorities_are_served_in_order() {
     let config = format!(
         "{BATCHED_SIMPLE}dynamic_batching {{ max_queue_delay_microseconds: 200000 priority_levels: 2 default_priority_level: 2 }}"
     );
-    let config = config.replace("max_batch_size: 8", "max_batch_size: 1");
+    let config = config.replace("max_batch_size: 8", "max_batch_size: 2");
     let repo = repo_with("batched", &config);
     let server = server_for(&repo.root, 1);
     let addr = server.http_addr();
-    // With max_batch_size 1 every execution is one request. A low-priority
-    // request arrives first, a high-priority one shortly after; both wait
-    // for the 200 ms delay and the high-priority one must finish first.
+    // A one-row low-priority request arrives first and waits for the
+    // 200 ms delay (the batch is not full). A two-row high-priority request
+    // then fills a batch on its own: it must run at once, ahead of the
+    // older low-priority one, which still waits out its delay. In FIFO
+    // order the low one would run first (it cannot share a batch with 2 rows).
     let low = std::thread::spawn(move || {
         let r = post_json(addr, "/v2/models/batched/infer", &dyna_request(1, 0));
         (r.status, std::time::Instant::now())
     });
     std::thread::sleep(std::time::Duration::from_millis(20));
-    let mut high_req = dyna_request(1, 0);
+    let mut high_req = dyna_request(2, 0);
     high_req["parameters"] = json!({"priority": 1});
     let high = std::thread::spawn(move || {
         let r = post_json(addr, "/v2/models/batched/infer", &high_req);
@@ -212,10 +273,16 @@ fn priorities_are_served_in_order() {
     let (ls, lt) = low.join().unwrap();
     let (hs, ht) = high.join().unwrap();
     assert_eq!((ls, hs), (200, 200));
-    assert!(ht <= lt, "the priority-1 request completes before the priority-2 one");
+    assert!(
+        ht <= lt,
+        "the priority-1 request completes before the priority-2 one"
+    );
     let mut bad = dyna_request(1, 0);
     bad["parameters"] = json!({"priority": 5});
-    assert_eq!(post_json(addr, "/v2/models/batched/infer", &bad).status, 400);
+    assert_eq!(
+        post_json(addr, "/v2/models/batched/infer", &bad).status,
+        400
+    );
     server.shutdown().unwrap();
 }
 
@@ -224,7 +291,10 @@ fn metrics_and_statistics_match_the_requests_sent() {
     let server = start_server(2);
     let addr = server.http_addr();
     for i in 0..5 {
-        assert_eq!(post_json(addr, "/v2/models/simple/infer", &simple_json_request(i)).status, 200);
+        assert_eq!(
+            post_json(addr, "/v2/models/simple/infer", &simple_json_request(i)).status,
+            200
+        );
     }
     let mut bad = simple_json_request(0);
     bad["inputs"][0]["datatype"] = json!("FP32");
@@ -249,7 +319,15 @@ fn metrics_and_statistics_match_the_requests_sent() {
     ] {
         assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
     }
-    for name in ["nv_inference_request_duration_us", "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us", "nv_cpu_utilization", "nv_cpu_memory_total_bytes", "shardserve_shard_connections", "shardserve_ring_occupancy"] {
+    for name in [
+        "nv_inference_request_duration_us",
+        "nv_inference_queue_duration_us",
+        "nv_inference_compute_infer_duration_us",
+        "nv_cpu_utilization",
+        "nv_cpu_memory_total_bytes",
+        "shardserve_shard_connections",
+        "shardserve_ring_occupancy",
+    ] {
         assert!(metrics.contains(name), "missing {name}");
     }
     server.shutdown().unwrap();

@@ -5,12 +5,15 @@ mod common;
 
 use common::start_server;
 use shardserve::proto::{
-    health::{health_client::HealthClient, health_check_response::ServingStatus, HealthCheckRequest},
+    health::{
+        health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
+    },
     inference::{
         grpc_inference_service_client::GrpcInferenceServiceClient,
         model_infer_request::{InferInputTensor, InferRequestedOutputTensor},
-        InferTensorContents, ModelConfigRequest, ModelInferRequest, ModelMetadataRequest, ModelReadyRequest,
-        RepositoryIndexRequest, ServerLiveRequest, ServerMetadataRequest, ServerReadyRequest,
+        InferTensorContents, ModelConfigRequest, ModelInferRequest, ModelMetadataRequest,
+        ModelReadyRequest, RepositoryIndexRequest, ServerLiveRequest, ServerMetadataRequest,
+        ServerReadyRequest,
     },
 };
 use tonic::{transport::Channel, Code};
@@ -25,7 +28,10 @@ async fn client(addr: std::net::SocketAddr) -> GrpcInferenceServiceClient<Channe
 }
 
 fn int32_bytes(v: impl IntoIterator<Item = i32>) -> bytes::Bytes {
-    v.into_iter().flat_map(i32::to_le_bytes).collect::<Vec<u8>>().into()
+    v.into_iter()
+        .flat_map(i32::to_le_bytes)
+        .collect::<Vec<u8>>()
+        .into()
 }
 
 fn simple_request(b: i32) -> ModelInferRequest {
@@ -45,43 +51,98 @@ fn simple_request(b: i32) -> ModelInferRequest {
 }
 
 fn decode_i32(b: &[u8]) -> Vec<i32> {
-    b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    b.chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 #[tokio::test]
 async fn health_metadata_and_config() {
     let server = start_server(1);
     let mut c = client(server.grpc_addr()).await;
-    assert!(c.server_live(ServerLiveRequest {}).await.unwrap().into_inner().live);
-    assert!(c.server_ready(ServerReadyRequest {}).await.unwrap().into_inner().ready);
-    let meta = c.server_metadata(ServerMetadataRequest {}).await.unwrap().into_inner();
+    assert!(
+        c.server_live(ServerLiveRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .live
+    );
+    assert!(
+        c.server_ready(ServerReadyRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .ready
+    );
+    let meta = c
+        .server_metadata(ServerMetadataRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     assert!(meta.extensions.iter().any(|e| e == "binary_tensor_data"));
-    let ready = |name: &str| ModelReadyRequest { name: name.into(), version: String::new() };
-    assert!(c.model_ready(ready("simple")).await.unwrap().into_inner().ready);
-    assert!(!c.model_ready(ready("nope")).await.unwrap().into_inner().ready, "unknown model: ready=false, not an error");
+    let ready = |name: &str| ModelReadyRequest {
+        name: name.into(),
+        version: String::new(),
+    };
+    assert!(
+        c.model_ready(ready("simple"))
+            .await
+            .unwrap()
+            .into_inner()
+            .ready
+    );
+    assert!(
+        !c.model_ready(ready("nope"))
+            .await
+            .unwrap()
+            .into_inner()
+            .ready,
+        "unknown model: ready=false, not an error"
+    );
     let m = c
-        .model_metadata(ModelMetadataRequest { name: "simple".into(), version: String::new() })
+        .model_metadata(ModelMetadataRequest {
+            name: "simple".into(),
+            version: String::new(),
+        })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(m.versions, vec!["1"]);
     assert_eq!(m.inputs[0].shape, vec![-1, 16]);
     let e = c
-        .model_metadata(ModelMetadataRequest { name: "nope".into(), version: String::new() })
+        .model_metadata(ModelMetadataRequest {
+            name: "nope".into(),
+            version: String::new(),
+        })
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::NotFound);
     assert!(e.message().contains("Request for unknown model"));
     let cfg = c
-        .model_config(ModelConfigRequest { name: "simple".into(), version: "1".into() })
+        .model_config(ModelConfigRequest {
+            name: "simple".into(),
+            version: "1".into(),
+        })
         .await
         .unwrap()
         .into_inner()
         .config
         .unwrap();
     assert_eq!(cfg.max_batch_size, 8);
-    let mut h = HealthClient::new(Channel::from_shared(format!("http://{}", server.grpc_addr())).unwrap().connect().await.unwrap());
-    let s = h.check(HealthCheckRequest { service: String::new() }).await.unwrap().into_inner();
+    let mut h = HealthClient::new(
+        Channel::from_shared(format!("http://{}", server.grpc_addr()))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap(),
+    );
+    let s = h
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(s.status, ServingStatus::Serving as i32);
     server.shutdown().unwrap();
 }
@@ -94,8 +155,14 @@ async fn infer_raw_and_typed_contents() {
     assert_eq!(r.model_name, "simple");
     assert_eq!(r.id, "r1");
     assert_eq!(r.raw_output_contents.len(), 2);
-    assert_eq!(decode_i32(&r.raw_output_contents[0]), (5..21).collect::<Vec<_>>());
-    assert_eq!(decode_i32(&r.raw_output_contents[1]), (-5..11).collect::<Vec<_>>());
+    assert_eq!(
+        decode_i32(&r.raw_output_contents[0]),
+        (5..21).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        decode_i32(&r.raw_output_contents[1]),
+        (-5..11).collect::<Vec<_>>()
+    );
 
     let mut typed = simple_request(0);
     typed.raw_input_contents.clear();
@@ -105,7 +172,10 @@ async fn infer_raw_and_typed_contents() {
             ..Default::default()
         });
     }
-    typed.outputs = vec![InferRequestedOutputTensor { name: "OUTPUT1".into(), ..Default::default() }];
+    typed.outputs = vec![InferRequestedOutputTensor {
+        name: "OUTPUT1".into(),
+        ..Default::default()
+    }];
     let r = c.model_infer(typed).await.unwrap().into_inner();
     assert_eq!(r.outputs.len(), 1);
     assert_eq!(r.outputs[0].name, "OUTPUT1");
@@ -119,10 +189,16 @@ async fn infer_errors_have_grpc_codes_and_server_stays_healthy() {
     let mut c = client(server.grpc_addr()).await;
     let mut unknown = simple_request(1);
     unknown.model_name = "nope".into();
-    assert_eq!(c.model_infer(unknown).await.unwrap_err().code(), Code::NotFound);
+    assert_eq!(
+        c.model_infer(unknown).await.unwrap_err().code(),
+        Code::NotFound
+    );
 
     let mut both = simple_request(1);
-    both.inputs[0].contents = Some(InferTensorContents { int_contents: vec![0; 16], ..Default::default() });
+    both.inputs[0].contents = Some(InferTensorContents {
+        int_contents: vec![0; 16],
+        ..Default::default()
+    });
     let e = c.model_infer(both).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains(
@@ -131,11 +207,17 @@ async fn infer_errors_have_grpc_codes_and_server_stays_healthy() {
 
     let mut short = simple_request(1);
     short.raw_input_contents[1] = int32_bytes(0..15);
-    assert_eq!(c.model_infer(short).await.unwrap_err().code(), Code::InvalidArgument);
+    assert_eq!(
+        c.model_infer(short).await.unwrap_err().code(),
+        Code::InvalidArgument
+    );
 
     let mut dtype = simple_request(1);
     dtype.inputs[0].datatype = "FP32".into();
-    assert_eq!(c.model_infer(dtype).await.unwrap_err().code(), Code::InvalidArgument);
+    assert_eq!(
+        c.model_infer(dtype).await.unwrap_err().code(),
+        Code::InvalidArgument
+    );
 
     let mut batch = simple_request(1);
     for t in &mut batch.inputs {
@@ -147,10 +229,17 @@ async fn infer_errors_have_grpc_codes_and_server_stays_healthy() {
     assert!(e.message().contains("batch-size"));
 
     let e = c
-        .repository_index(RepositoryIndexRequest { repository_name: String::new(), ready: false })
+        .repository_index(RepositoryIndexRequest {
+            repository_name: String::new(),
+            ready: false,
+        })
         .await
         .unwrap_err();
-    assert_eq!(e.code(), Code::Unimplemented, "RPCs not built yet answer UNIMPLEMENTED");
+    assert_eq!(
+        e.code(),
+        Code::Unimplemented,
+        "RPCs not built yet answer UNIMPLEMENTED"
+    );
 
     let ok = c.model_infer(simple_request(2)).await.unwrap().into_inner();
     assert_eq!(decode_i32(&ok.raw_output_contents[0])[0], 2);

@@ -8,9 +8,18 @@ use common::*;
 use serde_json::json;
 
 fn assert_healthy(addr: std::net::SocketAddr) {
-    assert_eq!(get(addr, "/v2/health/ready").status, 200, "server should still be ready");
+    assert_eq!(
+        get(addr, "/v2/health/ready").status,
+        200,
+        "server should still be ready"
+    );
     let r = post_json(addr, "/v2/models/simple/infer", &simple_json_request(1));
-    assert_eq!(r.status, 200, "server should still infer: {}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        r.status,
+        200,
+        "server should still infer: {}",
+        String::from_utf8_lossy(&r.body)
+    );
 }
 
 #[test]
@@ -19,7 +28,12 @@ fn server_metadata_and_health() {
     let addr = server.http_addr();
     let meta = get(addr, "/v2").json();
     assert_eq!(meta["name"], "shardserve");
-    let exts: Vec<&str> = meta["extensions"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    let exts: Vec<&str> = meta["extensions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
     assert!(exts.contains(&"binary_tensor_data"));
     assert!(exts.contains(&"model_configuration"));
     assert_eq!(get(addr, "/v2/health/live").status, 200);
@@ -34,9 +48,15 @@ fn model_metadata_ready_and_config() {
     let meta = get(addr, "/v2/models/simple").json();
     assert_eq!(meta["name"], "simple");
     assert_eq!(meta["versions"], json!(["1"]));
-    assert_eq!(meta["inputs"][0], json!({"name": "INPUT0", "datatype": "INT32", "shape": [-1, 16]}));
+    assert_eq!(
+        meta["inputs"][0],
+        json!({"name": "INPUT0", "datatype": "INT32", "shape": [-1, 16]})
+    );
     assert_eq!(meta["outputs"][1]["name"], "OUTPUT1");
-    assert_eq!(get(addr, "/v2/models/simple/versions/1").json()["name"], "simple");
+    assert_eq!(
+        get(addr, "/v2/models/simple/versions/1").json()["name"],
+        "simple"
+    );
     assert_eq!(get(addr, "/v2/models/simple/ready").status, 200);
     assert_eq!(get(addr, "/v2/models/simple/versions/1/ready").status, 200);
     assert_eq!(get(addr, "/v2/models/nope/ready").status, 400);
@@ -56,11 +76,19 @@ fn unknown_model_and_version_are_404_with_tritons_phrase() {
     let addr = server.http_addr();
     let r = get(addr, "/v2/models/nope");
     assert_eq!(r.status, 404);
-    assert!(r.error().contains("Request for unknown model"), "{}", r.error());
+    assert!(
+        r.error().contains("Request for unknown model"),
+        "{}",
+        r.error()
+    );
     let r = post_json(addr, "/v2/models/nope/infer", &simple_json_request(1));
     assert_eq!(r.status, 404);
     assert!(r.error().contains("Request for unknown model: 'nope'"));
-    let r = post_json(addr, "/v2/models/simple/versions/7/infer", &simple_json_request(1));
+    let r = post_json(
+        addr,
+        "/v2/models/simple/versions/7/infer",
+        &simple_json_request(1),
+    );
     assert_eq!(r.status, 404);
     assert!(r.error().contains("version 7"));
     assert_eq!(get(addr, "/v2/no/such/path").status, 404);
@@ -72,13 +100,17 @@ fn unknown_model_and_version_are_404_with_tritons_phrase() {
 fn infer_json_simple() {
     let server = start_server(1);
     let addr = server.http_addr();
-    let r = post_json(addr, "/v2/models/simple/infer", &json!({
-        "id": "req-1",
-        "inputs": [
-            {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": [[2147483647, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]]},
-            {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": vec![1; 16]},
-        ]
-    }));
+    let r = post_json(
+        addr,
+        "/v2/models/simple/infer",
+        &json!({
+            "id": "req-1",
+            "inputs": [
+                {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": [[2147483647, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]]},
+                {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": vec![1; 16]},
+            ]
+        }),
+    );
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     let body = r.json();
     assert_eq!(body["model_name"], "simple");
@@ -144,7 +176,11 @@ fn infer_binary_extension_in_and_out() {
         &body,
     );
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-    let json_len: usize = r.header("Inference-Header-Content-Length").expect("binary reply header").parse().unwrap();
+    let json_len: usize = r
+        .header("Inference-Header-Content-Length")
+        .expect("binary reply header")
+        .parse()
+        .unwrap();
     let header: serde_json::Value = serde_json::from_slice(&r.body[..json_len]).unwrap();
     assert_eq!(header["outputs"][0]["parameters"]["binary_data_size"], 64);
     let out0: Vec<i32> = r.body[json_len..json_len + 64]
@@ -155,7 +191,13 @@ fn infer_binary_extension_in_and_out() {
     assert_eq!(r.body.len(), json_len + 128);
 
     let (body, hlen) = binary_simple_body(false);
-    let r = request(addr, "POST", "/v2/models/simple/infer", &[("Inference-Header-Content-Length", &hlen.to_string())], &body);
+    let r = request(
+        addr,
+        "POST",
+        "/v2/models/simple/infer",
+        &[("Inference-Header-Content-Length", &hlen.to_string())],
+        &body,
+    );
     assert_eq!(r.status, 200);
     assert_eq!(i32s(&r.json()["outputs"][1]["data"])[0], -10);
     server.shutdown().unwrap();
@@ -167,38 +209,60 @@ fn bytes_models_over_json() {
     let addr = server.http_addr();
     let a: Vec<String> = (0..16).map(|i| i.to_string()).collect();
     let b: Vec<String> = (0..16).map(|_| "5".to_string()).collect();
-    let r = post_json(addr, "/v2/models/simple_string/infer", &json!({
-        "inputs": [
-            {"name": "INPUT0", "datatype": "BYTES", "shape": [1, 16], "data": a},
-            {"name": "INPUT1", "datatype": "BYTES", "shape": [1, 16], "data": b},
-        ]
-    }));
+    let r = post_json(
+        addr,
+        "/v2/models/simple_string/infer",
+        &json!({
+            "inputs": [
+                {"name": "INPUT0", "datatype": "BYTES", "shape": [1, 16], "data": a},
+                {"name": "INPUT1", "datatype": "BYTES", "shape": [1, 16], "data": b},
+            ]
+        }),
+    );
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.json()["outputs"][0]["data"][3], "8");
     assert_eq!(r.json()["outputs"][1]["data"][0], "-5");
 
-    let r = post_json(addr, "/v2/models/simple_identity/infer", &json!({
-        "inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [2, 2], "data": [["a", ""], ["héllo", "x y"]]}]
-    }));
+    let r = post_json(
+        addr,
+        "/v2/models/simple_identity/infer",
+        &json!({
+            "inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [2, 2], "data": [["a", ""], ["héllo", "x y"]]}]
+        }),
+    );
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     let out = &r.json()["outputs"][0];
     assert_eq!(out["shape"], json!([2, 2]));
     assert_eq!(out["data"], json!(["a", "", "héllo", "x y"]));
 
-    let r = post_json(addr, "/v2/models/simple_string/infer", &json!({
-        "inputs": [
-            {"name": "INPUT0", "datatype": "BYTES", "shape": [1, 16], "data": vec!["x"; 16]},
-            {"name": "INPUT1", "datatype": "BYTES", "shape": [1, 16], "data": vec!["1"; 16]},
-        ]
-    }));
-    assert!(r.status == 500 || r.status == 400, "non-integer text fails the request: {}", r.status);
+    let r = post_json(
+        addr,
+        "/v2/models/simple_string/infer",
+        &json!({
+            "inputs": [
+                {"name": "INPUT0", "datatype": "BYTES", "shape": [1, 16], "data": vec!["x"; 16]},
+                {"name": "INPUT1", "datatype": "BYTES", "shape": [1, 16], "data": vec!["1"; 16]},
+            ]
+        }),
+    );
+    assert!(
+        r.status == 500 || r.status == 400,
+        "non-integer text fails the request: {}",
+        r.status
+    );
     assert_healthy(addr);
     server.shutdown().unwrap();
 }
 
 fn expect_400(addr: std::net::SocketAddr, body: serde_json::Value, needle: &str) {
     let r = post_json(addr, "/v2/models/simple/infer", &body);
-    assert_eq!(r.status, 400, "expected 400 for {body}: got {} {}", r.status, String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        r.status,
+        400,
+        "expected 400 for {body}: got {} {}",
+        r.status,
+        String::from_utf8_lossy(&r.body)
+    );
     let e = r.error();
     assert!(e.contains(needle), "error {e:?} should mention {needle:?}");
 }
@@ -224,7 +288,9 @@ fn validation_errors_are_400_and_server_stays_healthy() {
     expect_400(addr, missing, "INPUT1");
 
     let mut extra = good.clone();
-    extra["inputs"].as_array_mut().unwrap().push(json!({"name": "INPUT9", "datatype": "INT32", "shape": [1, 16], "data": vec![0; 16]}));
+    extra["inputs"].as_array_mut().unwrap().push(
+        json!({"name": "INPUT9", "datatype": "INT32", "shape": [1, 16], "data": vec![0; 16]}),
+    );
     expect_400(addr, extra, "INPUT9");
 
     let mut batch = good.clone();
@@ -246,7 +312,13 @@ fn validation_errors_are_400_and_server_stays_healthy() {
     unknown_output["outputs"] = json!([{"name": "NOPE"}]);
     expect_400(addr, unknown_output, "NOPE");
 
-    let r = request(addr, "POST", "/v2/models/simple/infer", &[], b"{\"inputs\": [");
+    let r = request(
+        addr,
+        "POST",
+        "/v2/models/simple/infer",
+        &[],
+        b"{\"inputs\": [",
+    );
     assert_eq!(r.status, 400);
     assert!(!r.error().is_empty());
     assert_healthy(addr);
@@ -259,16 +331,34 @@ fn binary_framing_errors_are_400() {
     let addr = server.http_addr();
     let (body, hlen) = binary_simple_body(false);
     let post = |body: &[u8], h: &str| {
-        request(addr, "POST", "/v2/models/simple/infer", &[("Inference-Header-Content-Length", h)], body)
+        request(
+            addr,
+            "POST",
+            "/v2/models/simple/infer",
+            &[("Inference-Header-Content-Length", h)],
+            body,
+        )
     };
     let r = post(&body[..body.len() - 10], &hlen.to_string());
     assert_eq!(r.status, 400, "truncated binary body");
     let mut trailing = body.clone();
     trailing.extend_from_slice(&[0; 8]);
-    assert_eq!(post(&trailing, &hlen.to_string()).status, 400, "trailing bytes");
+    assert_eq!(
+        post(&trailing, &hlen.to_string()).status,
+        400,
+        "trailing bytes"
+    );
     assert_eq!(post(&body, "not-a-number").status, 400, "bad header length");
-    assert_eq!(post(&body, &(body.len() + 100).to_string()).status, 400, "header length past the body");
-    assert_eq!(post(&body, "5").status, 400, "header length cutting the JSON");
+    assert_eq!(
+        post(&body, &(body.len() + 100).to_string()).status,
+        400,
+        "header length past the body"
+    );
+    assert_eq!(
+        post(&body, "5").status,
+        400,
+        "header length cutting the JSON"
+    );
     assert_healthy(addr);
     server.shutdown().unwrap();
 }
@@ -293,9 +383,16 @@ fn gzip_request_and_response() {
     let server = start_server(1);
     let addr = server.http_addr();
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    enc.write_all(simple_json_request(2).to_string().as_bytes()).unwrap();
+    enc.write_all(simple_json_request(2).to_string().as_bytes())
+        .unwrap();
     let gz = enc.finish().unwrap();
-    let r = request(addr, "POST", "/v2/models/simple/infer", &[("Content-Encoding", "gzip"), ("Accept-Encoding", "gzip")], &gz);
+    let r = request(
+        addr,
+        "POST",
+        "/v2/models/simple/infer",
+        &[("Content-Encoding", "gzip"), ("Accept-Encoding", "gzip")],
+        &gz,
+    );
     assert_eq!(r.status, 200);
     assert_eq!(r.header("Content-Encoding"), Some("gzip"));
     let mut plain = Vec::new();

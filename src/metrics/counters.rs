@@ -18,7 +18,8 @@ pub struct DurationCounter {
 impl DurationCounter {
     pub fn record(&self, d: Duration) {
         self.count.fetch_add(1, Relaxed);
-        self.ns.fetch_add(d.as_nanos().min(u128::from(u64::MAX)) as u64, Relaxed);
+        self.ns
+            .fetch_add(d.as_nanos().min(u128::from(u64::MAX)) as u64, Relaxed);
     }
     fn read(&self) -> DurationTotal {
         DurationTotal {
@@ -38,7 +39,8 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
-    pub const ALL: [FailureReason; 4] = [Self::Rejected, Self::Canceled, Self::Backend, Self::Other];
+    pub const ALL: [FailureReason; 4] =
+        [Self::Rejected, Self::Canceled, Self::Backend, Self::Other];
     /// The reason an error answered to a client counts under.
     pub fn for_error(e: &crate::types::InferError) -> Self {
         use crate::types::ErrorKind;
@@ -90,7 +92,9 @@ pub struct ShardCounters {
 impl ShardCounters {
     fn new(max_batch_size: usize) -> Self {
         Self {
-            batches: (0..=max_batch_size.max(1)).map(|_| BatchCounters::default()).collect(),
+            batches: (0..=max_batch_size.max(1))
+                .map(|_| BatchCounters::default())
+                .collect(),
             ..Default::default()
         }
     }
@@ -101,10 +105,18 @@ impl ShardCounters {
     }
 
     /// One execution of `rows` batch rows with its phase durations.
-    pub fn record_execution(&self, rows: usize, input: Duration, infer: Duration, output: Duration) {
+    pub fn record_execution(
+        &self,
+        rows: usize,
+        input: Duration,
+        infer: Duration,
+        output: Duration,
+    ) {
         self.inference_count.fetch_add(rows as u64, Relaxed);
         self.execution_count.fetch_add(1, Relaxed);
-        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
         self.last_inference_ms.fetch_max(now_ms, Relaxed);
         if let Some(b) = self.batches.get(rows) {
             b.compute_input.record(input);
@@ -119,7 +131,9 @@ impl ShardCounters {
 
     pub fn pending_sub(&self, n: u64) {
         // Saturating: a racing reader never sees a wrapped value.
-        let _ = self.pending.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(n)));
+        let _ = self
+            .pending
+            .fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(n)));
     }
 }
 
@@ -132,7 +146,9 @@ pub struct ModelStats {
 impl ModelStats {
     pub fn new(shards: usize, max_batch_size: usize) -> Self {
         Self {
-            shards: (0..shards.max(1)).map(|_| ShardCounters::new(max_batch_size)).collect(),
+            shards: (0..shards.max(1))
+                .map(|_| ShardCounters::new(max_batch_size))
+                .collect(),
         }
     }
 
@@ -218,13 +234,20 @@ mod tests {
         let stats = ModelStats::new(2, 8);
         stats.shard(0).success.record(Duration::from_nanos(10));
         stats.shard(1).success.record(Duration::from_nanos(5));
-        stats.shard(1).record_execution(3, Duration::ZERO, Duration::from_nanos(7), Duration::ZERO);
-        stats.shard(0).record_failure(FailureReason::Rejected, Duration::from_nanos(1));
+        stats
+            .shard(1)
+            .record_execution(3, Duration::ZERO, Duration::from_nanos(7), Duration::ZERO);
+        stats
+            .shard(0)
+            .record_failure(FailureReason::Rejected, Duration::from_nanos(1));
         let s = stats.snapshot();
         assert_eq!(s.success, DurationTotal { count: 2, ns: 15 });
         assert_eq!(s.inference_count, 3);
         assert_eq!(s.execution_count, 1);
-        assert_eq!(s.batches[3].compute_infer, DurationTotal { count: 1, ns: 7 });
+        assert_eq!(
+            s.batches[3].compute_infer,
+            DurationTotal { count: 1, ns: 7 }
+        );
         assert_eq!(s.fail_by_reason, [1, 0, 0, 0]);
         assert!(s.last_inference_ms > 0);
     }

@@ -39,7 +39,10 @@ impl ShardGauges {
         self.queue_depth.load(Relaxed)
     }
     pub fn ring_occupancy(&self) -> Vec<u64> {
-        self.ring_occupancy.iter().map(|a| a.load(Relaxed)).collect()
+        self.ring_occupancy
+            .iter()
+            .map(|a| a.load(Relaxed))
+            .collect()
     }
     pub fn add_connection(&self, delta: i64) {
         add(&self.connections, delta);

@@ -28,7 +28,9 @@ impl Family<'_> {
 }
 
 fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// Renders every metric. Reads only atomics and the table snapshot.
@@ -64,48 +66,108 @@ pub fn render(table: &ModelTable, shards: &[ShardGauges]) -> String {
             f.sample(name, labels, pick(s));
         }
         if name == "nv_inference_request_success" {
-            f.header("nv_inference_request_failure", "counter", "Number of failed inference requests, all batch sizes");
+            f.header(
+                "nv_inference_request_failure",
+                "counter",
+                "Number of failed inference requests, all batch sizes",
+            );
             for (labels, s) in &versions {
                 for r in FailureReason::ALL {
                     let l = format!("{labels},reason=\"{}\"", r.label());
-                    f.sample("nv_inference_request_failure", &l, s.fail_by_reason[r as usize]);
+                    f.sample(
+                        "nv_inference_request_failure",
+                        &l,
+                        s.fail_by_reason[r as usize],
+                    );
                 }
             }
         }
     }
-    f.header("nv_inference_pending_request_count", "gauge", "Instantaneous number of pending requests awaiting execution per-model.");
+    f.header(
+        "nv_inference_pending_request_count",
+        "gauge",
+        "Instantaneous number of pending requests awaiting execution per-model.",
+    );
     for (labels, s) in &versions {
         f.sample("nv_inference_pending_request_count", labels, s.pending);
     }
 
     if let Some(u) = cpu_utilization() {
-        f.header("nv_cpu_utilization", "gauge", "CPU utilization rate [0.0 - 1.0]");
+        f.header(
+            "nv_cpu_utilization",
+            "gauge",
+            "CPU utilization rate [0.0 - 1.0]",
+        );
         f.sample("nv_cpu_utilization", "", format!("{u:.6}"));
     }
     if let Some((total, available)) = meminfo() {
-        f.header("nv_cpu_memory_total_bytes", "gauge", "CPU total memory (RAM), in bytes");
+        f.header(
+            "nv_cpu_memory_total_bytes",
+            "gauge",
+            "CPU total memory (RAM), in bytes",
+        );
         f.sample("nv_cpu_memory_total_bytes", "", total);
-        f.header("nv_cpu_memory_used_bytes", "gauge", "CPU used memory (RAM), in bytes");
-        f.sample("nv_cpu_memory_used_bytes", "", total.saturating_sub(available));
+        f.header(
+            "nv_cpu_memory_used_bytes",
+            "gauge",
+            "CPU used memory (RAM), in bytes",
+        );
+        f.sample(
+            "nv_cpu_memory_used_bytes",
+            "",
+            total.saturating_sub(available),
+        );
     }
 
-    f.header("shardserve_shard_connections", "gauge", "Open client connections owned by the shard");
+    f.header(
+        "shardserve_shard_connections",
+        "gauge",
+        "Open client connections owned by the shard",
+    );
     for (i, g) in shards.iter().enumerate() {
-        f.sample("shardserve_shard_connections", &format!("shard=\"{i}\""), g.connections());
+        f.sample(
+            "shardserve_shard_connections",
+            &format!("shard=\"{i}\""),
+            g.connections(),
+        );
     }
-    f.header("shardserve_shard_in_flight_requests", "gauge", "Requests received by the shard and not yet answered");
+    f.header(
+        "shardserve_shard_in_flight_requests",
+        "gauge",
+        "Requests received by the shard and not yet answered",
+    );
     for (i, g) in shards.iter().enumerate() {
-        f.sample("shardserve_shard_in_flight_requests", &format!("shard=\"{i}\""), g.in_flight());
+        f.sample(
+            "shardserve_shard_in_flight_requests",
+            &format!("shard=\"{i}\""),
+            g.in_flight(),
+        );
     }
-    f.header("shardserve_shard_queue_depth", "gauge", "Requests queued on the shard's model instances");
+    f.header(
+        "shardserve_shard_queue_depth",
+        "gauge",
+        "Requests queued on the shard's model instances",
+    );
     for (i, g) in shards.iter().enumerate() {
-        f.sample("shardserve_shard_queue_depth", &format!("shard=\"{i}\""), g.queue_depth());
+        f.sample(
+            "shardserve_shard_queue_depth",
+            &format!("shard=\"{i}\""),
+            g.queue_depth(),
+        );
     }
-    f.header("shardserve_ring_occupancy", "gauge", "Messages in the ring from one shard to another, as of the last push");
+    f.header(
+        "shardserve_ring_occupancy",
+        "gauge",
+        "Messages in the ring from one shard to another, as of the last push",
+    );
     for (from, g) in shards.iter().enumerate() {
         for (to, occ) in g.ring_occupancy().iter().enumerate() {
             if from != to {
-                f.sample("shardserve_ring_occupancy", &format!("from=\"{from}\",to=\"{to}\""), occ);
+                f.sample(
+                    "shardserve_ring_occupancy",
+                    &format!("from=\"{from}\",to=\"{to}\""),
+                    occ,
+                );
             }
         }
     }

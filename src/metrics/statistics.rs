@@ -12,7 +12,10 @@ use crate::{
 };
 
 fn duration(d: DurationTotal) -> Option<StatisticDuration> {
-    Some(StatisticDuration { count: d.count, ns: d.ns })
+    Some(StatisticDuration {
+        count: d.count,
+        ns: d.ns,
+    })
 }
 
 pub fn model_statistics(m: &ModelVersion) -> ModelStatistics {
@@ -57,7 +60,9 @@ pub fn collect(table: &ModelTable, name: &str, version: &str) -> InferResult<Vec
         return Ok(vec![model_statistics(table.resolve(name, version)?)]);
     }
     if !name.is_empty() && !table.models.contains_key(name) {
-        return Err(InferError::not_found(format!("Request for unknown model: '{name}' is not found")));
+        return Err(InferError::not_found(format!(
+            "Request for unknown model: '{name}' is not found"
+        )));
     }
     let mut out = Vec::new();
     for (model_name, entry) in &table.models {

@@ -6,7 +6,9 @@ use std::{
 use bytes::Bytes;
 
 use super::{IoSpec, ModelMetadata};
-use crate::{metrics::ModelStats, proto::inference::ModelConfig, shard::ShardId, types::InferError};
+use crate::{
+    metrics::ModelStats, proto::inference::ModelConfig, shard::ShardId, types::InferError,
+};
 
 /// Lifecycle state of one model version, as the repository index reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,8 +136,8 @@ impl ModelTable {
 
     /// True when every model that should be served has a ready version.
     pub fn all_ready(&self) -> bool {
-        self.models
-            .values()
-            .all(|m| m.failure.is_none() && m.versions.values().all(|v| v.state == ModelState::Ready))
+        self.models.values().all(|m| {
+            m.failure.is_none() && m.versions.values().all(|v| v.state == ModelState::Ready)
+        })
     }
 }

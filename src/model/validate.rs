@@ -17,7 +17,10 @@ pub fn validate_request(io: &IoSpec, model: &str, req: &mut InferRequest) -> Inf
             )));
         }
         let spec = io.input(&t.name).ok_or_else(|| {
-            InferError::invalid(format!("unexpected inference input '{}' for model '{model}'", t.name))
+            InferError::invalid(format!(
+                "unexpected inference input '{}' for model '{model}'",
+                t.name
+            ))
         })?;
         if t.datatype != spec.datatype {
             return Err(InferError::invalid(format!(
@@ -95,7 +98,11 @@ pub fn validate_request(io: &IoSpec, model: &str, req: &mut InferRequest) -> Inf
 
 /// `-1` in the configuration matches any size.
 fn dims_match(config: &[i64], actual: &[i64]) -> bool {
-    config.len() == actual.len() && config.iter().zip(actual).all(|(&c, &a)| a >= 0 && (c == -1 || c == a))
+    config.len() == actual.len()
+        && config
+            .iter()
+            .zip(actual)
+            .all(|(&c, &a)| a >= 0 && (c == -1 || c == a))
 }
 
 fn apply_input_reshapes(io: &IoSpec, req: &mut InferRequest) {
@@ -105,7 +112,10 @@ fn apply_input_reshapes(io: &IoSpec, req: &mut InferRequest) {
         };
         let batch = io.batching().then(|| t.shape[0]);
         let items = element_count(&t.shape).unwrap_or(0) / batch.map_or(1, |b| b.max(1) as usize);
-        t.shape = batch.into_iter().chain(resolve_wildcard(target, items)).collect();
+        t.shape = batch
+            .into_iter()
+            .chain(resolve_wildcard(target, items))
+            .collect();
     }
 }
 
@@ -114,7 +124,13 @@ pub(crate) fn resolve_wildcard(target: &[i64], elements: usize) -> Vec<i64> {
     let known: i64 = target.iter().filter(|&&d| d >= 0).product();
     target
         .iter()
-        .map(|&d| if d < 0 && known > 0 { elements as i64 / known } else { d })
+        .map(|&d| {
+            if d < 0 && known > 0 {
+                elements as i64 / known
+            } else {
+                d
+            }
+        })
         .collect()
 }
 
@@ -123,9 +139,16 @@ pub(crate) fn client_output_shape(io: &IoSpec, spec: &OutputSpec, produced: &[i6
     if spec.reshape.is_none() {
         return produced.to_vec();
     }
-    let batch = if io.batching() { produced.first().copied() } else { None };
+    let batch = if io.batching() {
+        produced.first().copied()
+    } else {
+        None
+    };
     let items = element_count(produced).unwrap_or(0) / batch.map_or(1, |b| b.max(1) as usize);
-    batch.into_iter().chain(resolve_wildcard(&spec.dims, items)).collect()
+    batch
+        .into_iter()
+        .chain(resolve_wildcard(&spec.dims, items))
+        .collect()
 }
 
 #[cfg(test)]
@@ -198,7 +221,11 @@ mod tests {
             t("INPUT1", DataType::Int32, vec![9, 16], 9 * 64),
         ]);
         let e = validate_request(&simple_io(), "simple", &mut r).unwrap_err();
-        assert!(e.message.contains("batch-size must be <= 8"), "{}", e.message);
+        assert!(
+            e.message.contains("batch-size must be <= 8"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
@@ -208,20 +235,32 @@ mod tests {
             t("INPUT0", DataType::Int32, vec![1, 15], 60),
             t("INPUT1", DataType::Int32, vec![1, 16], 64),
         ]);
-        assert!(validate_request(&io, "simple", &mut r).unwrap_err().message.contains("unexpected shape"));
+        assert!(validate_request(&io, "simple", &mut r)
+            .unwrap_err()
+            .message
+            .contains("unexpected shape"));
         let mut r = req(vec![t("INPUT0", DataType::Int32, vec![1, 16], 64)]);
-        assert!(validate_request(&io, "simple", &mut r).unwrap_err().message.contains("expected 2 inputs"));
+        assert!(validate_request(&io, "simple", &mut r)
+            .unwrap_err()
+            .message
+            .contains("expected 2 inputs"));
         let mut r = req(vec![
             t("INPUT0", DataType::Int32, vec![1, 16], 64),
             t("INPUT1", DataType::Int32, vec![1, 16], 64),
             t("INPUT2", DataType::Int32, vec![1, 16], 64),
         ]);
-        assert!(validate_request(&io, "simple", &mut r).unwrap_err().message.contains("unexpected inference input"));
+        assert!(validate_request(&io, "simple", &mut r)
+            .unwrap_err()
+            .message
+            .contains("unexpected inference input"));
         let mut r = req(vec![
             t("INPUT0", DataType::Int32, vec![1, 16], 64),
             t("INPUT0", DataType::Int32, vec![1, 16], 64),
         ]);
-        assert!(validate_request(&io, "simple", &mut r).unwrap_err().message.contains("more than once"));
+        assert!(validate_request(&io, "simple", &mut r)
+            .unwrap_err()
+            .message
+            .contains("more than once"));
     }
 
     #[test]
@@ -240,7 +279,10 @@ mod tests {
             name: "NOPE".into(),
             ..Default::default()
         });
-        assert!(validate_request(&io, "simple", &mut r).unwrap_err().message.contains("unexpected inference output"));
+        assert!(validate_request(&io, "simple", &mut r)
+            .unwrap_err()
+            .message
+            .contains("unexpected inference output"));
     }
 
     #[test]

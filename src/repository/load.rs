@@ -49,7 +49,11 @@ impl Placement {
     }
 
     fn next(&mut self) -> (ShardId, u64) {
-        let shard = self.compute_shards.get(self.cursor % self.compute_shards.len().max(1)).copied().unwrap_or(0);
+        let shard = self
+            .compute_shards
+            .get(self.cursor % self.compute_shards.len().max(1))
+            .copied()
+            .unwrap_or(0);
         self.cursor += 1;
         let key = self.next_key;
         self.next_key += 1;
@@ -76,7 +80,9 @@ pub fn load_repository(
             table.models.insert(
                 name.clone(),
                 crate::model::ModelEntry {
-                    failure: Some(format!("failed to load '{name}': no such model in the repository")),
+                    failure: Some(format!(
+                        "failed to load '{name}': no such model in the repository"
+                    )),
                     ..Default::default()
                 },
             );
@@ -111,9 +117,13 @@ pub fn load_model(
     send: SendControl<'_>,
 ) -> crate::model::ModelEntry {
     let prepared = read_config(dir, opts).and_then(|config| {
-        let versions = select_versions(config.version_policy.as_ref(), &version_folders(&dir.path)?);
+        let versions =
+            select_versions(config.version_policy.as_ref(), &version_folders(&dir.path)?);
         if versions.is_empty() {
-            bail!("no version folder matches the version policy in {}", dir.path.display());
+            bail!(
+                "no version folder matches the version policy in {}",
+                dir.path.display()
+            );
         }
         Ok((config, versions))
     });
@@ -152,7 +162,8 @@ pub fn load_model(
 fn read_config(dir: &ModelDir, opts: &LoadOptions) -> anyhow::Result<ModelConfig> {
     let path = dir.path.join("config.pbtxt");
     let mut config = if path.exists() {
-        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
         config::parse_model_config(&text).with_context(|| format!("invalid {}", path.display()))?
     } else if !opts.strict && has_onnx_file(&dir.path) {
         ModelConfig {
@@ -198,11 +209,17 @@ fn load_version(
     let backend = backend_for(base)?;
     let mut config = base.clone();
     if !opts.strict {
-        backend.auto_complete(&mut config, &files).context("auto-complete")?;
+        backend
+            .auto_complete(&mut config, &files)
+            .context("auto-complete")?;
     }
     config::validate(&config)?;
     let io = IoSpec::from_config(&config, &dir.path)?;
-    let platform = if config.platform.is_empty() { config.backend.clone() } else { config.platform.clone() };
+    let platform = if config.platform.is_empty() {
+        config.backend.clone()
+    } else {
+        config.platform.clone()
+    };
     let metadata = ModelMetadata::new(&config.name, &platform, &io);
     let config_json = Bytes::from(serde_json::to_vec(&config::model_config_to_json(&config))?);
 
@@ -257,7 +274,8 @@ fn load_version(
     // The table that names these instances is published only once every
     // owner has them, so no request can reach a shard before its instance.
     for ack in acks {
-        futures::executor::block_on(ack).context("a shard stopped before installing an instance")?;
+        futures::executor::block_on(ack)
+            .context("a shard stopped before installing an instance")?;
     }
     Ok(model)
 }
@@ -267,5 +285,9 @@ fn instance_count(config: &ModelConfig) -> usize {
     if config.instance_group.is_empty() {
         return 1;
     }
-    config.instance_group.iter().map(|g| g.count.max(1) as usize).sum()
+    config
+        .instance_group
+        .iter()
+        .map(|g| g.count.max(1) as usize)
+        .sum()
 }

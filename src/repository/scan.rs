@@ -15,7 +15,9 @@ pub struct ModelDir {
 /// Lists the models of every repository root. A name found in two roots
 /// is an error for that model only (Triton refuses such duplicates);
 /// `Err` values per name carry the reason.
-pub fn scan_repositories(roots: &[PathBuf]) -> anyhow::Result<BTreeMap<String, Result<ModelDir, String>>> {
+pub fn scan_repositories(
+    roots: &[PathBuf],
+) -> anyhow::Result<BTreeMap<String, Result<ModelDir, String>>> {
     let mut found: BTreeMap<String, Result<ModelDir, String>> = BTreeMap::new();
     for root in roots {
         let entries = std::fs::read_dir(root)
@@ -26,7 +28,11 @@ pub fn scan_repositories(roots: &[PathBuf]) -> anyhow::Result<BTreeMap<String, R
             if !path.is_dir() {
                 continue;
             }
-            let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_string) else {
+            let Some(name) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .map(str::to_string)
+            else {
                 continue;
             };
             if name.starts_with('.') {
@@ -54,12 +60,18 @@ pub fn scan_repositories(roots: &[PathBuf]) -> anyhow::Result<BTreeMap<String, R
 /// Numbered version folders of a model, ascending.
 pub fn version_folders(model_dir: &Path) -> anyhow::Result<Vec<i64>> {
     let mut versions = Vec::new();
-    for entry in std::fs::read_dir(model_dir).with_context(|| format!("cannot read {}", model_dir.display()))? {
+    for entry in std::fs::read_dir(model_dir)
+        .with_context(|| format!("cannot read {}", model_dir.display()))?
+    {
         let path = entry?.path();
         if !path.is_dir() {
             continue;
         }
-        if let Some(v) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse::<i64>().ok()) {
+        if let Some(v) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.parse::<i64>().ok())
+        {
             if v >= 0 {
                 versions.push(v);
             }

@@ -8,7 +8,11 @@ pub fn select_versions(policy: Option<&ModelVersionPolicy>, on_disk: &[i64]) -> 
         None => latest(1),
         Some(PolicyChoice::Latest(l)) => latest(l.num_versions as usize),
         Some(PolicyChoice::All(_)) => on_disk.to_vec(),
-        Some(PolicyChoice::Specific(s)) => on_disk.iter().copied().filter(|v| s.versions.contains(v)).collect(),
+        Some(PolicyChoice::Specific(s)) => on_disk
+            .iter()
+            .copied()
+            .filter(|v| s.versions.contains(v))
+            .collect(),
     }
 }
 
@@ -18,7 +22,9 @@ mod tests {
     use crate::proto::inference::model_version_policy::{All, Latest, Specific};
 
     fn policy(c: PolicyChoice) -> ModelVersionPolicy {
-        ModelVersionPolicy { policy_choice: Some(c) }
+        ModelVersionPolicy {
+            policy_choice: Some(c),
+        }
     }
 
     #[test]
@@ -30,10 +36,24 @@ mod tests {
     #[test]
     fn latest_all_and_specific() {
         let disk = [1, 2, 3];
-        assert_eq!(select_versions(Some(&policy(PolicyChoice::Latest(Latest { num_versions: 2 }))), &disk), vec![2, 3]);
-        assert_eq!(select_versions(Some(&policy(PolicyChoice::All(All {}))), &disk), vec![1, 2, 3]);
         assert_eq!(
-            select_versions(Some(&policy(PolicyChoice::Specific(Specific { versions: vec![1, 3, 7] }))), &disk),
+            select_versions(
+                Some(&policy(PolicyChoice::Latest(Latest { num_versions: 2 }))),
+                &disk
+            ),
+            vec![2, 3]
+        );
+        assert_eq!(
+            select_versions(Some(&policy(PolicyChoice::All(All {}))), &disk),
+            vec![1, 2, 3]
+        );
+        assert_eq!(
+            select_versions(
+                Some(&policy(PolicyChoice::Specific(Specific {
+                    versions: vec![1, 3, 7]
+                }))),
+                &disk
+            ),
             vec![1, 3]
         );
     }

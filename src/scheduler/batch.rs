@@ -2,15 +2,21 @@
 //! and splitting the outputs back per request. Fixed-size outputs split
 //! as zero-copy `Bytes` slices of the backend's buffer.
 
-use bytes::BytesMut;
 #[cfg(test)]
 use bytes::Bytes;
+use bytes::BytesMut;
 
-use crate::types::{bytes_elements, element_count, DataType, InferError, InferRequest, InferResult, Tensor};
+use crate::types::{
+    bytes_elements, element_count, DataType, InferError, InferRequest, InferResult, Tensor,
+};
 
 /// Batch rows of a request (its inputs' leading dimension).
 pub fn batch_rows(request: &InferRequest) -> i64 {
-    request.inputs.first().and_then(|t| t.shape.first().copied()).unwrap_or(1)
+    request
+        .inputs
+        .first()
+        .and_then(|t| t.shape.first().copied())
+        .unwrap_or(1)
 }
 
 /// True when `b` can share an execution with `a`: same inputs with the
@@ -38,7 +44,11 @@ pub fn merge_inputs(requests: &[&InferRequest]) -> Vec<Tensor> {
         .inputs
         .iter()
         .map(|t| {
-            let size: usize = requests.iter().filter_map(|r| r.input(&t.name)).map(|x| x.data.len()).sum();
+            let size: usize = requests
+                .iter()
+                .filter_map(|r| r.input(&t.name))
+                .map(|x| x.data.len())
+                .sum();
             let mut data = BytesMut::with_capacity(size);
             for r in requests {
                 if let Some(x) = r.input(&t.name) {
@@ -58,7 +68,10 @@ pub fn merge_inputs(requests: &[&InferRequest]) -> Vec<Tensor> {
 /// `rows[i]` batch rows for request `i`.
 pub fn split_outputs(outputs: Vec<Tensor>, rows: &[i64]) -> InferResult<Vec<Vec<Tensor>>> {
     let total: i64 = rows.iter().sum();
-    let mut per_request: Vec<Vec<Tensor>> = rows.iter().map(|_| Vec::with_capacity(outputs.len())).collect();
+    let mut per_request: Vec<Vec<Tensor>> = rows
+        .iter()
+        .map(|_| Vec::with_capacity(outputs.len()))
+        .collect();
     for t in outputs {
         if t.shape.first().copied() != Some(total) {
             return Err(InferError::internal(format!(
@@ -74,7 +87,12 @@ pub fn split_outputs(outputs: Vec<Tensor>, rows: &[i64]) -> InferResult<Vec<Vec<
             let (start, end) = (offsets[row], offsets[row + r]);
             let mut shape = t.shape.clone();
             shape[0] = r as i64;
-            per_request[i].push(Tensor::new(t.name.clone(), t.datatype, shape, t.data.slice(start..end)));
+            per_request[i].push(Tensor::new(
+                t.name.clone(),
+                t.datatype,
+                shape,
+                t.data.slice(start..end),
+            ));
             row += r;
         }
     }
@@ -101,7 +119,8 @@ fn row_offsets(t: &Tensor, rows: usize, items_per_row: usize) -> InferResult<Vec
             let mut offsets = Vec::with_capacity(rows + 1);
             let mut pos = 0usize;
             offsets.push(0);
-            let elements = bytes_elements(&t.data).map_err(|e| InferError::internal(format!("output '{}': {e}", t.name)))?;
+            let elements = bytes_elements(&t.data)
+                .map_err(|e| InferError::internal(format!("output '{}': {e}", t.name)))?;
             let mut in_row = 0usize;
             for e in elements {
                 pos += 4 + e.len();
@@ -131,7 +150,11 @@ mod tests {
     use crate::types::encode_bytes_elements;
 
     fn i32_bytes(values: impl IntoIterator<Item = i32>) -> Bytes {
-        values.into_iter().flat_map(i32::to_le_bytes).collect::<Vec<u8>>().into()
+        values
+            .into_iter()
+            .flat_map(i32::to_le_bytes)
+            .collect::<Vec<u8>>()
+            .into()
     }
 
     fn req(rows: i64, base: i32) -> InferRequest {
@@ -164,9 +187,17 @@ mod tests {
 
     #[test]
     fn bytes_outputs_split_by_elements() {
-        let t = Tensor::new("S", DataType::Bytes, vec![3, 2], encode_bytes_elements(["a", "", "bc", "d", "", "xyz"]));
+        let t = Tensor::new(
+            "S",
+            DataType::Bytes,
+            vec![3, 2],
+            encode_bytes_elements(["a", "", "bc", "d", "", "xyz"]),
+        );
         let split = split_outputs(vec![t], &[2, 1]).unwrap();
-        assert_eq!(split[0][0].data, encode_bytes_elements(["a", "", "bc", "d"]));
+        assert_eq!(
+            split[0][0].data,
+            encode_bytes_elements(["a", "", "bc", "d"])
+        );
         assert_eq!(split[1][0].data, encode_bytes_elements(["", "xyz"]));
         assert_eq!(split[1][0].shape, vec![1, 2]);
     }

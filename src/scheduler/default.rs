@@ -8,9 +8,9 @@ use std::{
     collections::VecDeque,
     future::poll_fn,
     rc::Rc,
+    sync::atomic::Ordering::Relaxed,
     sync::Arc,
     task::{Poll, Waker},
-    sync::atomic::Ordering::Relaxed,
     time::{Duration, Instant},
 };
 
@@ -68,7 +68,10 @@ impl InstanceSlot {
     ) -> Rc<Self> {
         let queue = match &model.config.scheduling_choice {
             Some(SchedulingChoice::DynamicBatching(db)) if model.config.max_batch_size > 0 => {
-                Queue::Batched(BatchQueue::new(BatcherPolicy::from_config(model.config.max_batch_size, db)))
+                Queue::Batched(BatchQueue::new(BatcherPolicy::from_config(
+                    model.config.max_batch_size,
+                    db,
+                )))
             }
             _ => Queue::Fifo(VecDeque::new()),
         };
@@ -175,7 +178,9 @@ impl InstanceSlot {
                         let expired = q.expire(now);
                         let decision = if self.stopped.get() {
                             // Unloading: run what is left without waiting.
-                            match q.decide(now + Duration::from_secs(3600), |a, b| compatible(&a.request, &b.request)) {
+                            match q.decide(now + Duration::from_secs(3600), |a, b| {
+                                compatible(&a.request, &b.request)
+                            }) {
                                 Decision::WaitUntil(_) => Decision::Idle,
                                 d => d,
                             }
@@ -193,7 +198,9 @@ impl InstanceSlot {
                             self.reject(job, e);
                         }
                         match decision {
-                            Decision::Execute(batch) => return Some(batch.into_iter().map(|p| p.item).collect()),
+                            Decision::Execute(batch) => {
+                                return Some(batch.into_iter().map(|p| p.item).collect())
+                            }
                             Decision::WaitUntil(t) => Some(next_deadline.map_or(t, |d| d.min(t))),
                             Decision::Idle => next_deadline,
                         }
@@ -229,7 +236,11 @@ impl InstanceSlot {
     }
 
     fn load_gauge(&self) -> Option<&std::sync::atomic::AtomicUsize> {
-        self.model.instances.iter().find(|r| r.key == self.key).map(|r| &*r.load)
+        self.model
+            .instances
+            .iter()
+            .find(|r| r.key == self.key)
+            .map(|r| &*r.load)
     }
 
     fn dequeued(&self, n: usize) {
@@ -257,7 +268,9 @@ impl InstanceSlot {
         let start = Instant::now();
         self.dequeued(jobs.len());
         for job in &jobs {
-            stats.queue.record(start.saturating_duration_since(job.received));
+            stats
+                .queue
+                .record(start.saturating_duration_since(job.received));
         }
         let rows: Vec<i64> = jobs.iter().map(|j| batch_rows(&j.request)).collect();
         let requested = requested_outputs(&jobs);

@@ -28,8 +28,11 @@ pub async fn infer(mut request: InferRequest) -> InferResult<InferResponse> {
     let (tx, rx) = oneshot::channel();
     let (mut pending, model) = shard::with_current(|s| {
         let table = s.table();
-        let model = table.resolve(&request.model_name, &request.model_version)?.clone();
-        let checked = validate_request(&model.io, &model.name, &mut request).and_then(|()| s.pick_instance(&model));
+        let model = table
+            .resolve(&request.model_name, &request.model_version)?
+            .clone();
+        let checked = validate_request(&model.io, &model.name, &mut request)
+            .and_then(|()| s.pick_instance(&model));
         let target = match checked {
             Ok(t) => t,
             Err(e) => {
@@ -62,7 +65,9 @@ pub async fn infer(mut request: InferRequest) -> InferResult<InferResponse> {
         pending = shard::with_current(|s| s.dispatch(target, job)).ok_or_else(not_on_shard)?;
     }
     let result = rx.await.unwrap_or_else(|_| {
-        Err(InferError::internal("the instance executing the request went away without answering"))
+        Err(InferError::internal(
+            "the instance executing the request went away without answering",
+        ))
     });
     shard::with_current(|s| record_outcome(s.id, &model, received, result.as_ref().map(|_| ())));
     result
@@ -70,7 +75,12 @@ pub async fn infer(mut request: InferRequest) -> InferResult<InferResponse> {
 
 /// Counts a request's end on the shard that received it: success with its
 /// whole duration, or a failure under Triton's reason label.
-fn record_outcome(shard: usize, model: &ModelVersion, received: Instant, outcome: Result<(), &InferError>) {
+fn record_outcome(
+    shard: usize,
+    model: &ModelVersion,
+    received: Instant,
+    outcome: Result<(), &InferError>,
+) {
     let counters = model.stats.shard(shard);
     match outcome {
         Ok(()) => counters.success.record(received.elapsed()),

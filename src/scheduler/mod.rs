@@ -7,8 +7,8 @@
 
 mod batch;
 mod default;
-pub mod dynamic_batcher;
 mod dispatch;
+pub mod dynamic_batcher;
 mod job;
 mod output;
 

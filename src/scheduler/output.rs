@@ -25,12 +25,15 @@ pub fn build_response(
     } else {
         let mut selected = Vec::with_capacity(request.outputs.len());
         for wanted in &request.outputs {
-            let pos = produced.iter().position(|t| t.name == wanted.name).ok_or_else(|| {
-                InferError::internal(format!(
-                    "model '{}' did not produce requested output '{}'",
-                    model.name, wanted.name
-                ))
-            })?;
+            let pos = produced
+                .iter()
+                .position(|t| t.name == wanted.name)
+                .ok_or_else(|| {
+                    InferError::internal(format!(
+                        "model '{}' did not produce requested output '{}'",
+                        model.name, wanted.name
+                    ))
+                })?;
             let tensor = produced.swap_remove(pos);
             let tensor = match wanted.class_count() {
                 Some(k) => {
@@ -54,5 +57,7 @@ pub fn build_response(
 
 // TEMPORARY until protocol::classification lands (being written in parallel).
 fn classify(_: &Tensor, _: usize, _: Option<&[String]>, _: bool) -> InferResult<Tensor> {
-    Err(InferError::unsupported("classification is not available yet"))
+    Err(InferError::unsupported(
+        "classification is not available yet",
+    ))
 }

@@ -42,13 +42,19 @@ pub struct ServerHandle {
 impl ServerHandle {
     /// Panics only if HTTP was disabled in the options (a programming error in a test).
     pub fn http_addr(&self) -> SocketAddr {
-        self.addresses.http.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
+        self.addresses
+            .http
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
     }
     pub fn grpc_addr(&self) -> SocketAddr {
-        self.addresses.grpc.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
+        self.addresses
+            .grpc
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
     }
     pub fn metrics_addr(&self) -> SocketAddr {
-        self.addresses.metrics.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
+        self.addresses
+            .metrics
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
     }
     pub fn addresses(&self) -> Addresses {
         self.addresses
@@ -83,13 +89,20 @@ impl ServerHandle {
 pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
     for repo in &options.model_repositories {
         if !repo.is_dir() {
-            bail!("model repository {} is not a readable directory", repo.display());
+            bail!(
+                "model repository {} is not a readable directory",
+                repo.display()
+            );
         }
     }
     if options.model_repositories.is_empty() {
         bail!("at least one --model-repository is required");
     }
-    let usable: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id).collect();
+    let usable: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .iter()
+        .map(|c| c.id)
+        .collect();
     let plan = ShardPlan::build(&options.tuning, options.cores, options.pin_threads, &usable)?;
     let shard_count = plan.shard_count();
     tracing::info!("placement:\n{plan}");

@@ -36,14 +36,21 @@ pub struct ShardBoot {
 pub fn run(boot: ShardBoot) {
     if let Some(core) = boot.core {
         if !core_affinity::set_for_current(core) {
-            tracing::warn!(shard = boot.id, core = core.id, "could not pin shard thread to its core");
+            tracing::warn!(
+                shard = boot.id,
+                core = core.id,
+                "could not pin shard thread to its core"
+            );
         }
     }
     let runtime = RuntimeBuilder::<FusionDriver>::new().enable_timer().build();
     let mut runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {
-            let _ = boot.ready.send(Err(format!("shard {}: cannot start its runtime: {e}", boot.id)));
+            let _ = boot.ready.send(Err(format!(
+                "shard {}: cannot start its runtime: {e}",
+                boot.id
+            )));
             return;
         }
     };
@@ -80,9 +87,19 @@ async fn shard_main(boot: ShardBoot) {
     let addresses = if accept {
         addresses
     } else {
-        Addresses { http: None, grpc: None, metrics: None }
+        Addresses {
+            http: None,
+            grpc: None,
+            metrics: None,
+        }
     };
-    let bound = (|| Ok::<_, std::io::Error>((bind(addresses.http)?, bind(addresses.grpc)?, bind(addresses.metrics)?)))();
+    let bound = (|| {
+        Ok::<_, std::io::Error>((
+            bind(addresses.http)?,
+            bind(addresses.grpc)?,
+            bind(addresses.metrics)?,
+        ))
+    })();
     let (http, grpc, metrics) = match bound {
         Ok(l) => l,
         Err(e) => {
@@ -112,6 +129,10 @@ async fn shard_main(boot: ShardBoot) {
         monoio::time::sleep(Duration::from_millis(2)).await;
     }
     if shard.in_flight() > 0 {
-        tracing::warn!(shard = id, in_flight = shard.in_flight(), "exit timeout reached with requests in flight");
+        tracing::warn!(
+            shard = id,
+            in_flight = shard.in_flight(),
+            "exit timeout reached with requests in flight"
+        );
     }
 }

@@ -96,7 +96,12 @@ pub fn reply(origin: ShardId, reply: Responder, result: InferResult<InferRespons
 }
 
 impl Shard {
-    pub fn new(id: ShardId, count: usize, outbox: Outbox<ShardMsg>, gauges: Arc<[ShardGauges]>) -> Rc<Self> {
+    pub fn new(
+        id: ShardId,
+        count: usize,
+        outbox: Outbox<ShardMsg>,
+        gauges: Arc<[ShardGauges]>,
+    ) -> Rc<Self> {
         Rc::new(Self {
             id,
             count,
@@ -235,7 +240,8 @@ impl Shard {
                     instance,
                     installed,
                 } => {
-                    let slot = InstanceSlot::new(key, model, instance, self.id, self.gauges.clone());
+                    let slot =
+                        InstanceSlot::new(key, model, instance, self.id, self.gauges.clone());
                     monoio::spawn(slot.clone().run());
                     self.instances.borrow_mut().insert(key, slot);
                     let _ = installed.send(());

@@ -8,7 +8,9 @@ mod latch;
 mod message;
 pub mod ring;
 
-pub use context::{reply, with_current, ConnectionGauge, Dispatch, InFlight, Shard, ShardControl, Target};
+pub use context::{
+    reply, with_current, ConnectionGauge, Dispatch, InFlight, Shard, ShardControl, Target,
+};
 pub use latch::{yield_now, Latch};
 pub use message::ShardMsg;
 pub use ring::ShardId;

@@ -120,8 +120,9 @@ pub struct ShardLinks<T> {
 /// messages. Element `i` belongs to shard `i`.
 pub fn mesh<T>(shards: usize, capacity: usize) -> Vec<ShardLinks<T>> {
     let doorbells: Arc<[Doorbell]> = (0..shards).map(|_| Doorbell::default()).collect();
-    let mut producers: Vec<Vec<Option<rtrb::Producer<T>>>> =
-        (0..shards).map(|_| (0..shards).map(|_| None).collect()).collect();
+    let mut producers: Vec<Vec<Option<rtrb::Producer<T>>>> = (0..shards)
+        .map(|_| (0..shards).map(|_| None).collect())
+        .collect();
     let mut consumers: Vec<Vec<rtrb::Consumer<T>>> = (0..shards).map(|_| Vec::new()).collect();
     for (from, row) in producers.iter_mut().enumerate() {
         for (to, slot) in row.iter_mut().enumerate() {

@@ -30,14 +30,27 @@ impl ShardPlan {
                 if list.is_empty() {
                     bail!("tuning profile: [shards] cpus is empty");
                 }
-                if let Some(bad) = list.iter().find(|c| !topology_cpus.is_empty() && !topology_cpus.contains(c)) {
+                if let Some(bad) = list
+                    .iter()
+                    .find(|c| !topology_cpus.is_empty() && !topology_cpus.contains(c))
+                {
                     bail!("tuning profile: CPU {bad} is not usable by this process (usable: {topology_cpus:?})");
                 }
                 list.clone()
             }
             None => {
-                let n = cores.or(profile.shards.count).unwrap_or(topology_cpus.len()).max(1);
-                (0..n).map(|i| topology_cpus.get(i % topology_cpus.len().max(1)).copied().unwrap_or(i)).collect()
+                let n = cores
+                    .or(profile.shards.count)
+                    .unwrap_or(topology_cpus.len())
+                    .max(1);
+                (0..n)
+                    .map(|i| {
+                        topology_cpus
+                            .get(i % topology_cpus.len().max(1))
+                            .copied()
+                            .unwrap_or(i)
+                    })
+                    .collect()
             }
         };
         let n = cpus.len();
@@ -101,8 +114,16 @@ impl fmt::Display for ShardPlan {
                 f,
                 "  shard {i}: cpu {}{}{}",
                 cpu.map_or_else(|| "unpinned".to_string(), |c| c.to_string()),
-                if self.accept.contains(&i) { ", accepts connections" } else { "" },
-                if self.compute.contains(&i) { ", hosts instances" } else { "" },
+                if self.accept.contains(&i) {
+                    ", accepts connections"
+                } else {
+                    ""
+                },
+                if self.compute.contains(&i) {
+                    ", hosts instances"
+                } else {
+                    ""
+                },
             )?;
         }
         Ok(())

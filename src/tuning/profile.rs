@@ -55,7 +55,8 @@ impl TuningProfile {
     /// or the executable's checkout), or a path to a file.
     pub fn load(name_or_path: &str) -> anyhow::Result<Self> {
         let path = Self::resolve(name_or_path)?;
-        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
         Self::parse(&text, &path)
     }
 
@@ -78,7 +79,11 @@ impl TuningProfile {
         }
         bail!(
             "tuning profile '{name_or_path}' not found (looked for a file and in {})",
-            candidates.iter().map(|c| c.display().to_string()).collect::<Vec<_>>().join(", ")
+            candidates
+                .iter()
+                .map(|c| c.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         )
     }
 }

@@ -47,7 +47,9 @@ pub struct MachineTopology {
 }
 
 fn cpus_of(obj: &TopologyObject) -> Vec<usize> {
-    obj.cpuset().map(|s| s.iter_set().map(usize::from).collect()).unwrap_or_default()
+    obj.cpuset()
+        .map(|s| s.iter_set().map(usize::from).collect())
+        .unwrap_or_default()
 }
 
 impl MachineTopology {
@@ -57,11 +59,19 @@ impl MachineTopology {
         match Self::from_hwloc() {
             Ok(t) => t,
             Err(reason) => {
-                let cpus: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id).collect();
+                let cpus: Vec<usize> = core_affinity::get_core_ids()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|c| c.id)
+                    .collect();
                 Self {
                     packages: 1,
                     cores: cpus.len(),
-                    numa_nodes: vec![NumaNode { os_index: 0, cpus: cpus.clone(), memory_bytes: 0 }],
+                    numa_nodes: vec![NumaNode {
+                        os_index: 0,
+                        cpus: cpus.clone(),
+                        memory_bytes: 0,
+                    }],
                     cpus,
                     pci_devices: Vec::new(),
                     degraded: Some(reason),
@@ -76,7 +86,11 @@ impl MachineTopology {
             .map_err(|e| format!("hwloc filter: {e}"))?
             .build()
             .map_err(|e| format!("hwloc: {e}"))?;
-        let allowed: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id).collect();
+        let allowed: Vec<usize> = core_affinity::get_core_ids()
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.id)
+            .collect();
         let mut cpus: Vec<usize> = topology.cpuset().iter_set().map(usize::from).collect();
         if !allowed.is_empty() {
             cpus.retain(|c| allowed.contains(c));
@@ -130,11 +144,24 @@ impl MachineTopology {
 impl fmt::Display for MachineTopology {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(reason) = &self.degraded {
-            writeln!(f, "hwloc unavailable ({reason}); using the CPU affinity list only")?;
+            writeln!(
+                f,
+                "hwloc unavailable ({reason}); using the CPU affinity list only"
+            )?;
         }
-        writeln!(f, "packages: {}  cores: {}  usable logical CPUs: {:?}", self.packages, self.cores, self.cpus)?;
+        writeln!(
+            f,
+            "packages: {}  cores: {}  usable logical CPUs: {:?}",
+            self.packages, self.cores, self.cpus
+        )?;
         for n in &self.numa_nodes {
-            writeln!(f, "NUMA node {}: CPUs {:?}, {} MiB", n.os_index, n.cpus, n.memory_bytes >> 20)?;
+            writeln!(
+                f,
+                "NUMA node {}: CPUs {:?}, {} MiB",
+                n.os_index,
+                n.cpus,
+                n.memory_bytes >> 20
+            )?;
         }
         if self.pci_devices.is_empty() {
             writeln!(f, "PCI devices: none reported")?;
@@ -147,7 +174,11 @@ impl fmt::Display for MachineTopology {
                 d.vendor_id,
                 d.device_id,
                 d.class_id,
-                if d.is_nvidia_gpu() { " (NVIDIA GPU)" } else { "" },
+                if d.is_nvidia_gpu() {
+                    " (NVIDIA GPU)"
+                } else {
+                    ""
+                },
                 d.local_cpus
             )?;
         }

@@ -98,7 +98,9 @@ impl DataType {
 
     /// Converts the raw `i32` stored in prost config structs.
     pub fn from_config_i32(dt: i32) -> Option<Self> {
-        ConfigDataType::try_from(dt).ok().and_then(Self::from_config)
+        ConfigDataType::try_from(dt)
+            .ok()
+            .and_then(Self::from_config)
     }
 
     pub fn to_config(self) -> ConfigDataType {

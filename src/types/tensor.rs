@@ -47,7 +47,8 @@ impl Tensor {
                         self.data.len(),
                         self.shape,
                         self.datatype,
-                        expected.map_or_else(|| "more than addressable".to_string(), |e| e.to_string())
+                        expected
+                            .map_or_else(|| "more than addressable".to_string(), |e| e.to_string())
                     )));
                 }
             }
@@ -83,17 +84,23 @@ pub fn bytes_elements(data: &[u8]) -> Result<impl Iterator<Item = &[u8]> + '_, S
         let Some(len_bytes) = data.get(pos..len_end) else {
             return Err(format!("truncated BYTES element length at offset {pos}"));
         };
-        let len = u32::from_le_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]) as usize;
+        let len =
+            u32::from_le_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]) as usize;
         let end = len_end
             .checked_add(len)
             .filter(|&e| e <= data.len())
-            .ok_or_else(|| format!("BYTES element at offset {pos} declares {len} bytes past the end of the data"))?;
+            .ok_or_else(|| {
+                format!(
+                    "BYTES element at offset {pos} declares {len} bytes past the end of the data"
+                )
+            })?;
         pos = end;
     }
     let mut pos = 0usize;
     Ok(std::iter::from_fn(move || {
         let len_bytes = data.get(pos..pos + 4)?;
-        let len = u32::from_le_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]) as usize;
+        let len =
+            u32::from_le_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]) as usize;
         let elem = &data[pos + 4..pos + 4 + len];
         pos += 4 + len;
         Some(elem)

@@ -43,8 +43,12 @@ impl HttpReply {
     }
 
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
     }
 
     /// The `error` field of a Triton-style error body.
@@ -60,15 +64,26 @@ impl HttpReply {
 /// added by the caller's headers) and reads the whole reply.
 pub fn raw_request(addr: SocketAddr, raw: &[u8]) -> HttpReply {
     let mut stream = TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
     stream.write_all(raw).expect("write");
     let mut buf = Vec::new();
     stream.read_to_end(&mut buf).expect("read");
     parse_reply(&buf)
 }
 
-pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpReply {
-    let mut raw = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> HttpReply {
+    let mut raw = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     for (k, v) in headers {
         raw.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -83,7 +98,13 @@ pub fn get(addr: SocketAddr, path: &str) -> HttpReply {
 }
 
 pub fn post_json(addr: SocketAddr, path: &str, body: &serde_json::Value) -> HttpReply {
-    request(addr, "POST", path, &[("Content-Type", "application/json")], body.to_string().as_bytes())
+    request(
+        addr,
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        body.to_string().as_bytes(),
+    )
 }
 
 fn parse_reply(buf: &[u8]) -> HttpReply {
@@ -94,7 +115,11 @@ fn parse_reply(buf: &[u8]) -> HttpReply {
     let head = String::from_utf8_lossy(&buf[..split]).to_string();
     let mut lines = head.split("\r\n");
     let status_line = lines.next().unwrap_or_default();
-    let status: u16 = status_line.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status code");
+    let status: u16 = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status code");
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
@@ -106,14 +131,22 @@ fn parse_reply(buf: &[u8]) -> HttpReply {
     if chunked {
         body = dechunk(&body);
     }
-    HttpReply { status, headers, body }
+    HttpReply {
+        status,
+        headers,
+        body,
+    }
 }
 
 fn dechunk(mut data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     loop {
-        let Some(eol) = data.windows(2).position(|w| w == b"\r\n") else { break };
-        let size = usize::from_str_radix(std::str::from_utf8(&data[..eol]).unwrap_or("0").trim(), 16).unwrap_or(0);
+        let Some(eol) = data.windows(2).position(|w| w == b"\r\n") else {
+            break;
+        };
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&data[..eol]).unwrap_or("0").trim(), 16)
+                .unwrap_or(0);
         if size == 0 {
             break;
         }

@@ -55,10 +55,16 @@ impl Backend for SimpleBackend {
         io::require_dtype(&arithmetic, self.dtype)?;
         if let Some(o) = config.output.iter().find(|o| o.name == BATCH_SIZE_OUTPUT) {
             if DataType::from_config_i32(o.data_type) != Some(DataType::Int32) || o.dims != [1] {
-                anyhow::bail!("model '{}': output {BATCH_SIZE_OUTPUT} must be TYPE_INT32 with dims [1]", config.name);
+                anyhow::bail!(
+                    "model '{}': output {BATCH_SIZE_OUTPUT} must be TYPE_INT32 with dims [1]",
+                    config.name
+                );
             }
             if config.max_batch_size == 0 {
-                anyhow::bail!("model '{}': {BATCH_SIZE_OUTPUT} needs max_batch_size > 0", config.name);
+                anyhow::bail!(
+                    "model '{}': {BATCH_SIZE_OUTPUT} needs max_batch_size > 0",
+                    config.name
+                );
             }
         }
         Ok(Box::new(SimpleInstance {
@@ -113,7 +119,12 @@ impl ModelInstance for SimpleInstance {
             let rows = a.shape.first().copied().unwrap_or(1);
             let value = i32::try_from(rows).unwrap_or(i32::MAX);
             let data: Vec<u8> = (0..rows).flat_map(|_| value.to_le_bytes()).collect();
-            outputs.push(Tensor::new(BATCH_SIZE_OUTPUT, DataType::Int32, vec![rows, 1], Bytes::from(data)));
+            outputs.push(Tensor::new(
+                BATCH_SIZE_OUTPUT,
+                DataType::Int32,
+                vec![rows, 1],
+                Bytes::from(data),
+            ));
         }
         Ok(outputs)
     }
@@ -139,7 +150,12 @@ mod tests {
 
     fn int32_tensor(name: &str, v: &[i32]) -> Tensor {
         let data: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-        Tensor::new(name, DataType::Int32, vec![1, v.len() as i64], Bytes::from(data))
+        Tensor::new(
+            name,
+            DataType::Int32,
+            vec![1, v.len() as i64],
+            Bytes::from(data),
+        )
     }
 
     fn ints(t: &Tensor) -> Vec<i32> {
@@ -158,7 +174,10 @@ mod tests {
         };
         let out = inst
             .execute(
-                &[int32_tensor("INPUT0", &[i32::MAX, 5]), int32_tensor("INPUT1", &[1, 7])],
+                &[
+                    int32_tensor("INPUT0", &[i32::MAX, 5]),
+                    int32_tensor("INPUT1", &[1, 7]),
+                ],
                 &[],
             )
             .unwrap();
@@ -173,8 +192,11 @@ mod tests {
             model: "simple_int8".into(),
             report_batch_size: false,
         };
-        let t = |n: &str, v: i8| Tensor::new(n, DataType::Int8, vec![1, 1], Bytes::from(vec![v as u8]));
-        let out = inst.execute(&[t("INPUT0", 100), t("INPUT1", 100)], &[]).unwrap();
+        let t =
+            |n: &str, v: i8| Tensor::new(n, DataType::Int8, vec![1, 1], Bytes::from(vec![v as u8]));
+        let out = inst
+            .execute(&[t("INPUT0", 100), t("INPUT1", 100)], &[])
+            .unwrap();
         assert_eq!(out[0].data[0] as i8, -56);
         assert_eq!(out[1].data[0] as i8, 0);
     }

@@ -39,18 +39,21 @@ struct SimpleStringInstance {
 
 impl SimpleStringInstance {
     fn parse_all(&self, t: &Tensor) -> InferResult<Vec<i32>> {
-        let elements = bytes_elements(&t.data)
-            .map_err(|e| InferError::invalid(format!("model '{}', input '{}': {e}", self.model, t.name)))?;
+        let elements = bytes_elements(&t.data).map_err(|e| {
+            InferError::invalid(format!("model '{}', input '{}': {e}", self.model, t.name))
+        })?;
         elements
             .enumerate()
-            .map(|(i, raw)| parse_int32(raw).ok_or_else(|| {
-                InferError::internal(format!(
-                    "model '{}': element {i} of input '{}' is not a decimal INT32: {:?}",
-                    self.model,
-                    t.name,
-                    String::from_utf8_lossy(raw)
-                ))
-            }))
+            .map(|(i, raw)| {
+                parse_int32(raw).ok_or_else(|| {
+                    InferError::internal(format!(
+                        "model '{}': element {i} of input '{}' is not a decimal INT32: {:?}",
+                        self.model,
+                        t.name,
+                        String::from_utf8_lossy(raw)
+                    ))
+                })
+            })
             .collect()
     }
 }
@@ -72,8 +75,16 @@ impl ModelInstance for SimpleStringInstance {
                 self.model
             )));
         }
-        let sum = encode_bytes_elements(a.iter().zip(&b).map(|(x, y)| x.wrapping_add(*y).to_string()));
-        let diff = encode_bytes_elements(a.iter().zip(&b).map(|(x, y)| x.wrapping_sub(*y).to_string()));
+        let sum = encode_bytes_elements(
+            a.iter()
+                .zip(&b)
+                .map(|(x, y)| x.wrapping_add(*y).to_string()),
+        );
+        let diff = encode_bytes_elements(
+            a.iter()
+                .zip(&b)
+                .map(|(x, y)| x.wrapping_sub(*y).to_string()),
+        );
         Ok(vec![
             Tensor::new("OUTPUT0", DataType::Bytes, a_t.shape.clone(), sum),
             Tensor::new("OUTPUT1", DataType::Bytes, a_t.shape.clone(), diff),
@@ -96,10 +107,22 @@ mod tests {
 
     #[test]
     fn string_arithmetic_wraps_and_prints_plain_decimal() {
-        let mut inst = SimpleStringInstance { model: "simple_string".into() };
-        let t = |n: &str, v: &[&str]| Tensor::new(n, DataType::Bytes, vec![1, v.len() as i64], encode_bytes_elements(v));
+        let mut inst = SimpleStringInstance {
+            model: "simple_string".into(),
+        };
+        let t = |n: &str, v: &[&str]| {
+            Tensor::new(
+                n,
+                DataType::Bytes,
+                vec![1, v.len() as i64],
+                encode_bytes_elements(v),
+            )
+        };
         let out = inst
-            .execute(&[t("INPUT0", &["2147483647", "5"]), t("INPUT1", &["1", " 8"])], &[])
+            .execute(
+                &[t("INPUT0", &["2147483647", "5"]), t("INPUT1", &["1", " 8"])],
+                &[],
+            )
             .unwrap();
         let got: Vec<&[u8]> = bytes_elements(&out[0].data).unwrap().collect();
         assert_eq!(got, vec![&b"-2147483648"[..], b"13"]);
@@ -109,8 +132,14 @@ mod tests {
 
     #[test]
     fn non_integer_element_is_an_error() {
-        let mut inst = SimpleStringInstance { model: "simple_string".into() };
-        let t = |n: &str, v: &[&str]| Tensor::new(n, DataType::Bytes, vec![1, 1], encode_bytes_elements(v));
-        assert!(inst.execute(&[t("INPUT0", &["x"]), t("INPUT1", &["1"])], &[]).is_err());
+        let mut inst = SimpleStringInstance {
+            model: "simple_string".into(),
+        };
+        let t = |n: &str, v: &[&str]| {
+            Tensor::new(n, DataType::Bytes, vec![1, 1], encode_bytes_elements(v))
+        };
+        assert!(inst
+            .execute(&[t("INPUT0", &["x"]), t("INPUT1", &["1"])], &[])
+            .is_err());
     }
 }

@@ -1,7 +1,10 @@
 //! `grpc.health.v1.Health`: SERVING while the server is ready.
 
 use crate::{
-    proto::health::{health_check_response::ServingStatus, health_server::Health, HealthCheckRequest, HealthCheckResponse},
+    proto::health::{
+        health_check_response::ServingStatus, health_server::Health, HealthCheckRequest,
+        HealthCheckResponse,
+    },
     server::state,
 };
 
@@ -15,7 +18,13 @@ impl Health for HealthService {
         _request: tonic::Request<HealthCheckRequest>,
     ) -> Result<tonic::Response<HealthCheckResponse>, tonic::Status> {
         let ready = state::current().is_some_and(|s| s.ready());
-        let status = if ready { ServingStatus::Serving } else { ServingStatus::NotServing };
-        Ok(tonic::Response::new(HealthCheckResponse { status: status as i32 }))
+        let status = if ready {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        Ok(tonic::Response::new(HealthCheckResponse {
+            status: status as i32,
+        }))
     }
 }

@@ -13,10 +13,11 @@ use crate::{
     metrics::statistics,
     model::{metadata::TensorMetadata, ModelTable},
     proto::inference::{
-        grpc_inference_service_server::GrpcInferenceService, model_metadata_response, ModelConfigRequest,
-        ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse,
-        ModelReadyRequest, ModelReadyResponse, ModelStatisticsRequest, ModelStatisticsResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest,
-        ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
+        grpc_inference_service_server::GrpcInferenceService, model_metadata_response,
+        ModelConfigRequest, ModelConfigResponse, ModelInferRequest, ModelInferResponse,
+        ModelMetadataRequest, ModelMetadataResponse, ModelReadyRequest, ModelReadyResponse,
+        ModelStatisticsRequest, ModelStatisticsResponse, ServerLiveRequest, ServerLiveResponse,
+        ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
     },
     scheduler,
     server::{state, EXTENSIONS},
@@ -42,17 +43,26 @@ fn tensors(list: &[TensorMetadata]) -> Vec<model_metadata_response::TensorMetada
 
 #[tonic::async_trait]
 impl GrpcInferenceService for InferenceService {
-    async fn server_live(&self, _: Request<ServerLiveRequest>) -> Result<Response<ServerLiveResponse>, Status> {
+    async fn server_live(
+        &self,
+        _: Request<ServerLiveRequest>,
+    ) -> Result<Response<ServerLiveResponse>, Status> {
         let live = state::current().is_some_and(|s| s.live());
         Ok(Response::new(ServerLiveResponse { live }))
     }
 
-    async fn server_ready(&self, _: Request<ServerReadyRequest>) -> Result<Response<ServerReadyResponse>, Status> {
+    async fn server_ready(
+        &self,
+        _: Request<ServerReadyRequest>,
+    ) -> Result<Response<ServerReadyResponse>, Status> {
         let ready = state::current().is_some_and(|s| s.ready());
         Ok(Response::new(ServerReadyResponse { ready }))
     }
 
-    async fn model_ready(&self, req: Request<ModelReadyRequest>) -> Result<Response<ModelReadyResponse>, Status> {
+    async fn model_ready(
+        &self,
+        req: Request<ModelReadyRequest>,
+    ) -> Result<Response<ModelReadyResponse>, Status> {
         let req = req.into_inner();
         // Triton answers ready=false for an unknown model rather than an error.
         let ready = table()?.resolve(&req.name, &req.version).is_ok();
@@ -79,14 +89,21 @@ impl GrpcInferenceService for InferenceService {
         let m = table.resolve(&req.name, &req.version).map_err(to_status)?;
         Ok(Response::new(ModelMetadataResponse {
             name: m.name.clone(),
-            versions: table.ready_versions(&m.name).iter().map(i64::to_string).collect(),
+            versions: table
+                .ready_versions(&m.name)
+                .iter()
+                .map(i64::to_string)
+                .collect(),
             platform: m.metadata.platform.clone(),
             inputs: tensors(&m.metadata.inputs),
             outputs: tensors(&m.metadata.outputs),
         }))
     }
 
-    async fn model_config(&self, req: Request<ModelConfigRequest>) -> Result<Response<ModelConfigResponse>, Status> {
+    async fn model_config(
+        &self,
+        req: Request<ModelConfigRequest>,
+    ) -> Result<Response<ModelConfigResponse>, Status> {
         let req = req.into_inner();
         let table = table()?;
         let m = table.resolve(&req.name, &req.version).map_err(to_status)?;
@@ -100,11 +117,15 @@ impl GrpcInferenceService for InferenceService {
         req: Request<ModelStatisticsRequest>,
     ) -> Result<Response<ModelStatisticsResponse>, Status> {
         let req = req.into_inner();
-        let model_stats = statistics::collect(&*table()?, &req.name, &req.version).map_err(to_status)?;
+        let model_stats =
+            statistics::collect(&*table()?, &req.name, &req.version).map_err(to_status)?;
         Ok(Response::new(ModelStatisticsResponse { model_stats }))
     }
 
-    async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
+    async fn model_infer(
+        &self,
+        req: Request<ModelInferRequest>,
+    ) -> Result<Response<ModelInferResponse>, Status> {
         let request = decode_model_infer_request(req.into_inner()).map_err(to_status)?;
         let response = scheduler::infer(request).await.map_err(to_status)?;
         Ok(Response::new(encode_model_infer_response(response)))

@@ -17,7 +17,10 @@ pub async fn handle(req: Request<Incoming>) -> HttpResponse {
         };
         (StatusCode::OK, text)
     } else {
-        (StatusCode::NOT_FOUND, "not found: the metrics are at /metrics\n".to_string())
+        (
+            StatusCode::NOT_FOUND,
+            "not found: the metrics are at /metrics\n".to_string(),
+        )
     };
     let mut resp = Response::new(Full::new(Bytes::from(body)));
     *resp.status_mut() = status;

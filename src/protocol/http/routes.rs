@@ -33,18 +33,27 @@ pub async fn handle(req: Request<Incoming>) -> HttpResponse {
 }
 
 pub fn error_response(e: &InferError) -> HttpResponse {
-    respond(status_for(e.kind), "application/json", error_body(&e.message))
+    respond(
+        status_for(e.kind),
+        "application/json",
+        error_body(&e.message),
+    )
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: Bytes) -> HttpResponse {
     let mut resp = Response::new(Full::new(body));
     *resp.status_mut() = status;
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     resp
 }
 
 fn json_ok(value: &serde_json::Value) -> HttpResponse {
-    respond(StatusCode::OK, "application/json", Bytes::from(value.to_string()))
+    respond(
+        StatusCode::OK,
+        "application/json",
+        Bytes::from(value.to_string()),
+    )
 }
 
 fn empty(status: StatusCode) -> HttpResponse {
@@ -58,7 +67,8 @@ fn server_state() -> InferResult<Arc<ServerState>> {
 }
 
 fn model_table() -> InferResult<Arc<ModelTable>> {
-    shard::with_current(|s| s.table()).ok_or_else(|| InferError::internal("HTTP request outside a shard"))
+    shard::with_current(|s| s.table())
+        .ok_or_else(|| InferError::internal("HTTP request outside a shard"))
 }
 
 async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
@@ -83,12 +93,20 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
         ["v2", "health", "live"] => {
             expect_get(&method).ok_or_else(not_allowed)?;
             let live = server_state()?.live();
-            Ok(empty(if live { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }))
+            Ok(empty(if live {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            }))
         }
         ["v2", "health", "ready"] => {
             expect_get(&method).ok_or_else(not_allowed)?;
             let ready = server_state()?.ready();
-            Ok(empty(if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }))
+            Ok(empty(if ready {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            }))
         }
         ["v2", "models", "stats"] => {
             expect_get(&method).ok_or_else(not_allowed)?;
@@ -101,7 +119,9 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
             };
             model_route(req, model, version, action).await
         }
-        _ => Err(InferError::not_found(format!("no such endpoint: {method} {path}"))),
+        _ => Err(InferError::not_found(format!(
+            "no such endpoint: {method} {path}"
+        ))),
     }
 }
 
@@ -109,7 +129,12 @@ fn expect_get(method: &Method) -> Option<()> {
     (method == Method::GET).then_some(())
 }
 
-async fn model_route(req: Request<Incoming>, model: &str, version: &str, action: &[&str]) -> InferResult<HttpResponse> {
+async fn model_route(
+    req: Request<Incoming>,
+    model: &str,
+    version: &str,
+    action: &[&str],
+) -> InferResult<HttpResponse> {
     let method = req.method().clone();
     let table = model_table()?;
     match (action, &method) {
@@ -119,19 +144,29 @@ async fn model_route(req: Request<Incoming>, model: &str, version: &str, action:
         }
         (["ready"], &Method::GET) => {
             let ready = table.resolve(model, version).is_ok();
-            Ok(empty(if ready { StatusCode::OK } else { StatusCode::BAD_REQUEST }))
+            Ok(empty(if ready {
+                StatusCode::OK
+            } else {
+                StatusCode::BAD_REQUEST
+            }))
         }
         (["config"], &Method::GET) => {
             let m = table.resolve(model, version)?;
-            Ok(respond(StatusCode::OK, "application/json", m.config_json.clone()))
+            Ok(respond(
+                StatusCode::OK,
+                "application/json",
+                m.config_json.clone(),
+            ))
         }
         (["infer"], &Method::POST) => infer(req, model, version).await,
         (["stats"], &Method::GET) => stats_response(&table, model, version),
-        ([] | ["ready"] | ["config"] | ["infer"] | ["stats"], _) => Err(InferError::invalid(format!(
-            "method {method} is not allowed on {}",
+        ([] | ["ready"] | ["config"] | ["infer"] | ["stats"], _) => Err(InferError::invalid(
+            format!("method {method} is not allowed on {}", req.uri().path()),
+        )),
+        _ => Err(InferError::not_found(format!(
+            "no such endpoint: {method} {}",
             req.uri().path()
         ))),
-        _ => Err(InferError::not_found(format!("no such endpoint: {method} {}", req.uri().path()))),
     }
 }
 
@@ -174,7 +209,10 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
     } else {
         "application/json"
     };
-    let accept = headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let accept = headers
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     let (body, encoding) = match choose_response_encoding(accept) {
         Some(enc) => match compress(enc, &encoded.body) {
             Some(b) => (b, Some(enc)),
@@ -184,10 +222,12 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
     };
     let mut resp = respond(StatusCode::OK, content_type, body);
     if let Some(len) = encoded.json_header_length {
-        resp.headers_mut().insert(HEADER_LENGTH, HeaderValue::from(len));
+        resp.headers_mut()
+            .insert(HEADER_LENGTH, HeaderValue::from(len));
     }
     if let Some(enc) = encoding {
-        resp.headers_mut().insert(header::CONTENT_ENCODING, HeaderValue::from_static(enc));
+        resp.headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static(enc));
     }
     Ok(resp)
 }
@@ -229,7 +269,9 @@ async fn read_body(body: Incoming, limit: usize) -> InferResult<Bytes> {
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(InferError::invalid(format!(
             "request body exceeds the server's limit of {limit} bytes (--http-max-input-size)"
         ))),
-        Err(e) => Err(InferError::invalid(format!("failed to read the request body: {e}"))),
+        Err(e) => Err(InferError::invalid(format!(
+            "failed to read the request body: {e}"
+        ))),
     }
 }
 
@@ -244,7 +286,9 @@ fn percent_decode(segment: &str) -> InferResult<String> {
                 .get(i + 1..i + 3)
                 .and_then(|h| std::str::from_utf8(h).ok())
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| InferError::invalid(format!("bad percent-escape in URL segment '{segment}'")))?;
+                .ok_or_else(|| {
+                    InferError::invalid(format!("bad percent-escape in URL segment '{segment}'"))
+                })?;
             out.push(hex);
             i += 3;
         } else {
@@ -252,7 +296,8 @@ fn percent_decode(segment: &str) -> InferResult<String> {
             i += 1;
         }
     }
-    String::from_utf8(out).map_err(|_| InferError::invalid(format!("URL segment '{segment}' is not UTF-8")))
+    String::from_utf8(out)
+        .map_err(|_| InferError::invalid(format!("URL segment '{segment}' is not UTF-8")))
 }
 
 #[cfg(test)]

@@ -14,8 +14,12 @@ use crate::shard::{ConnectionGauge, Shard};
 pub type HttpResponse = Response<Full<Bytes>>;
 
 /// Accepts connections until the shard shuts down, serving each with `handler`.
-pub async fn accept_loop<H, F>(listener: TcpListener, shard: Rc<Shard>, what: &'static str, handler: H)
-where
+pub async fn accept_loop<H, F>(
+    listener: TcpListener,
+    shard: Rc<Shard>,
+    what: &'static str,
+    handler: H,
+) where
     H: Fn(Request<Incoming>) -> F + Clone + 'static,
     F: Future<Output = HttpResponse> + 'static,
 {

@@ -66,9 +66,20 @@ pub struct BatcherPolicy {
 impl BatcherPolicy {
     pub fn from_config(max_batch_size: i32, db: &ModelDynamicBatching) -> Self {
         let level_count = db.priority_levels.max(1) as usize;
-        let overrides: HashMap<u64, &ModelQueuePolicy> = db.priority_queue_policy.iter().map(|(k, v)| (*k, v)).collect();
+        let overrides: HashMap<u64, &ModelQueuePolicy> = db
+            .priority_queue_policy
+            .iter()
+            .map(|(k, v)| (*k, v))
+            .collect();
         let levels = (1..=level_count as u64)
-            .map(|l| QueuePolicy::from_config(overrides.get(&l).copied().or(db.default_queue_policy.as_ref())))
+            .map(|l| {
+                QueuePolicy::from_config(
+                    overrides
+                        .get(&l)
+                        .copied()
+                        .or(db.default_queue_policy.as_ref()),
+                )
+            })
             .collect();
         let mut preferred: Vec<i64> = db
             .preferred_batch_size

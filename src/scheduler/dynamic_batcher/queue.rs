@@ -100,11 +100,17 @@ impl<T> BatchQueue<T> {
     pub fn expire(&mut self, now: Instant) -> Vec<T> {
         let mut rejected = Vec::new();
         for (level, policy) in self.levels.iter_mut().zip(&self.policy.levels) {
-            if !level.fresh.iter().any(|p| p.deadline.is_some_and(|d| d <= now)) {
+            if !level
+                .fresh
+                .iter()
+                .any(|p| p.deadline.is_some_and(|d| d <= now))
+            {
                 continue;
             }
-            let (expired, kept): (VecDeque<_>, VecDeque<_>) =
-                level.fresh.drain(..).partition(|p| p.deadline.is_some_and(|d| d <= now));
+            let (expired, kept): (VecDeque<_>, VecDeque<_>) = level
+                .fresh
+                .drain(..)
+                .partition(|p| p.deadline.is_some_and(|d| d <= now));
             level.fresh = kept;
             match policy.on_timeout {
                 OnTimeout::Reject => rejected.extend(expired.into_iter().map(|p| p.item)),
@@ -119,7 +125,11 @@ impl<T> BatchQueue<T> {
 
     /// The next deadline among queued items (to wake up for expiry).
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.levels.iter().flat_map(|l| l.fresh.iter()).filter_map(|p| p.deadline).min()
+        self.levels
+            .iter()
+            .flat_map(|l| l.fresh.iter())
+            .filter_map(|p| p.deadline)
+            .min()
     }
 
     /// Chooses the next batch. `compatible(head, other)` says whether
@@ -217,7 +227,10 @@ impl<T> BatchQueue<T> {
 
     /// Time until the head's delay window closes; for observability.
     pub fn head_age(&self, now: Instant) -> Option<Duration> {
-        self.levels.iter().find_map(|l| l.iter().next()).map(|h| now.saturating_duration_since(h.enqueued))
+        self.levels
+            .iter()
+            .find_map(|l| l.iter().next())
+            .map(|h| now.saturating_duration_since(h.enqueued))
     }
 }
 
@@ -245,7 +258,12 @@ mod tests {
     }
 
     fn pending(item: u32, rows: i64, at: Instant) -> Pending<u32> {
-        Pending { item, rows, enqueued: at, deadline: None }
+        Pending {
+            item,
+            rows,
+            enqueued: at,
+            deadline: None,
+        }
     }
 
     fn executed(d: Decision<u32>) -> Vec<u32> {
@@ -271,12 +289,22 @@ mod tests {
         let t0 = Instant::now();
         let mut q = BatchQueue::new(policy(4, &[2], 1000, 1));
         q.push(0, pending(1, 1, t0)).unwrap();
-        assert!(matches!(q.decide(t0, |_, _| true), Decision::WaitUntil(t) if t == t0 + Duration::from_micros(1000)));
+        assert!(
+            matches!(q.decide(t0, |_, _| true), Decision::WaitUntil(t) if t == t0 + Duration::from_micros(1000))
+        );
         q.push(0, pending(2, 1, t0)).unwrap();
-        assert_eq!(executed(q.decide(t0, |_, _| true)), vec![1, 2], "preferred size 2 reached");
+        assert_eq!(
+            executed(q.decide(t0, |_, _| true)),
+            vec![1, 2],
+            "preferred size 2 reached"
+        );
         q.push(0, pending(3, 1, t0)).unwrap();
         let later = t0 + Duration::from_millis(2);
-        assert_eq!(executed(q.decide(later, |_, _| true)), vec![3], "delay over");
+        assert_eq!(
+            executed(q.decide(later, |_, _| true)),
+            vec![3],
+            "delay over"
+        );
     }
 
     #[test]
@@ -318,11 +346,33 @@ mod tests {
         p.levels[0].max_queue_size = 1;
         p.levels[1].on_timeout = OnTimeout::Delay;
         let mut q = BatchQueue::new(p);
-        q.push(0, Pending { item: 1, rows: 1, enqueued: now, deadline: Some(now) }).unwrap();
+        q.push(
+            0,
+            Pending {
+                item: 1,
+                rows: 1,
+                enqueued: now,
+                deadline: Some(now),
+            },
+        )
+        .unwrap();
         assert!(q.push(0, pending(2, 1, now)).is_err());
-        q.push(1, Pending { item: 3, rows: 1, enqueued: now, deadline: Some(now) }).unwrap();
+        q.push(
+            1,
+            Pending {
+                item: 3,
+                rows: 1,
+                enqueued: now,
+                deadline: Some(now),
+            },
+        )
+        .unwrap();
         q.push(1, pending(4, 1, now)).unwrap();
         assert_eq!(q.expire(now), vec![1]);
-        assert_eq!(executed(q.decide(now, |_, _| true)), vec![4, 3], "delayed one goes last");
+        assert_eq!(
+            executed(q.decide(now, |_, _| true)),
+            vec![4, 3],
+            "delayed one goes last"
+        );
     }
 }
