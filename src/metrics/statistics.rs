@@ -79,7 +79,7 @@ pub fn collect(table: &ModelTable, name: &str, version: &str) -> InferResult<Vec
 }
 
 fn duration_json(d: &Option<StatisticDuration>) -> Value {
-    let d = d.clone().unwrap_or_default();
+    let d = d.unwrap_or_default();
     json!({"count": d.count, "ns": d.ns})
 }
 
@@ -88,7 +88,7 @@ pub fn to_json(stats: &[ModelStatistics]) -> Value {
     let models: Vec<Value> = stats
         .iter()
         .map(|m| {
-            let i = m.inference_stats.clone().unwrap_or_default();
+            let i = m.inference_stats.unwrap_or_default();
             json!({
                 "name": m.name,
                 "version": m.version,

@@ -140,10 +140,7 @@ fn parse_reply(buf: &[u8]) -> HttpReply {
 
 fn dechunk(mut data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(eol) = data.windows(2).position(|w| w == b"\r\n") else {
-            break;
-        };
+    while let Some(eol) = data.windows(2).position(|w| w == b"\r\n") {
         let size =
             usize::from_str_radix(std::str::from_utf8(&data[..eol]).unwrap_or("0").trim(), 16)
                 .unwrap_or(0);
