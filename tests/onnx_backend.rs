@@ -391,6 +391,23 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
         );
     }
     assert_eq!(get(addr, "/v2/models/good/ready").status, 200);
+    // A client asking the broken model learns why it is not there.
+    let reply = post_json(
+        addr,
+        "/v2/models/unknown_input/infer",
+        &simple_onnx_request(&[((0..16).collect(), vec![1; 16])]),
+    );
+    assert_eq!(reply.status, 503);
+    assert!(
+        reply.error().contains("Request for unknown model"),
+        "{}",
+        reply.error()
+    );
+    assert!(
+        reply.error().contains("'INPUT9' is not an input"),
+        "{}",
+        reply.error()
+    );
     let reply = infer_ok(
         addr,
         "good",

@@ -103,9 +103,20 @@ impl ModelTable {
                 .find(|v| v.state == ModelState::Ready)
                 .and_then(|v| v.loaded.as_ref())
                 .ok_or_else(|| {
-                    InferError::unavailable(format!(
-                        "Request for unknown model: '{name}' has no available versions"
-                    ))
+                    let why = entry.failure.as_deref().or_else(|| {
+                        entry.versions.values().rev().find_map(|v| match &v.state {
+                            ModelState::Unavailable { reason } => Some(reason.as_str()),
+                            _ => None,
+                        })
+                    });
+                    InferError::unavailable(match why {
+                        Some(why) => format!(
+                            "Request for unknown model: '{name}' has no available versions ({why})"
+                        ),
+                        None => {
+                            format!("Request for unknown model: '{name}' has no available versions")
+                        }
+                    })
                 });
         }
         let not_found = || {
@@ -117,6 +128,9 @@ impl ModelTable {
         let entry = entry.versions.get(&v).ok_or_else(not_found)?;
         match (&entry.state, &entry.loaded) {
             (ModelState::Ready, Some(loaded)) => Ok(loaded),
+            (ModelState::Unavailable { reason }, _) => Err(InferError::unavailable(format!(
+                "Request for unknown model: '{name}' version {version} is not at ready state ({reason})"
+            ))),
             _ => Err(InferError::unavailable(format!(
                 "Request for unknown model: '{name}' version {version} is not at ready state"
             ))),

@@ -212,6 +212,9 @@ fn load_version(
         backend
             .auto_complete(&mut config, &files)
             .context("auto-complete")?;
+        // Auto-complete may add scheduling (ONNX adds a dynamic batcher):
+        // what it adds must be supported too.
+        config::check_supported(&config)?;
     }
     config::validate(&config)?;
     let io = IoSpec::from_config(&config, &dir.path)?;
