@@ -245,3 +245,81 @@ async fn infer_errors_have_grpc_codes_and_server_stays_healthy() {
     assert_eq!(decode_i32(&ok.raw_output_contents[0])[0], 2);
     server.shutdown().unwrap();
 }
+
+/// A message that is not a valid `ModelInferRequest` on the wire: field 5
+/// (`inputs`, a message) carrying bytes that do not decode as one.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Garbage {
+    #[prost(bytes = "vec", tag = "5")]
+    inputs: Vec<u8>,
+}
+
+#[tokio::test]
+async fn an_undecodable_message_is_an_error_and_the_server_stays_healthy() {
+    let server = start_server(1);
+    let channel = Channel::from_shared(format!("http://{}", server.grpc_addr()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut raw = tonic::client::Grpc::new(channel.clone());
+    raw.ready().await.unwrap();
+    let garbage = Garbage {
+        inputs: vec![0xff, 0xff, 0xff, 0xff],
+    };
+    let e = raw
+        .unary::<_, shardserve::proto::inference::ModelInferResponse, _>(
+            tonic::Request::new(garbage),
+            http::uri::PathAndQuery::from_static("/inference.GRPCInferenceService/ModelInfer"),
+            tonic_prost::ProstCodec::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e.code(), Code::Internal | Code::InvalidArgument),
+        "{e:?}"
+    );
+    assert!(!e.message().is_empty());
+
+    raw.ready().await.unwrap();
+    let e = raw
+        .unary::<_, shardserve::proto::inference::ServerLiveResponse, _>(
+            tonic::Request::new(ServerLiveRequest {}),
+            http::uri::PathAndQuery::from_static("/inference.GRPCInferenceService/NoSuchRpc"),
+            tonic_prost::ProstCodec::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unimplemented);
+
+    let mut c = GrpcInferenceServiceClient::new(channel);
+    assert!(
+        c.server_live(ServerLiveRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .live
+    );
+    assert!(
+        c.server_ready(ServerReadyRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .ready
+    );
+    let unknown = c
+        .model_ready(ModelReadyRequest {
+            name: "nope".into(),
+            version: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        !unknown.ready,
+        "ModelReady for an unknown model is ready=false, not an error"
+    );
+    let ok = c.model_infer(simple_request(3)).await.unwrap().into_inner();
+    assert_eq!(decode_i32(&ok.raw_output_contents[0])[0], 3);
+    server.shutdown().unwrap();
+}
