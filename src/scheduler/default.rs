@@ -225,7 +225,7 @@ impl InstanceSlot {
         });
         match until {
             Some(t) => {
-                let sleep = monoio::time::sleep(t.saturating_duration_since(Instant::now()));
+                let sleep = shard::sleep_until(t);
                 monoio::select! {
                     _ = arrival => {}
                     _ = sleep => {}

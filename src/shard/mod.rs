@@ -7,6 +7,7 @@ mod context;
 mod latch;
 mod message;
 pub mod ring;
+mod timer;
 
 pub use context::{
     reply, with_current, ConnectionGauge, Dispatch, InFlight, Shard, ShardControl, Target,
@@ -14,3 +15,4 @@ pub use context::{
 pub use latch::{yield_now, Latch};
 pub use message::ShardMsg;
 pub use ring::ShardId;
+pub use timer::sleep_until;
