@@ -5,7 +5,7 @@ use std::{net::IpAddr, path::PathBuf, process::ExitCode, time::Duration};
 use clap::{Parser, Subcommand, ValueEnum};
 use shardserve::{
     server::{self, ModelControlMode, ServerOptions},
-    tuning::{MachineTopology, ShardPlan, TuningProfile},
+    tuning::{IoDriver, MachineTopology, ShardPlan, TuningProfile},
 };
 use tracing_subscriber::EnvFilter;
 
@@ -72,6 +72,10 @@ struct Cli {
     /// Capacity of each cross-shard ring, in messages (default: the profile's, else 1024).
     #[arg(long)]
     ring_capacity: Option<usize>,
+    /// Shard I/O driver: auto (io_uring, epoll where refused), io-uring, epoll
+    /// (default: the profile's, else auto).
+    #[arg(long)]
+    io_driver: Option<IoDriver>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -146,6 +150,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         http_max_input_size: cli.http_max_input_size,
         ring_capacity: cli.ring_capacity.or(profile.rings.capacity).unwrap_or(1024),
         intra_op_threads: profile.onnxruntime.intra_op_threads.unwrap_or(1),
+        io_driver: cli.io_driver.or(profile.runtime.driver).unwrap_or_default(),
         tuning: profile,
         ..ServerOptions::new(cli.model_repository)
     };

@@ -1,6 +1,6 @@
 use std::{net::IpAddr, path::PathBuf, time::Duration};
 
-use crate::tuning::TuningProfile;
+use crate::tuning::{IoDriver, TuningProfile};
 
 /// How the repository's models are chosen for loading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +37,8 @@ pub struct ServerOptions {
     /// Largest gRPC message accepted or sent.
     pub grpc_max_message_size: usize,
     pub intra_op_threads: usize,
+    /// The shards' I/O driver.
+    pub io_driver: IoDriver,
     /// Placement and defaults; its ring capacity and ONNX Runtime threads
     /// apply where the command line did not set them.
     pub tuning: TuningProfile,
@@ -63,6 +65,7 @@ impl ServerOptions {
             http_max_input_size: 64 * 1024 * 1024,
             grpc_max_message_size: i32::MAX as usize,
             intra_op_threads: 1,
+            io_driver: IoDriver::Auto,
             tuning: TuningProfile::default(),
         }
     }

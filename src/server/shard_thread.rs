@@ -11,13 +11,15 @@ use std::{
 use futures::channel::mpsc::UnboundedReceiver;
 use monoio::{
     net::{ListenerOpts, TcpListener},
-    FusionDriver, FusionRuntime, RuntimeBuilder,
+    time::TimeDriver,
+    FusionDriver, FusionRuntime, IoUringDriver, LegacyDriver, RuntimeBuilder,
 };
 
 use super::{state, Addresses, ServerState};
 use crate::{
     protocol,
     shard::{ring::ShardLinks, Shard, ShardControl, ShardId, ShardMsg},
+    tuning::IoDriver,
 };
 
 pub struct ShardBoot {
@@ -43,20 +45,18 @@ pub fn run(boot: ShardBoot) {
             );
         }
     }
-    let runtime = RuntimeBuilder::<FusionDriver>::new().enable_timer().build();
-    let mut runtime = match runtime {
+    let asked = boot.state.options.io_driver;
+    let mut runtime = match build_runtime(asked) {
         Ok(rt) => rt,
         Err(e) => {
-            let _ = boot.ready.send(Err(format!(
-                "shard {}: cannot start its runtime: {e}",
-                boot.id
-            )));
+            let _ = boot.ready.send(Err(format!("shard {}: {e}", boot.id)));
             return;
         }
     };
-    let driver = match &runtime {
-        FusionRuntime::Uring(_) => "io_uring",
-        FusionRuntime::Legacy(_) => "epoll (io_uring unavailable here)",
+    let driver = match (&runtime, asked) {
+        (FusionRuntime::Uring(_), _) => "io_uring",
+        (FusionRuntime::Legacy(_), IoDriver::Epoll) => "epoll (as configured)",
+        (FusionRuntime::Legacy(_), _) => "epoll (io_uring unavailable here)",
     };
     if boot.id == 0 {
         tracing::info!(driver, "shard runtime driver");
@@ -65,6 +65,23 @@ pub fn run(boot: ShardBoot) {
     }
     runtime.block_on(shard_main(boot));
     Shard::clear_current();
+}
+
+type ShardRuntime = FusionRuntime<TimeDriver<IoUringDriver>, TimeDriver<LegacyDriver>>;
+
+fn build_runtime(driver: IoDriver) -> Result<ShardRuntime, String> {
+    let built = match driver {
+        IoDriver::Auto => RuntimeBuilder::<FusionDriver>::new().enable_timer().build(),
+        IoDriver::IoUring => RuntimeBuilder::<IoUringDriver>::new()
+            .enable_timer()
+            .build()
+            .map(Into::into),
+        IoDriver::Epoll => RuntimeBuilder::<LegacyDriver>::new()
+            .enable_timer()
+            .build()
+            .map(Into::into),
+    };
+    built.map_err(|e| format!("cannot start its {driver:?} runtime: {e}"))
 }
 
 fn bind(addr: Option<SocketAddr>) -> std::io::Result<Option<TcpListener>> {

@@ -6,6 +6,14 @@
 //! the microsecond, so the last stretch is waited by yielding: the shard
 //! keeps running its other tasks and polling I/O in between, and only a
 //! shard with a request waiting on such a deadline spends that time awake.
+//!
+//! Known trade-off: while a task yields, monoio never parks, and on the
+//! io_uring driver only a park re-arms the readiness poller and drains
+//! cross-thread wake-ups. Requests arriving from other shards (or a second
+//! readiness burst on this shard's connections) during that last
+//! millisecond are therefore seen right after the deadline, in the next
+//! batch, instead of joining the current one. The epoll driver polls
+//! everything on every round.
 
 use std::time::{Duration, Instant};
 

@@ -6,5 +6,5 @@ mod profile;
 mod topology;
 
 pub use plan::ShardPlan;
-pub use profile::TuningProfile;
+pub use profile::{IoDriver, TuningProfile};
 pub use topology::{MachineTopology, NumaNode, PciDevice};

@@ -19,6 +19,41 @@ pub struct TuningProfile {
     pub rings: RingsSection,
     #[serde(default)]
     pub onnxruntime: OnnxRuntimeSection,
+    #[serde(default)]
+    pub runtime: RuntimeSection,
+}
+
+/// Which I/O driver the shards' monoio runtimes use.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum IoDriver {
+    /// io_uring where the kernel allows it, else epoll.
+    #[default]
+    Auto,
+    /// io_uring or fail to start.
+    IoUring,
+    /// epoll (also where io_uring would work).
+    Epoll,
+}
+
+impl std::str::FromStr for IoDriver {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "io-uring" | "io_uring" | "iouring" => Ok(Self::IoUring),
+            "epoll" => Ok(Self::Epoll),
+            other => Err(format!(
+                "unknown I/O driver '{other}': use auto, io-uring or epoll"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeSection {
+    pub driver: Option<IoDriver>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -95,7 +130,7 @@ mod tests {
     #[test]
     fn parses_every_section() {
         let p = TuningProfile::parse(
-            "name = \"x\"\n[shards]\ncpus = [0, 1]\naccept = [0]\ncompute = [1]\n[rings]\ncapacity = 256\n[onnxruntime]\nintra_op_threads = 2\n",
+            "name = \"x\"\n[shards]\ncpus = [0, 1]\naccept = [0]\ncompute = [1]\n[rings]\ncapacity = 256\n[onnxruntime]\nintra_op_threads = 2\n[runtime]\ndriver = \"epoll\"\n",
             Path::new("x.toml"),
         )
         .unwrap();
@@ -103,6 +138,7 @@ mod tests {
         assert_eq!(p.shards.compute, Some(vec![1]));
         assert_eq!(p.rings.capacity, Some(256));
         assert_eq!(p.onnxruntime.intra_op_threads, Some(2));
+        assert_eq!(p.runtime.driver, Some(IoDriver::Epoll));
     }
 
     #[test]
