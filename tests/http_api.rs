@@ -437,3 +437,22 @@ fn a_port_in_use_is_a_start_up_error() {
     };
     assert!(err.contains("port"), "{err}");
 }
+
+#[test]
+fn every_io_driver_serves_across_shards() {
+    use shardserve::{server::ServerOptions, tuning::IoDriver};
+    for driver in [IoDriver::Epoll, IoDriver::Auto] {
+        let mut opts = ServerOptions::for_tests(repo_path("models"));
+        opts.cores = Some(2);
+        opts.io_driver = driver;
+        let server = start_with(opts);
+        let addr = server.http_addr();
+        // Several connections so the kernel spreads them over both shards.
+        for b in 0..6 {
+            let r = post_json(addr, "/v2/models/simple/infer", &simple_json_request(b));
+            assert_eq!(r.status, 200, "{driver:?}: {}", String::from_utf8_lossy(&r.body));
+            assert_eq!(r.json()["outputs"][0]["data"][1], json!(1 + b), "{driver:?}");
+        }
+        server.shutdown().unwrap();
+    }
+}
