@@ -29,7 +29,7 @@ struct Cli {
     #[arg(long = "model-repository", alias = "model-store")]
     model_repository: Vec<PathBuf>,
     /// Tuning profile: a name in tuning/ (e.g. `split-2core`) or a TOML file path.
-    #[arg(long)]
+    #[arg(long, global = true)]
     tuning_profile: Option<String>,
     /// Address to bind every listener to.
     #[arg(long, default_value = "0.0.0.0")]
@@ -47,10 +47,10 @@ struct Cli {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     allow_metrics: bool,
     /// Number of shards (one pinned thread each) on the first N usable CPUs; default: all.
-    #[arg(long)]
+    #[arg(long, global = true)]
     cores: Option<usize>,
     /// Do not pin shard threads to cores.
-    #[arg(long)]
+    #[arg(long, global = true)]
     no_pin: bool,
     /// Require complete model configurations (no auto-complete from model files).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]

@@ -450,8 +450,17 @@ fn every_io_driver_serves_across_shards() {
         // Several connections so the kernel spreads them over both shards.
         for b in 0..6 {
             let r = post_json(addr, "/v2/models/simple/infer", &simple_json_request(b));
-            assert_eq!(r.status, 200, "{driver:?}: {}", String::from_utf8_lossy(&r.body));
-            assert_eq!(r.json()["outputs"][0]["data"][1], json!(1 + b), "{driver:?}");
+            assert_eq!(
+                r.status,
+                200,
+                "{driver:?}: {}",
+                String::from_utf8_lossy(&r.body)
+            );
+            assert_eq!(
+                r.json()["outputs"][0]["data"][1],
+                json!(1 + b),
+                "{driver:?}"
+            );
         }
         server.shutdown().unwrap();
     }

@@ -16,6 +16,8 @@ use crate::proto::inference::{
 /// wrong):
 ///
 /// - `sequence_batching` (stateful models, sequence control inputs);
+/// - `dynamic_batching { preserve_ordering: true }` with more than one
+///   instance (one instance answers in order by construction);
 /// - `platform: "ensemble"` and `ensemble_scheduling`;
 /// - `model_transaction_policy { decoupled: true }` (decoupled models);
 /// - `instance_group` of `kind: KIND_GPU`, or `KIND_AUTO` listing `gpus`
@@ -82,6 +84,18 @@ impl fmt::Display for Unsupported {
 
 const NO_GPU: &str = "no GPU backend yet: use KIND_CPU or KIND_AUTO";
 
+/// Instances over all groups (a group's count of 0 means 1, as in Triton).
+fn instances(config: &ModelConfig) -> i64 {
+    if config.instance_group.is_empty() {
+        return 1;
+    }
+    config
+        .instance_group
+        .iter()
+        .map(|g| i64::from(g.count.max(1)))
+        .sum()
+}
+
 /// Every refused feature the configuration uses (see [`check_supported`]).
 pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
     let mut refused = Vec::new();
@@ -96,6 +110,16 @@ pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
         ),
         Some(SchedulingChoice::EnsembleScheduling(_)) => {
             refuse("ensemble_scheduling".into(), Some("ensemble models"))
+        }
+        Some(SchedulingChoice::DynamicBatching(db))
+            if db.preserve_ordering && instances(config) > 1 =>
+        {
+            // One instance answers in queue order by construction; across
+            // instances no reorder stage exists yet.
+            refuse(
+                "dynamic_batching preserve_ordering: true with more than one instance".into(),
+                Some("use one instance, or leave preserve_ordering out"),
+            )
         }
         Some(SchedulingChoice::DynamicBatching(_)) | None => {
             if config.platform == "ensemble" {
@@ -394,5 +418,15 @@ mod tests {
             unsupported_features(&config("sequence_batching { } model_warmup [ { } ]")).len(),
             2
         );
+    }
+
+    #[test]
+    fn preserve_ordering_is_refused_only_across_instances() {
+        let one = config("dynamic_batching { preserve_ordering: true }");
+        assert!(check_supported(&one).is_ok());
+        let e = refusal(
+            "dynamic_batching { preserve_ordering: true }\ninstance_group [ { count: 2 kind: KIND_CPU } ]",
+        );
+        assert!(e.contains("preserve_ordering"), "{e}");
     }
 }
