@@ -110,7 +110,7 @@ fn apply_input_reshapes(io: &IoSpec, req: &mut InferRequest) {
         let Some(target) = io.input(&t.name).and_then(|s| s.reshape.as_ref()) else {
             continue;
         };
-        let batch = io.batching().then(|| t.shape[0]);
+        let batch = io.batching().then(|| t.shape.first().copied()).flatten();
         let items = element_count(&t.shape).unwrap_or(0) / batch.map_or(1, |b| b.max(1) as usize);
         t.shape = batch
             .into_iter()
