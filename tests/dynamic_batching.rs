@@ -66,7 +66,10 @@ mod tempdir {
 fn concurrent_requests_are_merged_and_answered_individually() {
     let server = start_server(2);
     let addr = server.http_addr();
-    let clients = 8;
+    // 16 connections: SO_REUSEPORT spreads them over both shards (all on
+    // one shard has probability 2^-15), so some requests must cross the
+    // ring to the shard that owns the one instance and join its batches.
+    let clients = 16;
     let barrier = Arc::new(Barrier::new(clients));
     let handles: Vec<_> = (0..clients)
         .map(|c| {
@@ -120,6 +123,16 @@ fn concurrent_requests_are_merged_and_answered_individually() {
         "batch_stats account for every row"
     );
     assert_eq!(s["inference_stats"]["success"]["count"], clients as u64);
+    let metrics = String::from_utf8(get(server.metrics_addr(), "/metrics").body).unwrap();
+    let forwarded: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("shardserve_forwarded_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(
+        forwarded > 0 && forwarded < clients as u64,
+        "some requests crossed shards to the instance: {forwarded}"
+    );
     server.shutdown().unwrap();
 }
 

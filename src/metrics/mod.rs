@@ -18,6 +18,9 @@ pub struct ShardGauges {
     in_flight: AtomicU64,
     queue_depth: AtomicU64,
     ring_occupancy: Box<[AtomicU64]>,
+    /// Requests this shard received and handed to an instance on another
+    /// shard, per destination (a counter; only this shard writes it).
+    forwarded: Box<[AtomicU64]>,
 }
 
 impl ShardGauges {
@@ -27,6 +30,7 @@ impl ShardGauges {
             in_flight: AtomicU64::new(0),
             queue_depth: AtomicU64::new(0),
             ring_occupancy: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+            forwarded: (0..shards).map(|_| AtomicU64::new(0)).collect(),
         }
     }
     pub fn connections(&self) -> u64 {
@@ -52,6 +56,14 @@ impl ShardGauges {
     }
     pub fn add_queue_depth(&self, delta: i64) {
         add(&self.queue_depth, delta);
+    }
+    pub fn forwarded(&self) -> Vec<u64> {
+        self.forwarded.iter().map(|a| a.load(Relaxed)).collect()
+    }
+    pub fn count_forwarded(&self, to: usize) {
+        if let Some(a) = self.forwarded.get(to) {
+            a.fetch_add(1, Relaxed);
+        }
     }
     pub fn set_ring_occupancy(&self, to: usize, n: usize) {
         if let Some(a) = self.ring_occupancy.get(to) {

@@ -171,5 +171,21 @@ pub fn render(table: &ModelTable, shards: &[ShardGauges]) -> String {
             }
         }
     }
+    f.header(
+        "shardserve_forwarded_requests_total",
+        "counter",
+        "Requests received by one shard and executed by an instance on another",
+    );
+    for (from, g) in shards.iter().enumerate() {
+        for (to, n) in g.forwarded().iter().enumerate() {
+            if from != to {
+                f.sample(
+                    "shardserve_forwarded_requests_total",
+                    &format!("from=\"{from}\",to=\"{to}\""),
+                    n,
+                );
+            }
+        }
+    }
     out
 }

@@ -181,6 +181,7 @@ impl Shard {
             Ok(()) => {
                 if let Some(g) = self.gauges.get(self.id) {
                     g.set_ring_occupancy(target.shard, outbox.occupancy(target.shard));
+                    g.count_forwarded(target.shard);
                 }
                 Dispatch::Queued
             }
