@@ -20,3 +20,21 @@ pub use json::{model_config_from_json, model_config_to_json};
 pub use supported::{check_supported, unsupported_features, Unsupported};
 pub use text_format::{model_config_to_text, parse_model_config, ConfigSyntaxError};
 pub use validate::validate;
+
+/// A small valid configuration with `extra` appended, for the tests of
+/// validation and of the refused-features list.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use crate::proto::inference::ModelConfig;
+
+    const BASE: &str = r#"
+        name: "m"
+        max_batch_size: 8
+        input [ { name: "IN" data_type: TYPE_FP32 dims: [ 16 ] } ]
+        output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
+    "#;
+
+    pub fn config(extra: &str) -> ModelConfig {
+        super::parse_model_config(&format!("{BASE}\n{extra}")).unwrap()
+    }
+}

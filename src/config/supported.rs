@@ -254,18 +254,7 @@ pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse_model_config;
-
-    const BASE: &str = r#"
-        name: "m"
-        max_batch_size: 8
-        input [ { name: "IN" data_type: TYPE_FP32 dims: [ 16 ] } ]
-        output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
-    "#;
-
-    fn config(extra: &str) -> ModelConfig {
-        parse_model_config(&format!("{BASE}\n{extra}")).unwrap()
-    }
+    use crate::config::{parse_model_config, test_support::config};
 
     fn refusal(extra: &str) -> String {
         format!("{:#}", check_supported(&config(extra)).unwrap_err())

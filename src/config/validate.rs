@@ -338,18 +338,7 @@ fn check_instance_groups(config: &ModelConfig) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse_model_config;
-
-    const BASE: &str = r#"
-        name: "m"
-        max_batch_size: 8
-        input [ { name: "IN" data_type: TYPE_FP32 dims: [ 16 ] } ]
-        output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
-    "#;
-
-    fn config(extra: &str) -> ModelConfig {
-        parse_model_config(&format!("{BASE}\n{extra}")).unwrap()
-    }
+    use crate::config::{parse_model_config, test_support::config};
 
     fn err(config: &ModelConfig) -> String {
         format!("{:#}", validate(config).unwrap_err())
