@@ -10,12 +10,14 @@
 //! (`crate::proto::DESCRIPTOR_SET`), so field names, enum names and the JSON
 //! mapping always match `proto/model_config.proto`.
 
+mod defaults;
 mod descriptor;
 mod json;
 mod supported;
 mod text_format;
 mod validate;
 
+pub use defaults::fill_defaults;
 pub use json::{model_config_from_json, model_config_to_json};
 pub use supported::{check_supported, unsupported_features, Unsupported};
 pub use text_format::{model_config_to_text, parse_model_config, ConfigSyntaxError};

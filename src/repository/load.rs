@@ -217,6 +217,7 @@ fn load_version(
         config::check_supported(&config)?;
     }
     config::validate(&config)?;
+    config::fill_defaults(&mut config);
     let io = IoSpec::from_config(&config, &dir.path)?;
     let platform = if config.platform.is_empty() {
         config.backend.clone()
