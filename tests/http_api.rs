@@ -66,7 +66,10 @@ fn model_metadata_ready_and_config() {
     assert_eq!(config["input"][0]["data_type"], "TYPE_INT32");
     assert_eq!(config["input"][0]["dims"], json!([16]));
     // Triton's defaults are written into the served configuration.
-    assert_eq!(config["version_policy"], json!({"latest": {"num_versions": 1}}));
+    assert_eq!(
+        config["version_policy"],
+        json!({"latest": {"num_versions": 1}})
+    );
     assert_eq!(config["instance_group"][0]["name"], "simple_0");
     assert_eq!(config["instance_group"][0]["kind"], "KIND_CPU");
     assert_eq!(config["instance_group"][0]["count"], 1);

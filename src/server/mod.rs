@@ -106,10 +106,16 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
     let plan = ShardPlan::build(&options.tuning, options.cores, options.pin_threads, &usable)?;
     let shard_count = plan.shard_count();
     tracing::info!("placement:\n{plan}");
-    let reserve = |what, enabled: bool, port: u16| -> anyhow::Result<Option<SocketAddr>> {
-        enabled
-            .then(|| ports::reserve(what, SocketAddr::new(options.host, port)))
-            .transpose()
+    // Held until every shard has bound its listeners (see `ports`).
+    let mut reservations = Vec::new();
+    let mut reserve = |what, enabled: bool, port: u16| -> anyhow::Result<Option<SocketAddr>> {
+        if !enabled {
+            return Ok(None);
+        }
+        let reserved = ports::reserve(what, SocketAddr::new(options.host, port))?;
+        let addr = reserved.addr;
+        reservations.push(reserved);
+        Ok(Some(addr))
     };
     let addresses = Addresses {
         http: reserve("HTTP", options.allow_http, options.http_port)?,
@@ -152,6 +158,7 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
             Err(_) => failure = Some("a shard thread exited during start-up".to_string()),
         }
     }
+    drop(reservations);
     let mut handle = ServerHandle {
         addresses,
         state,

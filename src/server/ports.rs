@@ -1,14 +1,30 @@
 //! Port reservation before shards bind. Shards bind with SO_REUSEPORT so
 //! the kernel spreads connections over them, but that would also let a
-//! second server bind the same port silently: probe first without it.
+//! second server bind the same port silently: a fixed port is probed first
+//! without SO_REUSEPORT, so a port in use is a start-up error.
+//!
+//! Port 0 (tests, tools) is resolved by binding a placeholder socket with
+//! SO_REUSEPORT and holding it until every shard has bound the same port:
+//! releasing a probe first would leave a window in which another server
+//! starting in parallel could be given the same port, and the two would
+//! then share it. The placeholder never listens, so the kernel routes no
+//! connection to it.
 
 use std::net::{SocketAddr, TcpListener};
 
 use anyhow::Context;
+use socket2::{Domain, Protocol, Socket, Type};
 
-/// Checks that `addr` is free (a port already in use is a start-up error)
-/// and resolves port 0 to a concrete free port all shards then share.
-pub fn reserve(what: &str, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+/// A reserved address; keep it alive until the shards' listeners exist.
+pub struct Reserved {
+    pub addr: SocketAddr,
+    _placeholder: Option<Socket>,
+}
+
+pub fn reserve(what: &str, addr: SocketAddr) -> anyhow::Result<Reserved> {
+    if addr.port() == 0 {
+        return hold_ephemeral(what, addr);
+    }
     let probe = TcpListener::bind(addr).with_context(|| {
         format!("cannot bind the {what} port {addr}: is another server using it?")
     })?;
@@ -16,5 +32,48 @@ pub fn reserve(what: &str, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
         .local_addr()
         .with_context(|| format!("cannot read the {what} address"))?;
     drop(probe);
-    Ok(bound)
+    Ok(Reserved {
+        addr: bound,
+        _placeholder: None,
+    })
+}
+
+fn hold_ephemeral(what: &str, addr: SocketAddr) -> anyhow::Result<Reserved> {
+    let context = || format!("cannot reserve an ephemeral {what} port on {}", addr.ip());
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+        .with_context(context)?;
+    socket.set_reuse_port(true).with_context(context)?;
+    socket.bind(&addr.into()).with_context(context)?;
+    let bound = socket
+        .local_addr()
+        .with_context(context)?
+        .as_socket()
+        .with_context(context)?;
+    Ok(Reserved {
+        addr: bound,
+        _placeholder: Some(socket),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ephemeral_port_stays_taken_while_reserved() {
+        let r = reserve("test", "127.0.0.1:0".parse().unwrap()).unwrap();
+        assert_ne!(r.addr.port(), 0);
+        // A plain bind (no SO_REUSEPORT) of the same port fails meanwhile.
+        assert!(TcpListener::bind(r.addr).is_err());
+    }
+
+    #[test]
+    fn a_fixed_port_in_use_is_refused() {
+        let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+        let e = reserve("HTTP", taken.local_addr().unwrap()).err().unwrap();
+        assert!(
+            format!("{e:#}").contains("is another server using it"),
+            "{e:#}"
+        );
+    }
 }
