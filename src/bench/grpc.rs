@@ -13,7 +13,7 @@ use prost::Message;
 
 use super::{
     request::Prepared,
-    wire::{BenchBody, H2},
+    wire::{BenchBody, RawH2, H2},
 };
 use crate::proto::inference::ModelStreamInferResponse;
 
@@ -127,6 +127,55 @@ pub async fn unary_response(
         }
     }
     let mut buf = BytesMut::from(collected.to_bytes().as_ref());
+    take_message(&mut buf)?.ok_or_else(|| "gRPC response without a message".to_string())
+}
+
+/// One unary call over a ready `h2` sender: HEADERS + one DATA frame, then
+/// the response's DATA and trailers; returns the message (unframed).
+pub async fn raw_unary(
+    sender: &mut RawH2,
+    prepared: &Prepared,
+    body: Bytes,
+) -> Result<Bytes, String> {
+    let mut req = http::Request::new(());
+    *req.method_mut() = prepared.method.clone();
+    *req.uri_mut() = prepared.uri.clone();
+    *req.headers_mut() = prepared.headers.clone();
+    let (response, mut send) = sender
+        .send_request(req, false)
+        .map_err(|e| format!("gRPC request failed: {e}"))?;
+    send.send_data(body, true)
+        .map_err(|e| format!("gRPC request failed: {e}"))?;
+    let resp = response
+        .await
+        .map_err(|e| format!("gRPC request failed: {e}"))?;
+    if resp.status() != http::StatusCode::OK {
+        return Err(format!(
+            "gRPC request failed: HTTP status {}",
+            resp.status()
+        ));
+    }
+    if let Some((code, msg)) = status_of(resp.headers()) {
+        if code != 0 {
+            return Err(status_error(code, &msg));
+        }
+    }
+    let mut recv = resp.into_body();
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = recv.data().await {
+        let chunk = chunk.map_err(|e| format!("gRPC response failed: {e}"))?;
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        buf.extend_from_slice(&chunk);
+    }
+    let trailers = recv
+        .trailers()
+        .await
+        .map_err(|e| format!("gRPC response failed: {e}"))?;
+    if let Some((code, msg)) = trailers.as_ref().and_then(status_of) {
+        if code != 0 {
+            return Err(status_error(code, &msg));
+        }
+    }
     take_message(&mut buf)?.ok_or_else(|| "gRPC response without a message".to_string())
 }
 

@@ -109,11 +109,10 @@ pub fn spawn(spec: WorkerSpec) -> std::io::Result<JoinHandle<()>> {
 
 async fn run(spec: WorkerSpec) {
     let spec = Rc::new(spec);
-    let pool = Rc::new(Pool::new(
-        &spec.target,
-        spec.prepared.wire,
-        spec.connections,
-    ));
+    let pool = Rc::new(
+        Pool::new(&spec.target, spec.prepared.wire, spec.connections)
+            .with_direct_h2(matches!(spec.load, Load::Concurrency(_))),
+    );
     if let Err(e) = pool.warm().await {
         spec.recorder.record(Err(format!("{e:#}")));
     }

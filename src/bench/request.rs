@@ -110,6 +110,9 @@ pub async fn send(pool: &Pool, prepared: &Prepared, i: usize) -> Result<(), Stri
                 .await
                 .map(drop)
         }
+        Lane::Raw(sender) => grpc::raw_unary(sender, prepared, prepared.body(i))
+            .await
+            .map(drop),
         Lane::Stream(stream) => stream.call(prepared.body(i)).await,
     };
     pool.release(lane);

@@ -59,6 +59,10 @@ impl Body for BenchBody {
 
 pub type H1 = http1::SendRequest<BenchBody>;
 pub type H2 = http2::SendRequest<BenchBody>;
+/// Unary gRPC goes over `h2` directly: hyper's HTTP/2 client adds a
+/// dispatch task and channel hop per request, which made one generator
+/// thread slower than the server it measures.
+pub type RawH2 = h2::client::SendRequest<Bytes>;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -87,6 +91,22 @@ pub async fn connect(
         .into_poll_io()
         .map_err(|e| anyhow!("cannot connect to {addr}: {e}"))?;
     Ok(MonoioIo::new(io))
+}
+
+pub async fn connect_raw_h2(addr: SocketAddr) -> anyhow::Result<RawH2> {
+    let io = connect(addr).await?.inner();
+    let (sender, conn) = h2::client::Builder::new()
+        .initial_window_size(4 << 20)
+        .initial_connection_window_size(16 << 20)
+        .handshake::<_, Bytes>(io)
+        .await
+        .map_err(|e| anyhow!("HTTP/2 handshake with {addr} failed: {e}"))?;
+    monoio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "bench: HTTP/2 connection ended");
+        }
+    });
+    Ok(sender)
 }
 
 pub async fn connect_h1(addr: SocketAddr) -> anyhow::Result<H1> {
@@ -132,6 +152,8 @@ pub enum Wire {
 pub enum Lane {
     H1(H1),
     H2(H2),
+    /// A direct `h2` sender, already ready for one more stream.
+    Raw(RawH2),
     Stream(GrpcStream),
 }
 
@@ -146,6 +168,11 @@ pub struct Pool {
     idle_h1: RefCell<Vec<H1>>,
     idle_streams: RefCell<Vec<GrpcStream>>,
     h2: RefCell<Vec<H2>>,
+    raw: RefCell<Vec<Option<RawH2>>>,
+    /// Unary gRPC over `h2` directly (closed loop). The open loop keeps
+    /// hyper's client: with `h2` directly it stalled at constant rates on
+    /// io_uring (not understood yet; see the bench's notes).
+    direct_h2: bool,
     next: Cell<usize>,
 }
 
@@ -158,14 +185,26 @@ impl Pool {
             idle_h1: RefCell::default(),
             idle_streams: RefCell::default(),
             h2: RefCell::default(),
+            raw: RefCell::default(),
+            direct_h2: false,
             next: Cell::new(0),
         }
+    }
+
+    pub fn with_direct_h2(mut self, on: bool) -> Self {
+        self.direct_h2 = on;
+        self
     }
 
     /// Opens the HTTP/2 connections up front so the first window does not
     /// pay for handshakes.
     pub async fn warm(&self) -> anyhow::Result<()> {
-        if self.wire != Wire::Http1 {
+        if self.wire == Wire::GrpcUnary && self.direct_h2 {
+            while self.raw.borrow().len() < self.connections {
+                let c = connect_raw_h2(self.addr).await?;
+                self.raw.borrow_mut().push(Some(c));
+            }
+        } else if self.wire != Wire::Http1 {
             while self.h2.borrow().len() < self.connections {
                 let c = connect_h2(self.addr).await?;
                 self.h2.borrow_mut().push(c);
@@ -195,6 +234,30 @@ impl Pool {
         }
     }
 
+    /// A ready sender on the next connection, reconnecting a broken one.
+    async fn raw_ready(&self) -> anyhow::Result<RawH2> {
+        let i = self.next.get();
+        self.next.set(i.wrapping_add(1));
+        let slot = i % self.connections;
+        let existing = self.raw.borrow().get(slot).cloned().flatten();
+        if let Some(c) = existing {
+            if let Ok(ready) = c.ready().await {
+                return Ok(ready);
+            }
+        }
+        let c = connect_raw_h2(self.addr).await?;
+        {
+            let mut raw = self.raw.borrow_mut();
+            if raw.len() <= slot {
+                raw.resize(slot + 1, None);
+            }
+            raw[slot] = Some(c.clone());
+        }
+        c.ready()
+            .await
+            .map_err(|e| anyhow!("HTTP/2 connection to {} failed: {e}", self.addr))
+    }
+
     pub async fn acquire(&self, prepared: &Prepared) -> anyhow::Result<Lane> {
         match self.wire {
             Wire::Http1 => {
@@ -204,6 +267,7 @@ impl Pool {
                     None => Ok(Lane::H1(connect_h1(self.addr).await?)),
                 }
             }
+            Wire::GrpcUnary if self.direct_h2 => Ok(Lane::Raw(self.raw_ready().await?)),
             Wire::GrpcUnary => Ok(Lane::H2(self.h2_sender().await?)),
             Wire::GrpcStream => {
                 let idle = self.idle_streams.borrow_mut().pop();
