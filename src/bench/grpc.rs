@@ -100,32 +100,35 @@ pub fn take_message(buf: &mut BytesMut) -> Result<Option<Bytes>, String> {
     Ok(Some(buf.split_to(len).freeze()))
 }
 
+/// A unary response's head: HTTP 200, and no failed `grpc-status` when
+/// the server answered trailers-only.
+fn check_head(status: http::StatusCode, headers: &HeaderMap) -> Result<(), String> {
+    if status != http::StatusCode::OK {
+        return Err(format!("gRPC request failed: HTTP status {status}"));
+    }
+    check_status(Some(headers))
+}
+
+/// A non-zero `grpc-status` in `map` (headers or trailers) as an error.
+fn check_status(map: Option<&HeaderMap>) -> Result<(), String> {
+    match map.and_then(status_of) {
+        Some((code, msg)) if code != 0 => Err(status_error(code, &msg)),
+        _ => Ok(()),
+    }
+}
+
 /// Awaits a unary response and returns its message body (unframed).
 pub async fn unary_response(
     fut: impl Future<Output = hyper::Result<http::Response<Incoming>>>,
 ) -> Result<Bytes, String> {
     let resp = fut.await.map_err(|e| format!("gRPC request failed: {e}"))?;
-    if resp.status() != http::StatusCode::OK {
-        return Err(format!(
-            "gRPC request failed: HTTP status {}",
-            resp.status()
-        ));
-    }
-    if let Some((code, msg)) = status_of(resp.headers()) {
-        if code != 0 {
-            return Err(status_error(code, &msg));
-        }
-    }
+    check_head(resp.status(), resp.headers())?;
     let collected = resp
         .into_body()
         .collect()
         .await
         .map_err(|e| format!("gRPC response failed: {e}"))?;
-    if let Some((code, msg)) = collected.trailers().and_then(status_of) {
-        if code != 0 {
-            return Err(status_error(code, &msg));
-        }
-    }
+    check_status(collected.trailers())?;
     let mut buf = BytesMut::from(collected.to_bytes().as_ref());
     take_message(&mut buf)?.ok_or_else(|| "gRPC response without a message".to_string())
 }
@@ -149,17 +152,7 @@ pub async fn raw_unary(
     let resp = response
         .await
         .map_err(|e| format!("gRPC request failed: {e}"))?;
-    if resp.status() != http::StatusCode::OK {
-        return Err(format!(
-            "gRPC request failed: HTTP status {}",
-            resp.status()
-        ));
-    }
-    if let Some((code, msg)) = status_of(resp.headers()) {
-        if code != 0 {
-            return Err(status_error(code, &msg));
-        }
-    }
+    check_head(resp.status(), resp.headers())?;
     let mut recv = resp.into_body();
     let mut buf = BytesMut::new();
     while let Some(chunk) = recv.data().await {
@@ -171,11 +164,7 @@ pub async fn raw_unary(
         .trailers()
         .await
         .map_err(|e| format!("gRPC response failed: {e}"))?;
-    if let Some((code, msg)) = trailers.as_ref().and_then(status_of) {
-        if code != 0 {
-            return Err(status_error(code, &msg));
-        }
-    }
+    check_status(trailers.as_ref())?;
     take_message(&mut buf)?.ok_or_else(|| "gRPC response without a message".to_string())
 }
 

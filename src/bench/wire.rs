@@ -93,6 +93,18 @@ pub async fn connect(
     Ok(MonoioIo::new(io))
 }
 
+/// Runs a client connection's I/O task on this thread until it ends.
+fn drive_connection<E: std::fmt::Display>(
+    conn: impl std::future::Future<Output = Result<(), E>> + 'static,
+    what: &'static str,
+) {
+    monoio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "bench: {what} connection ended");
+        }
+    });
+}
+
 pub async fn connect_raw_h2(addr: SocketAddr) -> anyhow::Result<RawH2> {
     let io = connect(addr).await?.inner();
     let (sender, conn) = h2::client::Builder::new()
@@ -101,11 +113,7 @@ pub async fn connect_raw_h2(addr: SocketAddr) -> anyhow::Result<RawH2> {
         .handshake::<_, Bytes>(io)
         .await
         .map_err(|e| anyhow!("HTTP/2 handshake with {addr} failed: {e}"))?;
-    monoio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "bench: HTTP/2 connection ended");
-        }
-    });
+    drive_connection(conn, "HTTP/2");
     Ok(sender)
 }
 
@@ -115,11 +123,7 @@ pub async fn connect_h1(addr: SocketAddr) -> anyhow::Result<H1> {
         .handshake(io)
         .await
         .map_err(|e| anyhow!("HTTP/1.1 handshake with {addr} failed: {e}"))?;
-    monoio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "bench: HTTP/1.1 connection ended");
-        }
-    });
+    drive_connection(conn, "HTTP/1.1");
     Ok(sender)
 }
 
@@ -132,11 +136,7 @@ pub async fn connect_h2(addr: SocketAddr) -> anyhow::Result<H2> {
         .handshake(io)
         .await
         .map_err(|e| anyhow!("HTTP/2 handshake with {addr} failed: {e}"))?;
-    monoio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "bench: HTTP/2 connection ended");
-        }
-    });
+    drive_connection(conn, "HTTP/2");
     Ok(sender)
 }
 
