@@ -50,6 +50,16 @@ pub trait Backend: Send + Sync {
     /// The name used in `backend:` (or implied by `platform:`).
     fn name(&self) -> &'static str;
 
+    /// Whether its instances are cheap enough to execute on the owner
+    /// shard's own thread (microseconds, no blocking): a thread hop would
+    /// cost more than the work. Everything else runs on a compute worker,
+    /// so it never blocks a shard's network I/O. A model can override this
+    /// with the config parameter `shardserve_execution` ("inline" or
+    /// "worker").
+    fn runs_inline(&self, _config: &ModelConfig) -> bool {
+        false
+    }
+
     /// Fills in what the configuration leaves out (`max_batch_size`,
     /// `input`, `output`) from the model itself, as Triton's auto-complete
     /// does. Called only when `--strict-model-config` is off. Must leave

@@ -10,5 +10,7 @@ pub(crate) use validate::client_output_shape;
 
 pub use io_spec::{InputSpec, IoSpec, OutputSpec};
 pub use metadata::ModelMetadata;
-pub use table::{InstanceRef, ModelEntry, ModelState, ModelTable, ModelVersion, VersionEntry};
+pub use table::{
+    ExecutionPlace, InstanceInfo, ModelEntry, ModelState, ModelTable, ModelVersion, VersionEntry,
+};
 pub use validate::validate_request;

@@ -1,13 +1,10 @@
-use std::{
-    collections::BTreeMap,
-    sync::{atomic::AtomicUsize, Arc},
-};
+use std::{collections::BTreeMap, sync::Arc};
 
 use bytes::Bytes;
 
 use super::{IoSpec, ModelMetadata};
 use crate::{
-    metrics::ModelStats, proto::inference::ModelConfig, shard::ShardId, types::InferError,
+    metrics::ModelStats, proto::inference::ModelConfig, shard::Target, types::InferError,
 };
 
 /// Lifecycle state of one model version, as the repository index reports it.
@@ -38,15 +35,20 @@ impl ModelState {
     }
 }
 
-/// Where one instance lives: the shard that owns it and its key there.
+/// How an instance executes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecutionPlace {
+    /// On the owner shard's thread (light built-in backends).
+    Inline,
+    /// On its own compute worker thread.
+    Worker,
+}
+
+/// One instance of a model version, for reporting.
 #[derive(Debug, Clone)]
-pub struct InstanceRef {
-    pub shard: ShardId,
-    pub key: u64,
+pub struct InstanceInfo {
     pub name: String,
-    /// Requests queued on the instance; written only by its owner shard,
-    /// read by others to pick the least-loaded instance.
-    pub load: Arc<AtomicUsize>,
+    pub place: ExecutionPlace,
 }
 
 /// A loaded model version: immutable, shared by every shard.
@@ -60,7 +62,10 @@ pub struct ModelVersion {
     pub config_json: Bytes,
     pub io: IoSpec,
     pub metadata: ModelMetadata,
-    pub instances: Vec<InstanceRef>,
+    /// The scheduler every request of this version goes to (one queue
+    /// per model, as in Triton), on its owner shard.
+    pub scheduler: Target,
+    pub instances: Vec<InstanceInfo>,
     /// Statistics counters, one block per shard.
     pub stats: Arc<ModelStats>,
 }

@@ -11,13 +11,16 @@ use futures::channel::oneshot;
 use super::{scan::version_folders, select_versions, ModelDir};
 use crate::{
     backend::{backend_for, InstanceSpec, ModelFiles},
+    compute::WorkerPlacement,
     config,
     metrics::ModelStats,
     model::{
-        InstanceRef, IoSpec, ModelMetadata, ModelState, ModelTable, ModelVersion, VersionEntry,
+        ExecutionPlace, InstanceInfo, IoSpec, ModelMetadata, ModelState, ModelTable,
+        ModelVersion, VersionEntry,
     },
     proto::inference::ModelConfig,
-    shard::{ShardControl, ShardId},
+    scheduler::InstanceExecutor,
+    shard::{ShardControl, ShardId, Target},
 };
 
 #[derive(Debug, Clone)]
@@ -28,14 +31,19 @@ pub struct LoadOptions {
     pub intra_op_threads: usize,
 }
 
-/// Assigns instances to shards (round-robin over the compute shards) and
-/// hands out instance keys unique within the server.
+/// Chooses the owner shard of each model version's scheduler
+/// (round-robin over the compute shards), where its compute workers may
+/// run, and hands out scheduler keys unique within the server.
 #[derive(Debug)]
 pub struct Placement {
     shard_count: usize,
     compute_shards: Vec<ShardId>,
     cursor: usize,
     next_key: u64,
+    /// Per shard: the CPUs its models' compute workers may use (the
+    /// compute shards' CPUs on its NUMA node); empty = unpinned.
+    worker_cpus: Vec<Vec<usize>>,
+    worker_nice: i32,
 }
 
 impl Placement {
@@ -45,10 +53,20 @@ impl Placement {
             compute_shards,
             cursor: 0,
             next_key: 1,
+            worker_cpus: Vec::new(),
+            worker_nice: 0,
         }
     }
 
-    fn next(&mut self) -> (ShardId, u64) {
+    /// Where compute workers run: `worker_cpus[shard]` for models owned by
+    /// `shard`, at nice value `nice`.
+    pub fn with_workers(mut self, worker_cpus: Vec<Vec<usize>>, nice: i32) -> Self {
+        self.worker_cpus = worker_cpus;
+        self.worker_nice = nice;
+        self
+    }
+
+    fn next(&mut self) -> Target {
         let shard = self
             .compute_shards
             .get(self.cursor % self.compute_shards.len().max(1))
@@ -57,7 +75,36 @@ impl Placement {
         self.cursor += 1;
         let key = self.next_key;
         self.next_key += 1;
-        (shard, key)
+        Target { shard, key }
+    }
+
+    fn worker_placement(&self, owner: ShardId) -> WorkerPlacement {
+        WorkerPlacement {
+            cpus: self.worker_cpus.get(owner).cloned().unwrap_or_default(),
+            nice: self.worker_nice,
+        }
+    }
+}
+
+/// Whether a model's instances run inline on their owner shard: the
+/// backend's choice unless the config parameter `shardserve_execution`
+/// says "inline" or "worker".
+fn execution_place(config: &ModelConfig, backend_inline: bool) -> anyhow::Result<ExecutionPlace> {
+    match config
+        .parameters
+        .get("shardserve_execution")
+        .map(|p| p.string_value.as_str())
+    {
+        None => Ok(if backend_inline {
+            ExecutionPlace::Inline
+        } else {
+            ExecutionPlace::Worker
+        }),
+        Some("inline") => Ok(ExecutionPlace::Inline),
+        Some("worker") => Ok(ExecutionPlace::Worker),
+        Some(other) => bail!(
+            "parameter shardserve_execution must be \"inline\" or \"worker\", not {other:?}"
+        ),
     }
 }
 
@@ -228,6 +275,7 @@ fn load_version(
     let config_json = Bytes::from(serde_json::to_vec(&config::model_config_to_json(&config))?);
 
     let count = instance_count(&config);
+    let place = execution_place(&config, backend.runs_inline(&config))?;
     let max_batch = config.max_batch_size.max(0) as usize;
     let mut created = Vec::with_capacity(count);
     for index in 0..count {
@@ -239,17 +287,9 @@ fn load_version(
         let instance = backend
             .create_instance(&config, &files, &spec)
             .with_context(|| format!("creating instance {}", spec.name))?;
-        let (shard, key) = placement.next();
-        created.push((
-            InstanceRef {
-                shard,
-                key,
-                name: spec.name,
-                load: Default::default(),
-            },
-            instance,
-        ));
+        created.push((spec.name, instance));
     }
+    let target = placement.next();
     let model = Arc::new(ModelVersion {
         name: config.name.clone(),
         version,
@@ -258,29 +298,45 @@ fn load_version(
         config_json,
         io,
         metadata,
-        instances: created.iter().map(|(r, _)| r.clone()).collect(),
+        scheduler: target,
+        instances: created
+            .iter()
+            .map(|(name, _)| InstanceInfo {
+                name: name.clone(),
+                place,
+            })
+            .collect(),
         stats: Arc::new(ModelStats::new(placement.shard_count, max_batch)),
     });
-    let mut acks = Vec::with_capacity(created.len());
-    for (r, instance) in created {
-        let (installed, ack) = oneshot::channel();
-        send(
-            r.shard,
-            ShardControl::Install {
-                key: r.key,
-                model: model.clone(),
+    let done_bell = Arc::new(futures::task::AtomicWaker::new());
+    let mut executors = Vec::with_capacity(created.len());
+    for (name, instance) in created {
+        executors.push(match place {
+            ExecutionPlace::Inline => InstanceExecutor::Inline { name, instance },
+            ExecutionPlace::Worker => InstanceExecutor::spawn_worker(
+                name.clone(),
+                model.clone(),
                 instance,
-                installed,
-            },
-        )?;
-        acks.push(ack);
+                placement.worker_placement(target.shard),
+                done_bell.clone(),
+            )
+            .with_context(|| format!("starting the compute thread of instance {name}"))?,
+        });
     }
-    // The table that names these instances is published only once every
-    // owner has them, so no request can reach a shard before its instance.
-    for ack in acks {
-        futures::executor::block_on(ack)
-            .context("a shard stopped before installing an instance")?;
-    }
+    let (installed, ack) = oneshot::channel();
+    send(
+        target.shard,
+        ShardControl::Install {
+            key: target.key,
+            model: model.clone(),
+            executors,
+            done_bell,
+            installed,
+        },
+    )?;
+    // The table that names this scheduler is published only once its
+    // owner has it, so no request can reach a shard before it.
+    futures::executor::block_on(ack).context("a shard stopped before installing a model")?;
     Ok(model)
 }
 

@@ -1,11 +1,21 @@
-//! Routing a request to an instance: on this shard if it hosts one, else
-//! through the ring to the owning shard. The returned future is `Send`
+//! Routing a request to its model's scheduler: on this shard if it owns
+//! it, else through the ring to the owner. The returned future is `Send`
 //! (tonic demands it) because it touches shard state only synchronously
 //! through the thread-local context, never holding it across an await.
+//!
+//! The request path clones no `Arc` that other shards share: the model is
+//! looked up in the shard's table by borrow, and found again by its
+//! scheduler key when the outcome is recorded.
 
-use std::time::{Duration, Instant};
+use std::{
+    pin::pin,
+    time::{Duration, Instant},
+};
 
-use futures::channel::oneshot;
+use futures::{
+    channel::oneshot,
+    future::{select, Either},
+};
 use hyper::rt::Timer;
 use monoio_compat::hyper::MonoioTimer;
 
@@ -21,56 +31,112 @@ use crate::{
 const RING_FULL_PATIENCE: Duration = Duration::from_millis(500);
 const RING_FULL_RETRY: Duration = Duration::from_micros(50);
 
-/// Validates `request`, queues it on an instance of its model and waits
-/// for the answer.
+/// Validates `request`, queues it on its model's scheduler and waits for
+/// the answer, at most the server's request timeout. Dropping the future
+/// (the client went away) cancels the queued work and counts the request
+/// as cancelled.
 pub async fn infer(mut request: InferRequest) -> InferResult<InferResponse> {
     let received = Instant::now();
     let (tx, rx) = oneshot::channel();
-    let (mut pending, model) = shard::with_current(|s| {
-        let table = s.table();
-        let model = table
-            .resolve(&request.model_name, &request.model_version)?
-            .clone();
-        let checked = validate_request(&model.io, &model.name, &mut request)
-            .and_then(|()| s.pick_instance(&model));
-        let target = match checked {
-            Ok(t) => t,
-            Err(e) => {
-                record_outcome(s.id, &model, received, Err(&e));
+    let (mut pending, target, timeout) = shard::with_current(|s| {
+        s.with_table(|table| {
+            let model = table.resolve(&request.model_name, &request.model_version)?;
+            if let Err(e) = validate_request(&model.io, &model.name, &mut request) {
+                record_outcome(s.id, model, received, Err(&e));
                 return Err(e);
             }
-        };
-        let job = Job {
-            model: model.clone(),
-            request,
-            reply: tx,
-            origin: s.id,
-            received,
-        };
-        Ok::<_, InferError>((s.dispatch(target, job), model))
+            Ok(model.scheduler)
+        })
+        .map(|target| {
+            let job = Job {
+                request,
+                reply: tx,
+                origin: s.id,
+                received,
+                deadline: None,
+            };
+            (s.dispatch(target, job), target, s.request_timeout)
+        })
     })
     .ok_or_else(not_on_shard)??;
+    let mut outcome = Outcome {
+        key: target.key,
+        received,
+        recorded: false,
+    };
 
-    let deadline = received + RING_FULL_PATIENCE;
+    let patience = received + RING_FULL_PATIENCE;
     while let Dispatch::RingFull(target, job) = pending {
-        if Instant::now() >= deadline {
+        if Instant::now() >= patience {
             let e = InferError::unavailable(format!(
                 "server overloaded: the ring to shard {} stayed full for {:?}; retry later",
                 target.shard, RING_FULL_PATIENCE
             ));
-            shard::with_current(|s| record_outcome(s.id, &job.model, received, Err(&e)));
+            outcome.record(Err(&e));
             return Err(e);
         }
         MonoioTimer.sleep(RING_FULL_RETRY).await;
         pending = shard::with_current(|s| s.dispatch(target, job)).ok_or_else(not_on_shard)?;
     }
-    let result = rx.await.unwrap_or_else(|_| {
-        Err(InferError::internal(
-            "the instance executing the request went away without answering",
+    let answer = match timeout {
+        None => rx.await,
+        Some(t) => match select(rx, pin!(MonoioTimer.sleep(t))).await {
+            Either::Left((answer, _)) => answer,
+            Either::Right(((), rx)) => {
+                // Dropping the receiver marks the queued job cancelled.
+                drop(rx);
+                let e = timeout_error(t);
+                outcome.record(Err(&e));
+                return Err(e);
+            }
+        },
+    };
+    let result = answer.unwrap_or_else(|_| {
+        Err(InferError::unavailable(
+            "the model's scheduler stopped before answering (model unloaded or server shutting down)",
         ))
     });
-    shard::with_current(|s| record_outcome(s.id, &model, received, result.as_ref().map(|_| ())));
+    outcome.record(result.as_ref().map(|_| ()));
     result
+}
+
+fn timeout_error(t: Duration) -> InferError {
+    InferError::unavailable(format!(
+        "Request timeout expired: no answer within the server's request timeout of {} ms",
+        t.as_millis()
+    ))
+}
+
+/// Records a request's end exactly once on the shard that received it; if
+/// the request's future is dropped first, it counts as cancelled.
+struct Outcome {
+    key: u64,
+    received: Instant,
+    recorded: bool,
+}
+
+impl Outcome {
+    fn record(&mut self, outcome: Result<(), &InferError>) {
+        self.recorded = true;
+        let (key, received) = (self.key, self.received);
+        shard::with_current(|s| s.with_model(key, |m| record_outcome(s.id, m, received, outcome)));
+    }
+}
+
+impl Drop for Outcome {
+    fn drop(&mut self) {
+        if self.recorded {
+            return;
+        }
+        let (key, received) = (self.key, self.received);
+        shard::with_current(|s| {
+            s.with_model(key, |m| {
+                m.stats
+                    .shard(s.id)
+                    .record_failure(FailureReason::Canceled, received.elapsed())
+            })
+        });
+    }
 }
 
 /// Counts a request's end on the shard that received it: success with its
@@ -91,3 +157,4 @@ fn record_outcome(
 fn not_on_shard() -> InferError {
     InferError::internal("request handled outside a shard thread")
 }
+

@@ -1,9 +1,8 @@
-use std::{sync::Arc, time::Instant};
+use std::time::Instant;
 
 use futures::channel::oneshot;
 
 use crate::{
-    model::ModelVersion,
     shard::ShardId,
     types::{InferRequest, InferResponse, InferResult},
 };
@@ -11,13 +10,23 @@ use crate::{
 /// Completes a request; sent back to the shard that decoded it.
 pub type Responder = oneshot::Sender<InferResult<InferResponse>>;
 
-/// A validated request on its way to an instance. Owns everything it
-/// needs, so it can cross to another shard.
+/// A validated request on its way to its model's scheduler. Owns
+/// everything it needs, so it can cross to another shard; it holds no
+/// shared handle whose reference count every shard would write.
 pub struct Job {
-    pub model: Arc<ModelVersion>,
     pub request: InferRequest,
     pub reply: Responder,
     /// The shard whose connection waits for the answer.
     pub origin: ShardId,
     pub received: Instant,
+    /// Leave the queue by then or be answered "Request timeout expired".
+    pub deadline: Option<Instant>,
+}
+
+impl Job {
+    /// The client stopped waiting (connection closed, stream reset, or the
+    /// server-wide request timeout fired): no work should be spent on it.
+    pub fn is_cancelled(&self) -> bool {
+        self.reply.is_canceled()
+    }
 }

@@ -1,17 +1,21 @@
 //! Schedulers: how requests reach a model instance and how its results go
-//! back. `submit` is the entry point every protocol calls after decoding.
+//! back. `infer` is the entry point every protocol calls after decoding.
 //!
-//! Only the default scheduler exists so far (one request per execution per
-//! instance, in arrival order); the dynamic, sequence and ensemble
-//! schedulers are refused at load time by `config::check_supported`.
+//! Each loaded model version has one [`ModelScheduler`] on one owner shard
+//! (FIFO for the default scheduler, the dynamic batcher otherwise) feeding
+//! its instances, which run inline (light built-in backends) or on compute
+//! worker threads. The sequence and ensemble schedulers are refused at
+//! load time by `config::check_supported`.
 
 mod batch;
-mod default;
 mod dispatch;
 pub mod dynamic_batcher;
+mod execute;
 mod job;
+mod model_scheduler;
 mod output;
 
-pub use default::InstanceSlot;
 pub use dispatch::infer;
+pub use execute::ExecReport;
 pub use job::{Job, Responder};
+pub use model_scheduler::{InstanceExecutor, ModelScheduler, DEFAULT_MAX_QUEUE_SIZE};

@@ -17,7 +17,10 @@ use monoio::{
 
 use super::{state, Addresses, ServerState};
 use crate::{
-    protocol,
+    protocol::{
+        self,
+        transport::{ShardTransport, TransportStats},
+    },
     shard::{ring::ShardLinks, Shard, ShardControl, ShardId, ShardMsg},
     tuning::IoDriver,
 };
@@ -33,6 +36,8 @@ pub struct ShardBoot {
     pub state: Arc<ServerState>,
     pub addresses: Addresses,
     pub ready: Sender<Result<(), String>>,
+    /// Transport counters and limits (connection cap, timeouts, body budget).
+    pub transport: Arc<TransportStats>,
 }
 
 pub fn run(boot: ShardBoot) {
@@ -64,6 +69,7 @@ pub fn run(boot: ShardBoot) {
         tracing::debug!(shard = boot.id, driver, "shard runtime driver");
     }
     runtime.block_on(shard_main(boot));
+    ShardTransport::clear_current();
     Shard::clear_current();
 }
 
@@ -99,6 +105,7 @@ async fn shard_main(boot: ShardBoot) {
         addresses,
         ready,
         accept,
+        transport,
         ..
     } = boot;
     let addresses = if accept {
@@ -124,9 +131,16 @@ async fn shard_main(boot: ShardBoot) {
             return;
         }
     };
-    let shard = Shard::new(id, count, links.outbox, state.gauges.clone());
+    let shard = Shard::new(
+        id,
+        count,
+        links.outbox,
+        state.gauges.clone(),
+        state.options.request_timeout,
+    );
     Shard::install_current(shard.clone());
     state::install(state.clone());
+    let transport = ShardTransport::install(id, transport);
     monoio::spawn(shard.clone().drain_rings(links.inbox));
     monoio::spawn(shard.clone().run_control(control));
     if let Some(l) = http {
@@ -141,15 +155,35 @@ async fn shard_main(boot: ShardBoot) {
     let _ = ready.send(Ok(()));
 
     shard.shutdown.wait().await;
+    // Connections: HTTP/1 keep-alive off, HTTP/2 GOAWAY.
+    transport.begin_drain();
+    // Graceful shutdown: the listeners stopped accepting and the schedulers
+    // run what is queued without batching delays. First this shard's own
+    // requests get their answers; then it keeps serving its rings and
+    // schedulers until every shard is done, because a request still in
+    // flight on another shard may be queued here.
     let deadline = Instant::now() + state.options.exit_timeout;
+    let tick = Duration::from_millis(1);
     while shard.in_flight() > 0 && Instant::now() < deadline {
-        monoio::time::sleep(Duration::from_millis(2)).await;
+        monoio::time::sleep(tick).await;
     }
-    if shard.in_flight() > 0 {
+    state.shard_drained();
+    while !state.all_shards_drained() && Instant::now() < deadline {
+        monoio::time::sleep(tick).await;
+    }
+    if shard.in_flight() > 0 || shard.queued() > 0 {
         tracing::warn!(
             shard = id,
             in_flight = shard.in_flight(),
+            queued = shard.queued(),
             "exit timeout reached with requests in flight"
         );
+    }
+    // Let the connections send their last responses and close (HTTP/1
+    // with `Connection: close`, HTTP/2 after GOAWAY) before the runtime,
+    // and every task on it, is dropped.
+    let open = transport.wait_connections_closed(deadline).await;
+    if open > 0 {
+        tracing::debug!(shard = id, open, "connections still open at exit");
     }
 }

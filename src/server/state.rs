@@ -1,7 +1,7 @@
 use std::{
     cell::RefCell,
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
         Arc,
     },
 };
@@ -18,6 +18,9 @@ pub struct ServerState {
     pub gauges: Arc<[ShardGauges]>,
     ready: AtomicBool,
     shutting_down: AtomicBool,
+    shards: usize,
+    /// Shards whose own requests are all answered (shutdown only).
+    drained_shards: AtomicUsize,
 }
 
 /// Extensions advertised by `GET /v2` and ServerMetadata: only those that work.
@@ -36,6 +39,8 @@ impl ServerState {
             gauges: (0..shards).map(|_| ShardGauges::new(shards)).collect(),
             ready: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
+            shards,
+            drained_shards: AtomicUsize::new(0),
         })
     }
 
@@ -54,6 +59,19 @@ impl ServerState {
 
     pub fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::Release);
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// Called once by each shard when its own requests are answered.
+    pub fn shard_drained(&self) {
+        self.drained_shards.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn all_shards_drained(&self) -> bool {
+        self.drained_shards.load(Ordering::Acquire) >= self.shards
     }
 }
 

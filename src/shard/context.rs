@@ -6,7 +6,7 @@ use std::{
     collections::HashMap,
     future::poll_fn,
     rc::Rc,
-    sync::{atomic::Ordering, Arc},
+    sync::Arc,
 };
 
 use futures::{channel::oneshot, StreamExt};
@@ -16,20 +16,22 @@ use super::{
     Latch, ShardId, ShardMsg,
 };
 use crate::{
-    backend::ModelInstance,
     metrics::ShardGauges,
     model::{ModelTable, ModelVersion},
-    scheduler::{InstanceSlot, Job, Responder},
+    scheduler::{InstanceExecutor, Job, ModelScheduler, Responder},
     types::{InferError, InferResponse, InferResult},
 };
 
 /// Messages from the control plane (model loads, table updates). Not on
 /// the request path, so an unbounded MPSC channel is fine here.
 pub enum ShardControl {
+    /// Host the scheduler of a model version with its instances.
     Install {
         key: u64,
         model: Arc<ModelVersion>,
-        instance: Box<dyn ModelInstance>,
+        executors: Vec<InstanceExecutor>,
+        /// Rung by the model's compute workers when a batch is done.
+        done_bell: Arc<futures::task::AtomicWaker>,
         installed: oneshot::Sender<()>,
     },
     Remove {
@@ -39,8 +41,8 @@ pub enum ShardControl {
     Shutdown,
 }
 
-/// An instance chosen for a request.
-#[derive(Debug, Clone, Copy)]
+/// The scheduler of a model version: the shard that owns it and its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Target {
     pub shard: ShardId,
     pub key: u64,
@@ -58,12 +60,17 @@ pub struct Shard {
     pub count: usize,
     outbox: RefCell<Outbox<ShardMsg>>,
     table: RefCell<Arc<ModelTable>>,
-    instances: RefCell<HashMap<u64, Rc<InstanceSlot>>>,
-    round_robin: Cell<usize>,
+    /// Every loaded model version by scheduler key, refreshed with the
+    /// table, so a request can find its model again after an await without
+    /// holding (and reference-counting) a shared handle.
+    by_key: RefCell<HashMap<u64, Arc<ModelVersion>>>,
+    schedulers: RefCell<HashMap<u64, Rc<ModelScheduler>>>,
     pub shutdown: Latch,
     in_flight: Cell<usize>,
     /// Every shard's gauges (this shard writes only its own).
     pub gauges: Arc<[ShardGauges]>,
+    /// `--request-timeout-ms`: the longest a request waits for its answer.
+    pub request_timeout: Option<std::time::Duration>,
 }
 
 thread_local! {
@@ -101,17 +108,19 @@ impl Shard {
         count: usize,
         outbox: Outbox<ShardMsg>,
         gauges: Arc<[ShardGauges]>,
+        request_timeout: Option<std::time::Duration>,
     ) -> Rc<Self> {
         Rc::new(Self {
             id,
             count,
             outbox: RefCell::new(outbox),
             table: RefCell::new(Arc::new(ModelTable::default())),
-            instances: RefCell::new(HashMap::new()),
-            round_robin: Cell::new(0),
+            by_key: RefCell::new(HashMap::new()),
+            schedulers: RefCell::new(HashMap::new()),
             shutdown: Latch::default(),
             in_flight: Cell::new(0),
             gauges,
+            request_timeout,
         })
     }
 
@@ -129,51 +138,38 @@ impl Shard {
         self.table.borrow().clone()
     }
 
-    /// Picks an instance for `model`: the least-queued one on this shard if
-    /// it hosts any, else the next remote one in round-robin order.
-    pub fn pick_instance(&self, model: &ModelVersion) -> InferResult<Target> {
-        let instances = self.instances.borrow();
-        let local = model
-            .instances
-            .iter()
-            .filter(|r| r.shard == self.id)
-            .filter_map(|r| instances.get(&r.key))
-            .min_by_key(|slot| slot.queue_len());
-        if let Some(slot) = local {
-            return Ok(Target {
-                shard: self.id,
-                key: slot.key,
-            });
-        }
-        if model.instances.is_empty() {
-            return Err(InferError::unavailable(format!(
-                "model '{}' version {} has no instances",
-                model.name, model.version
-            )));
-        }
-        // Least-loaded remote instance; the rotating start breaks ties so
-        // equally idle instances share the work.
-        let n = self.round_robin.get();
-        self.round_robin.set(n.wrapping_add(1));
-        let count = model.instances.len();
-        let r = (0..count)
-            .map(|i| &model.instances[(n + i) % count])
-            .min_by_key(|r| r.load.load(Ordering::Relaxed))
-            .unwrap_or(&model.instances[n % count]);
-        Ok(Target {
-            shard: r.shard,
-            key: r.key,
-        })
+    /// Runs `f` on the current table without touching its reference count
+    /// (the request path: other shards hold the same `Arc`).
+    pub fn with_table<R>(&self, f: impl FnOnce(&ModelTable) -> R) -> R {
+        f(&self.table.borrow())
     }
 
-    /// Queues `job` on the target instance, locally or across the ring.
+    /// Runs `f` on the model version whose scheduler has `key`, if loaded.
+    pub fn with_model<R>(&self, key: u64, f: impl FnOnce(&ModelVersion) -> R) -> Option<R> {
+        self.by_key.borrow().get(&key).map(|m| f(m))
+    }
+
+    fn set_table(&self, table: Arc<ModelTable>) {
+        let mut by_key = HashMap::new();
+        for entry in table.models.values() {
+            for v in entry.versions.values() {
+                if let Some(m) = &v.loaded {
+                    by_key.insert(m.scheduler.key, m.clone());
+                }
+            }
+        }
+        *self.by_key.borrow_mut() = by_key;
+        *self.table.borrow_mut() = table;
+    }
+
+    /// Queues `job` on the scheduler `target`, locally or across the ring.
     pub fn dispatch(&self, target: Target, job: Job) -> Dispatch {
         if target.shard == self.id {
             self.enqueue_local(target.key, job);
             return Dispatch::Queued;
         }
         let msg = ShardMsg::Infer {
-            instance: target.key,
+            scheduler: target.key,
             job,
         };
         let mut outbox = self.outbox.borrow_mut();
@@ -191,21 +187,20 @@ impl Shard {
     }
 
     fn enqueue_local(&self, key: u64, job: Job) {
-        let slot = self.instances.borrow().get(&key).cloned();
-        match slot {
-            Some(slot) => slot.enqueue(job),
+        let scheduler = self.schedulers.borrow().get(&key).cloned();
+        match scheduler {
+            Some(s) => s.enqueue(job),
             None => {
-                let _ = job.reply.send(Err(InferError::unavailable(format!(
-                    "model '{}' version {} is no longer loaded",
-                    job.model.name, job.model.version
-                ))));
+                let _ = job.reply.send(Err(InferError::unavailable(
+                    "the model version this request was sent to is no longer loaded",
+                )));
             }
         }
     }
 
     fn handle(&self, msg: ShardMsg) {
         match msg {
-            ShardMsg::Infer { instance, job } => self.enqueue_local(instance, job),
+            ShardMsg::Infer { scheduler, job } => self.enqueue_local(scheduler, job),
             ShardMsg::Reply { reply, result } => {
                 let _ = reply.send(result);
             }
@@ -213,18 +208,13 @@ impl Shard {
     }
 
     /// The drainer task: takes messages from every incoming ring as they
-    /// arrive, sleeping on the doorbell when all are empty.
+    /// arrive, sleeping on the doorbell when all are empty. It runs for the
+    /// shard's whole life, shutdown included: requests forwarded to this
+    /// shard and their replies must still be served while the server
+    /// drains.
     pub async fn drain_rings(self: Rc<Self>, mut inbox: Inbox<ShardMsg>) {
         loop {
-            let drained = poll_fn(|cx| inbox.poll_drain(cx, |m| self.handle(m)));
-            monoio::select! {
-                _ = drained => {}
-                _ = self.shutdown.wait() => {
-                    // Answer whatever is still in flight towards us.
-                    inbox.drain(|m| self.handle(m));
-                    return;
-                }
-            }
+            poll_fn(|cx| inbox.poll_drain(cx, |m| self.handle(m))).await;
         }
     }
 
@@ -238,25 +228,32 @@ impl Shard {
                 ShardControl::Install {
                     key,
                     model,
-                    instance,
+                    executors,
+                    done_bell,
                     installed,
                 } => {
-                    let slot =
-                        InstanceSlot::new(key, model, instance, self.id, self.gauges.clone());
-                    monoio::spawn(slot.clone().run());
-                    self.instances.borrow_mut().insert(key, slot);
+                    let scheduler = ModelScheduler::new(
+                        key,
+                        model,
+                        executors,
+                        done_bell,
+                        self.id,
+                        self.gauges.clone(),
+                    );
+                    monoio::spawn(scheduler.clone().run());
+                    self.schedulers.borrow_mut().insert(key, scheduler);
                     let _ = installed.send(());
                 }
                 ShardControl::Remove { key } => {
-                    if let Some(slot) = self.instances.borrow_mut().remove(&key) {
-                        slot.stop();
+                    if let Some(s) = self.schedulers.borrow_mut().remove(&key) {
+                        s.stop();
                     }
                 }
-                ShardControl::Table(table) => *self.table.borrow_mut() = table,
+                ShardControl::Table(table) => self.set_table(table),
                 ShardControl::Shutdown => {
                     self.shutdown.set();
-                    for slot in self.instances.borrow().values() {
-                        slot.stop();
+                    for s in self.schedulers.borrow().values() {
+                        s.drain();
                     }
                     return;
                 }
@@ -266,6 +263,11 @@ impl Shard {
 
     pub fn in_flight(&self) -> usize {
         self.in_flight.get()
+    }
+
+    /// Requests queued in the schedulers this shard owns.
+    pub fn queued(&self) -> usize {
+        self.schedulers.borrow().values().map(|s| s.queue_len()).sum()
     }
 
     pub fn ring_occupancy(&self, to: ShardId) -> usize {

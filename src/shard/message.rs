@@ -5,8 +5,8 @@ use crate::{
 
 /// What crosses the ring from one shard to another.
 pub enum ShardMsg {
-    /// Queue `job` on the receiving shard's instance `instance`.
-    Infer { instance: u64, job: Job },
+    /// Queue `job` on the receiving shard's scheduler `scheduler`.
+    Infer { scheduler: u64, job: Job },
     /// Complete a request on the shard that decoded it.
     Reply {
         reply: Responder,

@@ -5,6 +5,6 @@ mod plan;
 mod profile;
 mod topology;
 
-pub use plan::ShardPlan;
-pub use profile::{IoDriver, TuningProfile};
+pub use plan::{numa_node_of_cpu, ShardPlan};
+pub use profile::{ComputeSection, IoDriver, TuningProfile};
 pub use topology::{MachineTopology, NumaNode, PciDevice};

@@ -93,6 +93,33 @@ impl ShardPlan {
         }
     }
 
+    /// For each shard, the CPUs the compute workers of the models it owns
+    /// may run on: the compute shards' CPUs on the same NUMA node as that
+    /// shard (all compute shards' CPUs when the node is unknown). Empty
+    /// when shards are not pinned.
+    pub fn worker_cpus(&self, node_of: impl Fn(usize) -> Option<usize>) -> Vec<Vec<usize>> {
+        let compute_cpus: Vec<usize> = self.compute.iter().filter_map(|&s| self.cpus[s]).collect();
+        self.cpus
+            .iter()
+            .map(|cpu| {
+                let Some(cpu) = *cpu else {
+                    return Vec::new();
+                };
+                let node = node_of(cpu);
+                let near: Vec<usize> = compute_cpus
+                    .iter()
+                    .copied()
+                    .filter(|&c| node.is_some() && node_of(c) == node)
+                    .collect();
+                if near.is_empty() {
+                    compute_cpus.clone()
+                } else {
+                    near
+                }
+            })
+            .collect()
+    }
+
     pub fn describe(&self, topology: &MachineTopology) -> String {
         let mut out = self.to_string();
         for gpu in topology.gpus() {
@@ -162,6 +189,22 @@ mod tests {
     }
 
     #[test]
+    fn compute_workers_stay_on_their_numa_node() {
+        let mut profile = TuningProfile::default();
+        profile.shards.cpus = Some(vec![0, 1, 8, 9]);
+        profile.shards.compute = Some(vec![1, 2, 3]);
+        let p = ShardPlan::build(&profile, None, true, &[0, 1, 8, 9]).unwrap();
+        let node = |c: usize| Some(c / 8);
+        let w = p.worker_cpus(node);
+        assert_eq!(w[0], vec![1], "node 0 computes on cpu 1 only");
+        assert_eq!(w[2], vec![8, 9]);
+        let unknown = p.worker_cpus(|_| None);
+        assert_eq!(unknown[0], vec![1, 8, 9]);
+        let unpinned = ShardPlan::build(&TuningProfile::default(), Some(2), false, &[0, 1]).unwrap();
+        assert!(unpinned.worker_cpus(node).iter().all(Vec::is_empty));
+    }
+
+    #[test]
     fn bad_profiles_are_clear_errors() {
         let mut profile = TuningProfile::default();
         profile.shards.compute = Some(vec![5]);
@@ -171,4 +214,17 @@ mod tests {
         profile.shards.cpus = Some(vec![9]);
         assert!(ShardPlan::build(&profile, None, true, &[0, 1]).is_err());
     }
+}
+
+/// The NUMA node of a logical CPU, from sysfs (`cpuN/nodeM`); `None` where
+/// the kernel does not say.
+pub fn numa_node_of_cpu(cpu: usize) -> Option<usize> {
+    let dir = std::fs::read_dir(format!("/sys/devices/system/cpu/cpu{cpu}")).ok()?;
+    dir.filter_map(Result::ok).find_map(|e| {
+        e.file_name()
+            .to_str()?
+            .strip_prefix("node")?
+            .parse()
+            .ok()
+    })
 }

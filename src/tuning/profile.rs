@@ -21,6 +21,25 @@ pub struct TuningProfile {
     pub onnxruntime: OnnxRuntimeSection,
     #[serde(default)]
     pub runtime: RuntimeSection,
+    #[serde(default)]
+    pub compute: ComputeSection,
+}
+
+/// Compute worker threads (instances that do not run inline on a shard).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ComputeSection {
+    /// Nice value of compute threads (default 10: below the shards, so a
+    /// woken reactor preempts a running inference on a shared core).
+    pub nice: Option<i32>,
+}
+
+impl ComputeSection {
+    pub const DEFAULT_NICE: i32 = 10;
+
+    pub fn nice(&self) -> i32 {
+        self.nice.unwrap_or(Self::DEFAULT_NICE).clamp(0, 19)
+    }
 }
 
 /// Which I/O driver the shards' monoio runtimes use.

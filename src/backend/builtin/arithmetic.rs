@@ -34,6 +34,10 @@ impl SimpleBackend {
 }
 
 impl Backend for SimpleBackend {
+    fn runs_inline(&self, _: &ModelConfig) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         self.name
     }

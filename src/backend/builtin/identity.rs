@@ -1,6 +1,12 @@
 //! `identity`: returns every input unchanged as the output at the same
 //! position in the configuration (INPUTn -> OUTPUTn). Any datatype and
 //! shape; used by `simple_identity` and for measuring server overhead.
+//! Like Triton's QA identity backend, the config parameter
+//! `execute_delay_ms` makes every execution take that long (a stand-in for
+//! a heavy model in tests of scheduling, cancellation and shutdown); such
+//! a model runs on a compute worker, never inline.
+
+use std::time::Duration;
 
 use crate::{
     backend::{Backend, InstanceSpec, ModelFiles, ModelInstance},
@@ -10,7 +16,28 @@ use crate::{
 
 pub struct IdentityBackend;
 
+/// The `execute_delay_ms` parameter of a config (0 when absent).
+fn execute_delay(config: &ModelConfig) -> anyhow::Result<Duration> {
+    let Some(p) = config.parameters.get("execute_delay_ms") else {
+        return Ok(Duration::ZERO);
+    };
+    let ms: u64 = p.string_value.trim().parse().map_err(|_| {
+        anyhow::anyhow!(
+            "parameter execute_delay_ms must be a whole number of milliseconds, not {:?}",
+            p.string_value
+        )
+    })?;
+    if ms > 600_000 {
+        anyhow::bail!("parameter execute_delay_ms is above the 600000 ms limit");
+    }
+    Ok(Duration::from_millis(ms))
+}
+
 impl Backend for IdentityBackend {
+    fn runs_inline(&self, config: &ModelConfig) -> bool {
+        execute_delay(config).map_or(false, |d| d.is_zero())
+    }
+
     fn name(&self) -> &'static str {
         "identity"
     }
@@ -45,6 +72,7 @@ impl Backend for IdentityBackend {
             }
         }
         Ok(Box::new(IdentityInstance {
+            delay: execute_delay(config)?,
             model: config.name.clone(),
             pairs: config
                 .input
@@ -57,12 +85,16 @@ impl Backend for IdentityBackend {
 }
 
 struct IdentityInstance {
+    delay: Duration,
     model: String,
     pairs: Vec<(String, String)>,
 }
 
 impl ModelInstance for IdentityInstance {
     fn execute(&mut self, inputs: &[Tensor], outputs: &[&str]) -> InferResult<Vec<Tensor>> {
+        if !self.delay.is_zero() {
+            std::thread::sleep(self.delay);
+        }
         let mut result = Vec::with_capacity(outputs.len());
         for (input_name, output_name) in &self.pairs {
             if !outputs.is_empty() && !outputs.contains(&output_name.as_str()) {

@@ -11,6 +11,10 @@ use crate::{
 pub struct SimpleStringBackend;
 
 impl Backend for SimpleStringBackend {
+    fn runs_inline(&self, _: &ModelConfig) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "simple_string"
     }

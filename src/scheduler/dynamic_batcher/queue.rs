@@ -123,6 +123,24 @@ impl<T> BatchQueue<T> {
         rejected
     }
 
+    /// Removes every queued item for which `drop_it` holds (e.g. requests
+    /// whose client went away) and returns them.
+    pub fn remove_where(&mut self, drop_it: impl Fn(&T) -> bool) -> Vec<T> {
+        let mut removed = Vec::new();
+        for level in &mut self.levels {
+            for q in [&mut level.fresh, &mut level.delayed] {
+                if !q.iter().any(|p| drop_it(&p.item)) {
+                    continue;
+                }
+                let (gone, kept): (VecDeque<_>, VecDeque<_>) =
+                    q.drain(..).partition(|p| drop_it(&p.item));
+                *q = kept;
+                removed.extend(gone.into_iter().map(|p| p.item));
+            }
+        }
+        removed
+    }
+
     /// The next deadline among queued items (to wake up for expiry).
     pub fn next_deadline(&self) -> Option<Instant> {
         self.levels

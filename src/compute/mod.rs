@@ -1,0 +1,14 @@
+//! Where model computation runs. Shards never execute a heavy model on
+//! their reactor thread: each such instance gets a [`ComputeWorker`], an OS
+//! thread pinned to the CPUs of its owner shard's NUMA node, at a nice
+//! value below the shards, fed and answered through SPSC rings. Light
+//! built-in backends may still run inline on the shard (see
+//! `backend::Backend::runs_inline`).
+//!
+//! Knows nothing of requests, models or protocols: a worker runs a closure
+//! over whatever it is handed.
+
+pub mod thread;
+mod worker;
+
+pub use worker::{ComputeWorker, WorkerPlacement};

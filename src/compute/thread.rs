@@ -1,0 +1,94 @@
+//! OS-level placement of compute threads: CPU affinity and a scheduling
+//! priority below the shards' reactors, so that on cores shared with a
+//! shard a long inference yields to network I/O as soon as it is woken.
+
+use std::io;
+
+/// Restricts the calling thread to `cpus` (logical CPU ids). An empty
+/// list leaves the affinity as it is.
+pub fn set_affinity(cpus: &[usize]) -> io::Result<()> {
+    if cpus.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: cpu_set_t is a plain bit array; zeroed is the empty set, and
+    // CPU_SET only writes inside it for ids below CPU_SETSIZE (checked).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let mut any = false;
+        for &cpu in cpus {
+            if cpu < libc::CPU_SETSIZE as usize {
+                libc::CPU_SET(cpu, &mut set);
+                any = true;
+            }
+        }
+        if !any {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("no usable CPU id in {cpus:?}"),
+            ));
+        }
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Sets the calling thread's nice value (Linux applies it per thread).
+/// Positive values lower the priority; raising it back needs privileges.
+pub fn set_nice(nice: i32) -> io::Result<()> {
+    if nice == 0 {
+        return Ok(());
+    }
+    // SAFETY: gettid has no preconditions; setpriority with PRIO_PROCESS and
+    // a thread id changes only that thread on Linux.
+    let rc = unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice)
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The calling thread's nice value.
+pub fn current_nice() -> io::Result<i32> {
+    // SAFETY: see `set_nice`; errno is cleared first because -1 is a valid
+    // result of getpriority.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        let v = libc::getpriority(libc::PRIO_PROCESS, tid);
+        if v == -1 && *libc::__errno_location() != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nice_applies_to_the_calling_thread_only() {
+        let before = current_nice().expect("getpriority");
+        let inner = std::thread::spawn(|| {
+            set_nice(5).expect("setpriority");
+            current_nice().expect("getpriority")
+        })
+        .join()
+        .expect("thread");
+        assert!(inner >= 5.min(19), "nice in the thread: {inner}");
+        assert_eq!(current_nice().expect("getpriority"), before);
+    }
+
+    #[test]
+    fn affinity_to_an_impossible_cpu_is_an_error() {
+        let r = std::thread::spawn(|| set_affinity(&[usize::MAX]))
+            .join()
+            .expect("thread");
+        assert!(r.is_err());
+    }
+}

@@ -1,0 +1,496 @@
+//! One scheduler per loaded model version, owned by one shard (Triton's
+//! rule: one queue per model, feeding whichever instance is free).
+//! Requests reach it locally or through the rings; it forms batches (FIFO
+//! for the default scheduler, the dynamic batcher otherwise) only when an
+//! instance is free, so queued requests keep accumulating into larger
+//! batches while every instance is busy. Instances run inline on the
+//! shard (light built-in backends) or on their own compute worker thread.
+//! Shard-local: only the owner shard's tasks touch it, so plain `Cell`s
+//! and `RefCell`s suffice.
+
+use std::{
+    cell::{Cell, RefCell},
+    collections::VecDeque,
+    future::poll_fn,
+    rc::Rc,
+    sync::Arc,
+    task::{Poll, Waker},
+    time::{Duration, Instant},
+};
+
+use futures::task::AtomicWaker;
+
+use super::{
+    batch::{batch_rows, compatible},
+    dynamic_batcher::{BatchQueue, BatcherPolicy, Decision, Pending},
+    execute::{run_batch, ExecReport},
+    Job,
+};
+use crate::{
+    backend::ModelInstance,
+    compute::{ComputeWorker, WorkerPlacement},
+    metrics::ShardGauges,
+    model::ModelVersion,
+    proto::inference::model_config::SchedulingChoice,
+    shard::{self, yield_now},
+    types::{InferError, ParamValue},
+};
+
+/// Queue bound applied where the configuration leaves `max_queue_size` at
+/// 0 (Triton's "unbounded"): memory must stay bounded under overload.
+pub const DEFAULT_MAX_QUEUE_SIZE: usize = 4096;
+
+/// A compute worker running batches of one model's instance.
+pub type InstanceWorker = ComputeWorker<Vec<Job>, ExecReport>;
+
+/// An instance as handed to its owner shard.
+pub enum InstanceExecutor {
+    /// Executed synchronously on the owner shard (light built-in models:
+    /// cheaper than a thread hop, measured).
+    Inline {
+        name: String,
+        instance: Box<dyn ModelInstance>,
+    },
+    /// Executed on its own compute thread.
+    Worker(InstanceWorker),
+}
+
+impl InstanceExecutor {
+    /// Starts a compute worker that owns `instance`.
+    pub fn spawn_worker(
+        name: String,
+        model: Arc<ModelVersion>,
+        mut instance: Box<dyn ModelInstance>,
+        placement: WorkerPlacement,
+        bell: Arc<AtomicWaker>,
+    ) -> std::io::Result<Self> {
+        // One batch at a time per instance; 2 leaves room for a race-free
+        // hand-over without ever blocking.
+        let worker = ComputeWorker::spawn(name, placement, 2, bell, move |jobs: Vec<Job>| {
+            run_batch(instance.as_mut(), &model, jobs)
+        })?;
+        Ok(Self::Worker(worker))
+    }
+}
+
+enum Exec {
+    Inline(RefCell<Box<dyn ModelInstance>>),
+    Worker(RefCell<InstanceWorker>),
+}
+
+struct Instance {
+    exec: Exec,
+    busy: Cell<bool>,
+}
+
+enum Queue {
+    Fifo { jobs: VecDeque<Job>, max: usize },
+    Batched(BatchQueue<Job>),
+}
+
+impl Queue {
+    fn len(&self) -> usize {
+        match self {
+            Queue::Fifo { jobs, .. } => jobs.len(),
+            Queue::Batched(q) => q.len(),
+        }
+    }
+}
+
+enum Next {
+    Run(Vec<Job>),
+    WaitUntil(Instant),
+    Nothing,
+}
+
+pub struct ModelScheduler {
+    pub key: u64,
+    pub model: Arc<ModelVersion>,
+    shard: usize,
+    gauges: Arc<[ShardGauges]>,
+    queue: RefCell<Queue>,
+    instances: Vec<Instance>,
+    done_bell: Arc<AtomicWaker>,
+    waker: Cell<Option<Waker>>,
+    /// Set by `enqueue`/`stop`/`drain`, cleared when the task looks again.
+    notified: Cell<bool>,
+    /// Unloading: refuse new requests, exit once drained.
+    stopped: Cell<bool>,
+    /// Shutting down: accept, but run what is queued without waiting for
+    /// batching delays.
+    draining: Cell<bool>,
+}
+
+impl ModelScheduler {
+    pub fn new(
+        key: u64,
+        model: Arc<ModelVersion>,
+        executors: Vec<InstanceExecutor>,
+        done_bell: Arc<AtomicWaker>,
+        shard: usize,
+        gauges: Arc<[ShardGauges]>,
+    ) -> Rc<Self> {
+        let queue = match &model.config.scheduling_choice {
+            Some(SchedulingChoice::DynamicBatching(db)) if model.config.max_batch_size > 0 => {
+                let mut policy = BatcherPolicy::from_config(model.config.max_batch_size, db);
+                for level in &mut policy.levels {
+                    if level.max_queue_size == 0 {
+                        level.max_queue_size = DEFAULT_MAX_QUEUE_SIZE;
+                    }
+                }
+                Queue::Batched(BatchQueue::new(policy))
+            }
+            _ => Queue::Fifo {
+                jobs: VecDeque::new(),
+                max: DEFAULT_MAX_QUEUE_SIZE,
+            },
+        };
+        let instances = executors
+            .into_iter()
+            .map(|e| Instance {
+                exec: match e {
+                    InstanceExecutor::Inline { instance, .. } => {
+                        Exec::Inline(RefCell::new(instance))
+                    }
+                    InstanceExecutor::Worker(w) => Exec::Worker(RefCell::new(w)),
+                },
+                busy: Cell::new(false),
+            })
+            .collect();
+        Rc::new(Self {
+            key,
+            model,
+            shard,
+            gauges,
+            queue: RefCell::new(queue),
+            instances,
+            done_bell,
+            waker: Cell::new(None),
+            notified: Cell::new(false),
+            stopped: Cell::new(false),
+            draining: Cell::new(false),
+        })
+    }
+
+    pub fn queue_len(&self) -> usize {
+        self.queue.borrow().len()
+    }
+
+    fn reject(&self, job: Job, error: InferError) {
+        shard::reply(job.origin, job.reply, Err(error));
+    }
+
+    /// Queues `job`, or answers it at once when the queue is full, the
+    /// request's parameters are invalid, or the model is being unloaded.
+    pub fn enqueue(&self, job: Job) {
+        if self.stopped.get() {
+            let e = InferError::unavailable(format!(
+                "model '{}' version {} is being unloaded",
+                self.model.name, self.model.version
+            ));
+            return self.reject(job, e);
+        }
+        let mut queue = self.queue.borrow_mut();
+        let refused = match &mut *queue {
+            Queue::Fifo { jobs, max } => {
+                if jobs.len() >= *max {
+                    Some((job, 1))
+                } else {
+                    match request_timeout(&job) {
+                        Ok(deadline) => {
+                            let mut job = job;
+                            job.deadline = deadline;
+                            jobs.push_back(job);
+                            None
+                        }
+                        Err(e) => {
+                            drop(queue);
+                            return self.reject(job, e);
+                        }
+                    }
+                }
+            }
+            Queue::Batched(q) => {
+                let (level, timeout) = match q.policy().classify(&job.request.parameters) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        drop(queue);
+                        return self.reject(job, e);
+                    }
+                };
+                let pending = Pending {
+                    rows: batch_rows(&job.request),
+                    enqueued: job.received,
+                    deadline: timeout.map(|t| job.received + t),
+                    item: job,
+                };
+                q.push(level, pending).err().map(|full| (full.0, level + 1))
+            }
+        };
+        drop(queue);
+        if let Some((job, level)) = refused {
+            let e = InferError::unavailable(format!(
+                "Exceeds maximum queue size for model '{}' (priority level {level})",
+                self.model.name
+            ));
+            return self.reject(job, e);
+        }
+        self.model.stats.shard(self.shard).pending_add(1);
+        if let Some(g) = self.gauges.get(self.shard) {
+            g.add_queue_depth(1);
+        }
+        self.notify();
+    }
+
+    fn notify(&self) {
+        self.notified.set(true);
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+
+    /// Unload: refuse new requests, answer the queued ones, then stop.
+    pub fn stop(&self) {
+        self.stopped.set(true);
+        self.notify();
+    }
+
+    /// Shutdown: keep accepting what was already sent our way, and run
+    /// everything queued without waiting for batching delays.
+    pub fn drain(&self) {
+        self.draining.set(true);
+        self.notify();
+    }
+
+    fn dequeued(&self, n: usize) {
+        self.model.stats.shard(self.shard).pending_sub(n as u64);
+        if let Some(g) = self.gauges.get(self.shard) {
+            g.add_queue_depth(-(n as i64));
+        }
+    }
+
+    fn busy_count(&self) -> usize {
+        self.instances.iter().filter(|i| i.busy.get()).count()
+    }
+
+    /// The scheduler task: runs until the model is unloaded and drained.
+    pub async fn run(self: Rc<Self>) {
+        loop {
+            self.notified.set(false);
+            self.collect_done();
+            let (ran_inline, wait_until) = self.dispatch(Instant::now());
+            if ran_inline {
+                // An inline execution is synchronous: let the shard's
+                // network tasks run before the next one.
+                yield_now().await;
+                continue;
+            }
+            if self.stopped.get() && self.queue_len() == 0 && self.busy_count() == 0 {
+                return;
+            }
+            self.wait(wait_until).await;
+        }
+    }
+
+    /// Records what finished on the workers and frees their instances.
+    fn collect_done(&self) {
+        for inst in &self.instances {
+            if let Exec::Worker(w) = &inst.exec {
+                while let Some(report) = w.borrow_mut().take_done() {
+                    inst.busy.set(false);
+                    self.record(&report);
+                }
+            }
+        }
+    }
+
+    fn record(&self, r: &ExecReport) {
+        let stats = self.model.stats.shard(self.shard);
+        stats.record_execution(r.rows, r.input, r.infer, r.output);
+        for _ in 0..r.requests {
+            stats.compute_input.record(r.input);
+            stats.compute_infer.record(r.infer);
+            stats.compute_output.record(r.output);
+        }
+    }
+
+    /// Hands batches to free instances. Returns whether an inline instance
+    /// ran (the caller yields), and when to look again if nothing arrives.
+    fn dispatch(&self, now: Instant) -> (bool, Option<Instant>) {
+        self.expire(now);
+        loop {
+            let Some(free) = self.instances.iter().find(|i| !i.busy.get()) else {
+                return (false, self.next_deadline());
+            };
+            match self.next_batch(now) {
+                Next::Run(jobs) => {
+                    self.started(&jobs, now);
+                    match &free.exec {
+                        Exec::Inline(instance) => {
+                            let report =
+                                run_batch(instance.borrow_mut().as_mut(), &self.model, jobs);
+                            self.record(&report);
+                            return (true, None);
+                        }
+                        Exec::Worker(w) => {
+                            free.busy.set(true);
+                            if let Err(jobs) = w.borrow_mut().submit(jobs) {
+                                // Cannot happen with one batch per instance
+                                // in flight; answer rather than lose them.
+                                free.busy.set(false);
+                                for job in jobs {
+                                    self.reject(
+                                        job,
+                                        InferError::internal(format!(
+                                            "model '{}': compute worker refused a batch",
+                                            self.model.name
+                                        )),
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+                Next::WaitUntil(t) => {
+                    return (false, Some(self.next_deadline().map_or(t, |d| d.min(t))))
+                }
+                Next::Nothing => return (false, self.next_deadline()),
+            }
+        }
+    }
+
+    fn started(&self, jobs: &[Job], now: Instant) {
+        self.dequeued(jobs.len());
+        let stats = self.model.stats.shard(self.shard);
+        for job in jobs {
+            stats.queue.record(now.saturating_duration_since(job.received));
+        }
+    }
+
+    /// Answers queued requests whose timeout passed, and drops those whose
+    /// client went away (their origin already counted them as cancelled).
+    fn expire(&self, now: Instant) {
+        let mut queue = self.queue.borrow_mut();
+        let (expired, cancelled) = match &mut *queue {
+            Queue::Fifo { jobs, .. } => {
+                let before = jobs.len();
+                let mut expired = Vec::new();
+                let mut kept = VecDeque::with_capacity(jobs.len());
+                for job in jobs.drain(..) {
+                    if job.is_cancelled() {
+                        continue;
+                    }
+                    if job.deadline.is_some_and(|d| d <= now) {
+                        expired.push(job);
+                    } else {
+                        kept.push_back(job);
+                    }
+                }
+                *jobs = kept;
+                let cancelled = before - jobs.len() - expired.len();
+                (expired, cancelled)
+            }
+            Queue::Batched(q) => {
+                let cancelled = q.remove_where(Job::is_cancelled).len();
+                (q.expire(now), cancelled)
+            }
+        };
+        drop(queue);
+        if cancelled > 0 {
+            self.dequeued(cancelled);
+        }
+        for job in expired {
+            self.dequeued(1);
+            let e = InferError::unavailable(format!(
+                "Request timeout expired for model '{}'",
+                self.model.name
+            ));
+            self.reject(job, e);
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        match &*self.queue.borrow() {
+            Queue::Fifo { jobs, .. } => jobs.iter().filter_map(|j| j.deadline).min(),
+            Queue::Batched(q) => q.next_deadline(),
+        }
+    }
+
+    fn next_batch(&self, now: Instant) -> Next {
+        let mut queue = self.queue.borrow_mut();
+        match &mut *queue {
+            Queue::Fifo { jobs, .. } => jobs.pop_front().map_or(Next::Nothing, |j| Next::Run(vec![j])),
+            Queue::Batched(q) => {
+                let flush = self.stopped.get() || self.draining.get();
+                // Unloading or shutting down: run what is left at once.
+                let at = if flush {
+                    now + Duration::from_secs(3600)
+                } else {
+                    now
+                };
+                match q.decide(at, |a, b| compatible(&a.request, &b.request)) {
+                    Decision::Execute(batch) => Next::Run(batch.into_iter().map(|p| p.item).collect()),
+                    Decision::WaitUntil(_) if flush => Next::Nothing,
+                    Decision::WaitUntil(t) => Next::WaitUntil(t),
+                    Decision::Idle => Next::Nothing,
+                }
+            }
+        }
+    }
+
+    fn done_pending(&self) -> bool {
+        self.instances.iter().any(|i| match &i.exec {
+            Exec::Worker(w) => w.borrow().has_done(),
+            Exec::Inline(_) => false,
+        })
+    }
+
+    /// Sleeps until a request is queued, a worker finishes, the scheduler
+    /// is stopped, or `until`.
+    async fn wait(&self, until: Option<Instant>) {
+        let woken = poll_fn(|cx| {
+            if self.stopped.get() || self.notified.get() {
+                return Poll::Ready(());
+            }
+            self.waker.set(Some(cx.waker().clone()));
+            self.done_bell.register(cx.waker());
+            // A worker may have finished between the last look and the
+            // registration.
+            if self.done_pending() {
+                return Poll::Ready(());
+            }
+            Poll::Pending
+        });
+        match until {
+            Some(t) => {
+                let sleep = shard::sleep_until(t);
+                monoio::select! {
+                    _ = woken => {}
+                    _ = sleep => {}
+                }
+            }
+            None => woken.await,
+        }
+    }
+}
+
+/// The queue deadline a request asks for with Triton's `timeout`
+/// parameter (microseconds; 0 or absent: none).
+fn request_timeout(job: &Job) -> Result<Option<Instant>, InferError> {
+    let Some(v) = job.request.parameters.get("timeout") else {
+        return Ok(job.deadline);
+    };
+    let us = match v {
+        ParamValue::Int(i) => u64::try_from(*i).ok(),
+        ParamValue::Uint(u) => Some(*u),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        InferError::invalid("request parameter 'timeout' must be a non-negative integer (microseconds)")
+    })?;
+    if us == 0 {
+        return Ok(job.deadline);
+    }
+    let own = job.received + Duration::from_micros(us);
+    Ok(Some(job.deadline.map_or(own, |d| d.min(own))))
+}
