@@ -1,0 +1,350 @@
+//! The execution engine over real sockets: heavy models run off the
+//! shards' threads, one queue per model feeds every instance, queues are
+//! bounded, timeouts and abandoned requests free their queued work, and
+//! shutdown answers everything already accepted, then exits at once.
+//!
+//! The heavy model is the built-in identity with Triton's QA parameter
+//! `execute_delay_ms`: every execution sleeps that long on its compute
+//! worker, so these tests need no CPU to speak of.
+
+mod common;
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{Arc, Barrier},
+    thread,
+    time::{Duration, Instant},
+};
+
+use common::*;
+use serde_json::json;
+use shardserve::server::{ServerHandle, ServerOptions};
+
+struct TempRepo {
+    root: PathBuf,
+}
+
+impl TempRepo {
+    fn new(tag: &str, models: &[(&str, String)]) -> Self {
+        let root = std::env::temp_dir().join(format!(
+            "shardserve-engine-{tag}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&root);
+        for (name, config) in models {
+            std::fs::create_dir_all(root.join(name).join("1")).expect("model dir");
+            std::fs::write(root.join(name).join("config.pbtxt"), config).expect("config");
+        }
+        Self { root }
+    }
+}
+
+impl Drop for TempRepo {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// An identity model whose every execution takes `delay_ms`.
+fn slow_model(name: &str, delay_ms: u64, max_batch: u32, instances: u32, extra: &str) -> String {
+    format!(
+        r#"
+name: "{name}"
+backend: "identity"
+max_batch_size: {max_batch}
+input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] }} ]
+instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
+parameters {{ key: "execute_delay_ms" value: {{ string_value: "{delay_ms}" }} }}
+{extra}
+"#
+    )
+}
+
+fn start(repo: &TempRepo, shards: usize, tweak: impl FnOnce(&mut ServerOptions)) -> ServerHandle {
+    let mut opts = ServerOptions::for_tests(&repo.root);
+    opts.cores = Some(shards);
+    tweak(&mut opts);
+    start_with(opts)
+}
+
+fn body(v: i32, params: serde_json::Value) -> serde_json::Value {
+    json!({
+        "parameters": params,
+        "inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 4], "data": [v, v, v, v]}]
+    })
+}
+
+fn infer(addr: SocketAddr, model: &str, v: i32) -> HttpReply {
+    post_json(addr, &format!("/v2/models/{model}/infer"), &body(v, json!({})))
+}
+
+/// Sends `n` requests at once (each on its own connection) and returns
+/// the replies in order.
+fn concurrent(addr: SocketAddr, model: &str, n: usize) -> Vec<HttpReply> {
+    let barrier = Arc::new(Barrier::new(n));
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let barrier = barrier.clone();
+            let model = model.to_string();
+            thread::spawn(move || {
+                barrier.wait();
+                infer(addr, &model, i as i32)
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("client thread"))
+        .collect()
+}
+
+fn stats(addr: SocketAddr, model: &str) -> serde_json::Value {
+    let r = get(addr, &format!("/v2/models/{model}/stats"));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    r.json()["model_stats"][0].clone()
+}
+
+fn count(v: &serde_json::Value) -> u64 {
+    v["count"].as_u64().unwrap_or(0)
+}
+
+/// Waits until `f` holds (polling), or panics with `what` after 10 s.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn health_probes_are_not_blocked_by_a_running_model() {
+    let repo = TempRepo::new("health", &[("slow", slow_model("slow", 300, 1, 1, ""))]);
+    // One shard: with inline execution every probe would wait behind the
+    // 300 ms executions of that same thread.
+    let server = start(&repo, 1, |_| {});
+    let addr = server.http_addr();
+    let load = thread::spawn(move || concurrent(addr, "slow", 4));
+    thread::sleep(Duration::from_millis(100));
+    let mut worst = Duration::ZERO;
+    for _ in 0..20 {
+        let t = Instant::now();
+        assert_eq!(get(addr, "/v2/health/live").status, 200);
+        worst = worst.max(t.elapsed());
+        thread::sleep(Duration::from_millis(20));
+    }
+    println!("worst /v2/health/live while the model ran: {worst:?}");
+    assert!(
+        worst < Duration::from_millis(250),
+        "a probe waited {worst:?}: the model ran on the network thread"
+    );
+    for r in load.join().expect("load") {
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    }
+    server.shutdown().expect("shutdown");
+}
+
+#[test]
+fn one_queue_feeds_every_instance_and_batches_while_they_are_busy() {
+    let repo = TempRepo::new(
+        "queue",
+        &[(
+            "slow2",
+            slow_model(
+                "slow2",
+                300,
+                8,
+                2,
+                "dynamic_batching { max_queue_delay_microseconds: 0 }",
+            ),
+        )],
+    );
+    let server = start(&repo, 2, |_| {});
+    let addr = server.http_addr();
+    // Two requests at once: two free instances run them side by side.
+    let t = Instant::now();
+    let replies = concurrent(addr, "slow2", 2);
+    let both = t.elapsed();
+    assert!(replies.iter().all(|r| r.status == 200));
+    assert!(
+        both < Duration::from_millis(550),
+        "two requests on two free instances took {both:?}: they ran one after the other"
+    );
+    // Sixteen at once, arriving on both shards: while both instances are
+    // busy the one queue accumulates, so later executions are batches.
+    let replies = concurrent(addr, "slow2", 16);
+    for (i, r) in replies.iter().enumerate() {
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(i32s(&r.json()["outputs"][0]["data"]), vec![i as i64; 4]);
+    }
+    let s = stats(addr, "slow2");
+    assert_eq!(s["inference_count"].as_u64(), Some(18));
+    let executions = s["execution_count"].as_u64().unwrap_or(0);
+    println!("18 requests ran in {executions} executions");
+    assert!(executions <= 8, "{executions} executions for 18 requests");
+    server.shutdown().expect("shutdown");
+}
+
+#[test]
+fn a_full_queue_refuses_with_tritons_message() {
+    let repo = TempRepo::new(
+        "full",
+        &[(
+            "bounded",
+            slow_model(
+                "bounded",
+                400,
+                1,
+                1,
+                "dynamic_batching { default_queue_policy { max_queue_size: 2 } }",
+            ),
+        )],
+    );
+    let server = start(&repo, 1, |_| {});
+    let replies = concurrent(server.http_addr(), "bounded", 8);
+    let refused: Vec<_> = replies.iter().filter(|r| r.status == 503).collect();
+    let served = replies.iter().filter(|r| r.status == 200).count();
+    // One executes, two wait, the rest are refused at once.
+    assert!(refused.len() >= 4, "only {} refused", refused.len());
+    assert_eq!(served + refused.len(), 8);
+    for r in refused {
+        assert!(r.error().contains("Exceeds maximum queue size"), "{}", r.error());
+    }
+    server.shutdown().expect("shutdown");
+}
+
+#[test]
+fn the_default_queue_is_bounded_too() {
+    let repo = TempRepo::new("fifo-bound", &[("fifo", slow_model("fifo", 1000, 1, 1, ""))]);
+    let server = start(&repo, 1, |_| {});
+    assert!(shardserve::scheduler::DEFAULT_MAX_QUEUE_SIZE >= 64);
+    // The bound itself is large; what matters here is that the FIFO path
+    // goes through the same accounting (queue depth gauge back to 0).
+    let replies = concurrent(server.http_addr(), "fifo", 3);
+    assert!(replies.iter().all(|r| r.status == 200));
+    let s = stats(server.http_addr(), "fifo");
+    assert_eq!(s["execution_count"].as_u64(), Some(3));
+    server.shutdown().expect("shutdown");
+}
+
+#[test]
+fn the_timeout_parameter_expires_a_queued_request() {
+    let repo = TempRepo::new("timeout", &[("busy", slow_model("busy", 400, 1, 1, ""))]);
+    let server = start(&repo, 1, |_| {});
+    let addr = server.http_addr();
+    let first = thread::spawn(move || infer(addr, "busy", 1));
+    thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    let r = post_json(
+        addr,
+        "/v2/models/busy/infer",
+        &body(2, json!({"timeout": 50_000})),
+    );
+    let waited = t.elapsed();
+    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+    assert!(r.error().contains("Request timeout expired"), "{}", r.error());
+    assert!(
+        waited < Duration::from_millis(280),
+        "expired after {waited:?}, not when its 50 ms timeout passed"
+    );
+    assert_eq!(first.join().expect("first").status, 200);
+    let s = stats(addr, "busy");
+    assert_eq!(s["execution_count"].as_u64(), Some(1), "the expired request ran");
+    server.shutdown().expect("shutdown");
+}
+
+#[test]
+fn the_server_request_timeout_answers_and_drops_queued_work() {
+    let repo = TempRepo::new("srvtimeout", &[("slowest", slow_model("slowest", 300, 1, 1, ""))]);
+    let server = start(&repo, 2, |o| o.request_timeout = Some(Duration::from_millis(100)));
+    let addr = server.http_addr();
+    let replies = concurrent(addr, "slowest", 4);
+    for r in &replies {
+        assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+        assert!(r.error().contains("Request timeout expired"), "{}", r.error());
+    }
+    // The first request was executing when it timed out; the three queued
+    // behind it are dropped without running.
+    thread::sleep(Duration::from_millis(500));
+    let s = stats(addr, "slowest");
+    assert_eq!(s["execution_count"].as_u64(), Some(1), "{s}");
+    assert_eq!(count(&s["inference_stats"]["fail"]), 4, "{s}");
+    server.shutdown().expect("shutdown");
+}
+
+#[test]
+fn abandoned_requests_leave_nothing_behind() {
+    use std::io::Write;
+    let repo = TempRepo::new("abandon", &[("slowish", slow_model("slowish", 200, 1, 1, ""))]);
+    let server = start(&repo, 2, |_| {});
+    let addr = server.http_addr();
+    let payload = body(7, json!({})).to_string();
+    let raw = format!(
+        "POST /v2/models/slowish/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{payload}",
+        payload.len()
+    );
+    // 200 requests sent and abandoned while the first ones execute.
+    let mut streams = Vec::new();
+    for _ in 0..200 {
+        let mut s = std::net::TcpStream::connect(addr).expect("connect");
+        s.write_all(raw.as_bytes()).expect("send");
+        streams.push(s);
+    }
+    thread::sleep(Duration::from_millis(150));
+    drop(streams);
+    // Everything queued behind the first execution or two is dropped:
+    // queue and in-flight gauges go back to zero long before 200 × 200 ms.
+    let metrics = server.metrics_addr();
+    eventually("the queue and in-flight gauges to drain", || {
+        let text = String::from_utf8_lossy(&get(metrics, "/metrics").body).to_string();
+        gauge_sum(&text, "shardserve_shard_queue_depth") == 0.0
+            && gauge_sum(&text, "shardserve_shard_in_flight_requests") == 0.0
+    });
+    let s = stats(addr, "slowish");
+    let executions = s["execution_count"].as_u64().unwrap_or(0);
+    println!("200 abandoned requests: {executions} executions, stats {s}");
+    assert!(executions <= 5, "{executions} abandoned requests still ran");
+    let text = String::from_utf8_lossy(&get(metrics, "/metrics").body).to_string();
+    assert!(
+        text.lines().any(|l| l.starts_with("nv_inference_request_failure")
+            && l.contains("reason=\"CANCELED\"")
+            && l.contains("model=\"slowish\"")
+            && !l.trim_end().ends_with(" 0")),
+        "no cancelled requests counted:\n{text}"
+    );
+    // And the server still serves.
+    assert_eq!(infer(addr, "slowish", 3).status, 200);
+    server.shutdown().expect("shutdown");
+}
+
+fn gauge_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn shutdown_answers_queued_requests_then_exits_at_once() {
+    let repo = TempRepo::new("shutdown", &[("drain", slow_model("drain", 150, 1, 1, ""))]);
+    // Two shards: requests arriving on the non-owning shard are forwarded,
+    // and must be answered too.
+    let server = start(&repo, 2, |o| o.exit_timeout = Duration::from_secs(30));
+    let addr = server.http_addr();
+    let clients = thread::spawn(move || concurrent(addr, "drain", 6));
+    thread::sleep(Duration::from_millis(120));
+    let t = Instant::now();
+    server.shutdown().expect("shutdown");
+    let took = t.elapsed();
+    let replies = clients.join().expect("clients");
+    for r in &replies {
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    }
+    println!("shutdown with 6 × 150 ms queued took {took:?}");
+    assert!(
+        took < Duration::from_secs(5),
+        "shutdown waited {took:?}: it should end when the last request is answered"
+    );
+}
