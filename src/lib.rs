@@ -6,6 +6,7 @@ pub mod bench;
 pub mod config;
 pub mod metrics;
 pub mod model;
+pub mod offload;
 pub mod proto;
 pub mod protocol;
 pub mod repository;

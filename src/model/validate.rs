@@ -2,44 +2,50 @@
 //! on the shard that decoded it, so a bad request never crosses shards.
 //! Messages follow Triton's wording where clients are known to match them.
 
-use super::{IoSpec, OutputSpec};
-use crate::types::{element_count, InferError, InferRequest, InferResult};
+use super::{InputSpec, IoSpec, OutputSpec};
+use crate::types::{
+    clip, element_count, show_shape, DataType, InferError, InferRequest, InferResult,
+};
 
-/// Validates `req` for model `model` and rewrites input shapes the
-/// configuration reshapes, so the backend sees its own shapes.
-pub fn validate_request(io: &IoSpec, model: &str, req: &mut InferRequest) -> InferResult<()> {
-    let mut batch: Option<i64> = None;
-    for (i, t) in req.inputs.iter().enumerate() {
-        if req.inputs[..i].iter().any(|o| o.name == t.name) {
-            return Err(InferError::invalid(format!(
-                "input '{}' appears more than once in the request for model '{model}'",
-                t.name
-            )));
-        }
-        let spec = io.input(&t.name).ok_or_else(|| {
+impl IoSpec {
+    /// Checks one input's name, datatype and shape against the model before
+    /// any of its data is looked at: everything [`validate_request`] checks
+    /// per input except the data's size. Protocols call it as soon as a
+    /// request's header is parsed, so a shape the model would refuse (or
+    /// one declaring 2**40 elements) is answered before its data is read.
+    /// `batch` carries the batch size of the inputs checked before.
+    pub fn check_input(
+        &self,
+        model: &str,
+        name: &str,
+        datatype: DataType,
+        shape: &[i64],
+        batch: &mut Option<i64>,
+    ) -> InferResult<&InputSpec> {
+        let spec = self.input(name).ok_or_else(|| {
             InferError::invalid(format!(
                 "unexpected inference input '{}' for model '{model}'",
-                t.name
+                clip(name)
             ))
         })?;
-        if t.datatype != spec.datatype {
+        let name = clip(name);
+        if datatype != spec.datatype {
             return Err(InferError::invalid(format!(
-                "inference input '{}' data-type is '{}', but model '{model}' expects '{}'",
-                t.name, t.datatype, spec.datatype
+                "inference input '{name}' data-type is '{datatype}', but model '{model}' expects '{}'",
+                spec.datatype
             )));
         }
-        let item_shape = if io.batching() {
-            let Some((&b, rest)) = t.shape.split_first() else {
+        let item_shape = if self.batching() {
+            let Some((&b, rest)) = shape.split_first() else {
                 return Err(InferError::invalid(format!(
-                    "input '{}' for model '{model}' has no batch dimension; expected shape {:?}",
-                    t.name,
-                    io.client_shape(&spec.dims)
+                    "input '{name}' for model '{model}' has no batch dimension; expected shape {:?}",
+                    self.client_shape(&spec.dims)
                 )));
             };
-            if b < 1 || b > io.max_batch_size {
+            if b < 1 || b > self.max_batch_size {
                 return Err(InferError::invalid(format!(
-                    "inference request batch-size must be <= {} for '{model}' (input '{}' has batch size {b})",
-                    io.max_batch_size, t.name
+                    "inference request batch-size must be <= {} for '{model}' (input '{name}' has batch size {b})",
+                    self.max_batch_size
                 )));
             }
             if let Some(prev) = batch.replace(b) {
@@ -51,16 +57,31 @@ pub fn validate_request(io: &IoSpec, model: &str, req: &mut InferRequest) -> Inf
             }
             rest
         } else {
-            &t.shape[..]
+            shape
         };
         if !dims_match(&spec.dims, item_shape) {
             return Err(InferError::invalid(format!(
-                "unexpected shape for input '{}' for model '{model}'. Expected {:?}, got {:?}",
-                t.name,
-                io.client_shape(&spec.dims),
-                t.shape
+                "unexpected shape for input '{name}' for model '{model}'. Expected {:?}, got {}",
+                self.client_shape(&spec.dims),
+                show_shape(shape)
             )));
         }
+        Ok(spec)
+    }
+}
+
+/// Validates `req` for model `model` and rewrites input shapes the
+/// configuration reshapes, so the backend sees its own shapes.
+pub fn validate_request(io: &IoSpec, model: &str, req: &mut InferRequest) -> InferResult<()> {
+    let mut batch: Option<i64> = None;
+    for (i, t) in req.inputs.iter().enumerate() {
+        if req.inputs[..i].iter().any(|o| o.name == t.name) {
+            return Err(InferError::invalid(format!(
+                "input '{}' appears more than once in the request for model '{model}'",
+                clip(&t.name)
+            )));
+        }
+        io.check_input(model, &t.name, t.datatype, &t.shape, &mut batch)?;
         t.check_size()
             .map_err(|e| InferError::invalid(format!("{} (model '{model}')", e.message)))?;
     }
@@ -82,13 +103,13 @@ pub fn validate_request(io: &IoSpec, model: &str, req: &mut InferRequest) -> Inf
         if io.output(&o.name).is_none() {
             return Err(InferError::invalid(format!(
                 "unexpected inference output '{}' for model '{model}'",
-                o.name
+                clip(&o.name)
             )));
         }
         if req.outputs[..i].iter().any(|p| p.name == o.name) {
             return Err(InferError::invalid(format!(
                 "output '{}' is requested more than once for model '{model}'",
-                o.name
+                clip(&o.name)
             )));
         }
     }

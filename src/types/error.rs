@@ -50,3 +50,70 @@ impl InferError {
         Self::new(ErrorKind::Internal, message)
     }
 }
+
+/// The most bytes of client input an error message repeats.
+pub const CLIP_BYTES: usize = 256;
+
+/// Client-provided text (a model, tensor or parameter name, a datatype, a
+/// value) as an error message may quote it: whole when at most
+/// [`CLIP_BYTES`] bytes long, otherwise cut on a char boundary and marked
+/// with the full length, so a 10 MB name cannot come back in a response
+/// header or body.
+pub fn clip(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.len() <= CLIP_BYTES {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut cut = CLIP_BYTES;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}…({} bytes)", &s[..cut], s.len()))
+}
+
+/// The most dimensions of a client's shape an error message lists.
+const SHAPE_DIMS_SHOWN: usize = 16;
+
+/// A client's shape as error messages show it (`[1, 16]`): at most
+/// [`SHAPE_DIMS_SHOWN`] dimensions, then the count of the rest.
+pub fn show_shape(shape: &[i64]) -> String {
+    let shown = &shape[..shape.len().min(SHAPE_DIMS_SHOWN)];
+    let mut s = format!("{shown:?}");
+    if shape.len() > shown.len() {
+        s.pop();
+        s.push_str(&format!(", …({} dims)]", shape.len()));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_text_is_kept_whole() {
+        assert!(matches!(
+            clip("simple"),
+            std::borrow::Cow::Borrowed("simple")
+        ));
+        let exact = "x".repeat(CLIP_BYTES);
+        assert_eq!(clip(&exact), exact);
+    }
+
+    #[test]
+    fn long_text_is_cut_on_a_char_boundary_with_its_length() {
+        let long = "é".repeat(1_000_000);
+        let c = clip(&long);
+        assert!(c.len() < CLIP_BYTES + 32, "{}", c.len());
+        assert!(c.ends_with("…(2000000 bytes)"), "{c}");
+        assert!(c.starts_with("éé"));
+    }
+
+    #[test]
+    fn long_shapes_are_shown_in_part() {
+        assert_eq!(show_shape(&[1, 16]), "[1, 16]");
+        assert_eq!(show_shape(&[]), "[]");
+        let long = vec![1i64; 100_000];
+        let s = show_shape(&long);
+        assert!(s.len() < 80 && s.ends_with(", …(100000 dims)]"), "{s}");
+    }
+}

@@ -7,6 +7,6 @@ mod request;
 mod tensor;
 
 pub use datatype::DataType;
-pub use error::{ErrorKind, InferError, InferResult};
+pub use error::{clip, show_shape, ErrorKind, InferError, InferResult, CLIP_BYTES};
 pub use request::{InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput};
 pub use tensor::{bytes_elements, element_count, encode_bytes_elements, Tensor};

@@ -1,6 +1,6 @@
 use bytes::Bytes;
 
-use super::{DataType, InferError};
+use super::{clip, show_shape, DataType, InferError};
 
 /// A named tensor. `data` is the Triton raw layout: little-endian elements
 /// in row-major order, and for `BYTES` each element as a 4-byte
@@ -33,8 +33,9 @@ impl Tensor {
     pub fn check_size(&self) -> Result<(), InferError> {
         let count = self.element_count().ok_or_else(|| {
             InferError::invalid(format!(
-                "invalid shape {:?} for input '{}'",
-                self.shape, self.name
+                "invalid shape {} for input '{}'",
+                show_shape(&self.shape),
+                clip(&self.name)
             ))
         })?;
         match self.datatype.element_size() {
@@ -42,10 +43,10 @@ impl Tensor {
                 let expected = count.checked_mul(size);
                 if expected != Some(self.data.len()) {
                     return Err(InferError::invalid(format!(
-                        "input '{}' has {} bytes of data, but shape {:?} of {} needs {}",
-                        self.name,
+                        "input '{}' has {} bytes of data, but shape {} of {} needs {}",
+                        clip(&self.name),
                         self.data.len(),
-                        self.shape,
+                        show_shape(&self.shape),
                         self.datatype,
                         expected
                             .map_or_else(|| "more than addressable".to_string(), |e| e.to_string())
@@ -54,12 +55,13 @@ impl Tensor {
             }
             None => {
                 let n = bytes_elements(&self.data)
-                    .map_err(|e| InferError::invalid(format!("input '{}': {e}", self.name)))?
+                    .map_err(|e| InferError::invalid(format!("input '{}': {e}", clip(&self.name))))?
                     .count();
                 if n != count {
                     return Err(InferError::invalid(format!(
-                        "input '{}' holds {n} BYTES elements, but shape {:?} needs {count}",
-                        self.name, self.shape
+                        "input '{}' holds {n} BYTES elements, but shape {} needs {count}",
+                        clip(&self.name),
+                        show_shape(&self.shape)
                     )));
                 }
             }

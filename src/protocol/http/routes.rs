@@ -10,14 +10,14 @@ use hyper::{body::Incoming, Request, Response};
 use serde_json::json;
 
 use super::{
-    codec::{decode_infer_request, encode_infer_response, error_body},
+    codec::{decode_request_body, encode_infer_response, error_body},
     server::HttpResponse,
     status::status_for,
 };
 use crate::{
     metrics::statistics,
     model::{ModelTable, ModelVersion},
-    protocol::compression::{choose_response_encoding, compress, decompress},
+    protocol::compression::{choose_response_encoding, compress},
     scheduler,
     server::{state, ServerState, EXTENSIONS},
     shard::{self, InFlight},
@@ -195,11 +195,12 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
     let headers = req.headers().clone();
     let header_length = parse_header_length(&headers)?;
     let body = read_body(req.into_body(), limit).await?;
-    let body = match content_encoding(&headers)? {
-        Some(enc) => decompress(&enc, &body, limit)?,
-        None => body,
-    };
-    let request = decode_infer_request(body, header_length, model, version)?;
+    // Resolved for the decoder's shape checks only: a model that does not
+    // resolve is answered by `scheduler::infer` as before.
+    let target = model_table()?.resolve(model, version).ok().cloned();
+    let encoding = content_encoding(&headers)?;
+    let request =
+        decode_request_body(body, encoding, header_length, model, version, target, limit).await?;
     let requested = request.outputs.clone();
     let parameters = request.parameters.clone();
     let response = scheduler::infer(request).await?;

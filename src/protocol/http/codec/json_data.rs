@@ -1,15 +1,23 @@
 //! JSON `data` arrays ↔ Triton's raw tensor layout.
 //!
-//! Decoding walks the (possibly nested) JSON array twice: once to count the
-//! leaves, so that a shape that disagrees with the data is refused before a
-//! single byte is reserved, and once to write little-endian elements.
+//! Decoding streams the (possibly nested) JSON array through serde's
+//! visitor straight into a little-endian buffer sized once from the
+//! declared shape: no tree of JSON values is ever built, so a body costs
+//! about its tensor's size on top of itself. The shape is first checked
+//! against the length of the `data` text (every element takes at least one
+//! byte of it), so a shape declaring 2**40 elements is refused before a
+//! byte is reserved, whatever the body holds.
 //! Encoding streams elements straight out of the raw layout through serde,
 //! without building an intermediate `serde_json::Value`.
 
+use std::fmt;
+
 use bytes::Bytes;
 use half::{bf16, f16};
-use serde::ser::{Error as _, Serialize, SerializeSeq, Serializer};
-use serde_json::Value;
+use serde::{
+    de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor},
+    ser::{Error as _, Serialize, SerializeSeq, Serializer},
+};
 
 use crate::types::{bytes_elements, DataType};
 
@@ -19,10 +27,14 @@ use crate::types::{bytes_elements, DataType};
 pub(crate) enum DataError {
     /// Leaf count differs from what the shape declares.
     Count { expected: usize, found: usize },
+    /// The shape declares more elements than `bytes` of JSON text can hold.
+    TooShort { expected: usize, bytes: usize },
     /// A leaf of the wrong JSON type (string for INT32, float for INT8...).
     Type { index: usize, value: String },
     /// A number outside the datatype's range (300 for UINT8).
     Range { index: usize, value: String },
+    /// Not JSON (only reachable when the caller hands over unchecked text).
+    Syntax(String),
 }
 
 impl DataError {
@@ -32,6 +44,10 @@ impl DataError {
                 "Shape does not match true shape of 'data' field: \
                  the shape declares {expected} elements, 'data' holds {found}"
             ),
+            DataError::TooShort { expected, bytes } => format!(
+                "Shape does not match true shape of 'data' field: \
+                 the shape declares {expected} elements, more than {bytes} bytes of 'data' can hold"
+            ),
             DataError::Type { index, value } => {
                 let want = expected_json(datatype);
                 format!("element {index} of 'data' is {value}, expected {want}")
@@ -39,6 +55,7 @@ impl DataError {
             DataError::Range { index, value } => {
                 format!("element {index} of 'data' is {value}, out of range for {datatype}")
             }
+            DataError::Syntax(e) => format!("'data' is not valid JSON: {e}"),
         }
     }
 }
@@ -52,162 +69,293 @@ fn expected_json(datatype: DataType) -> &'static str {
     }
 }
 
-/// Number of non-array leaves. Recursion depth is bounded by serde_json's
-/// own nesting limit (128), so this cannot overflow the stack.
-fn count_leaves(v: &Value) -> usize {
-    match v {
-        Value::Array(items) => items.iter().map(count_leaves).sum(),
-        _ => 1,
-    }
+/// The most elements `len` bytes of JSON can hold: each takes a byte and
+/// all but the last a separator (`[1,2]`), or one bare scalar (`5`).
+fn most_elements(len: usize) -> usize {
+    len / 2 + 1
 }
 
-/// Calls `f` on every leaf in row-major order, stopping at the first error.
-fn for_each_leaf<E>(v: &Value, f: &mut impl FnMut(&Value) -> Result<(), E>) -> Result<(), E> {
-    match v {
-        Value::Array(items) => items.iter().try_for_each(|item| for_each_leaf(item, f)),
-        leaf => f(leaf),
-    }
-}
+/// Longest rendering of an offending value in an error message.
+const SHOWN: usize = 64;
 
-/// Short rendering of an offending value for an error message: a huge
+/// Short rendering of an offending string for an error message: a huge
 /// string must not be echoed back whole.
-fn show(v: &Value) -> String {
-    let mut s = v.to_string();
-    if s.len() > 64 {
-        let mut cut = 61;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push_str("...");
+fn show_str(s: &str) -> String {
+    let mut cut = s.len().min(SHOWN);
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
     }
-    s
+    let mut q = serde_json::to_string(&s[..cut]).unwrap_or_default();
+    if cut < s.len() || q.len() > SHOWN {
+        let mut keep = q.len().min(SHOWN - 3);
+        while !q.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        q.truncate(keep);
+        q.push_str("...");
+    }
+    q
 }
 
-/// Converts JSON `data` (nested or flat, row-major) into the raw layout of
-/// `datatype`, checking it holds exactly `expected` elements first.
-pub(crate) fn decode(
-    datatype: DataType,
-    data: &Value,
-    expected: usize,
-) -> Result<Bytes, DataError> {
-    let found = count_leaves(data);
-    if found != expected {
-        return Err(DataError::Count { expected, found });
+/// JSON rendering of a float leaf, as serde_json prints numbers.
+fn show_f64(v: f64) -> String {
+    serde_json::Number::from_f64(v).map_or_else(|| "null".into(), |n| n.to_string())
+}
+
+/// Converts JSON `data` text (nested or flat array, row-major; a bare
+/// scalar is one element) into the raw layout of `datatype`, checking it
+/// holds exactly `expected` elements. Reports the element count first
+/// (a shape disagreeing with the data), then the first element of the
+/// wrong type or out of range.
+pub(crate) fn decode(datatype: DataType, json: &str, expected: usize) -> Result<Bytes, DataError> {
+    if expected > most_elements(json.len()) {
+        return Err(DataError::TooShort {
+            expected,
+            bytes: json.len(),
+        });
     }
-    // `found` leaves each took at least one byte of JSON, so this capacity
-    // is bounded by the body size, whatever the declared shape said.
+    // `expected` is at most half the text's length, so these capacities
+    // are bounded by the body size, whatever the shape declared.
     let capacity = match datatype.element_size() {
-        Some(size) => found.saturating_mul(size),
-        None => found.saturating_mul(4),
+        Some(size) => expected * size,
+        // Each string's bytes are in the text; add its 4-byte length.
+        None => expected * 4 + json.len(),
     };
-    let mut out = Vec::with_capacity(capacity);
-    let mut index = 0usize;
-    for_each_leaf(data, &mut |v: &Value| {
-        push_element(datatype, v, index, &mut out)?;
-        index += 1;
-        Ok(())
-    })?;
-    Ok(Bytes::from(out))
+    let mut sink = Sink {
+        datatype,
+        expected,
+        found: 0,
+        out: Vec::with_capacity(capacity),
+        error: None,
+    };
+    let mut de = serde_json::Deserializer::from_str(json);
+    Leaves(&mut sink)
+        .deserialize(&mut de)
+        .and_then(|()| de.end())
+        .map_err(|e| DataError::Syntax(e.to_string()))?;
+    if sink.found != expected {
+        return Err(DataError::Count {
+            expected,
+            found: sink.found,
+        });
+    }
+    match sink.error {
+        Some(e) => Err(e),
+        None => Ok(Bytes::from(sink.out)),
+    }
 }
 
-fn push_element(
+/// Where decoded elements go. After the first bad element (or past the
+/// expected count) it only counts, so the count error wins as it should.
+struct Sink {
     datatype: DataType,
-    v: &Value,
-    index: usize,
-    out: &mut Vec<u8>,
-) -> Result<(), DataError> {
-    let type_err = || DataError::Type {
-        index,
-        value: show(v),
-    };
-    let range_err = || DataError::Range {
-        index,
-        value: show(v),
-    };
-    // An integer leaf: Err(type) when not a JSON integer at all,
-    // Err(range) when an integer that does not fit.
-    let signed = |min: i64, max: i64| -> Result<i64, DataError> {
-        match v {
-            Value::Number(n) if n.is_i64() => n
-                .as_i64()
-                .filter(|x| (min..=max).contains(x))
-                .ok_or_else(range_err),
-            Value::Number(n) if n.is_u64() => Err(range_err()),
-            _ => Err(type_err()),
-        }
-    };
-    let unsigned = |max: u64| -> Result<u64, DataError> {
-        match v {
-            Value::Number(n) if n.is_u64() => {
-                n.as_u64().filter(|x| *x <= max).ok_or_else(range_err)
-            }
-            Value::Number(n) if n.is_i64() => Err(range_err()),
-            _ => Err(type_err()),
-        }
-    };
-    let float = || -> Result<f64, DataError> {
-        match v {
-            Value::Number(n) => n.as_f64().ok_or_else(type_err),
-            _ => Err(type_err()),
-        }
-    };
-    // A finite value that becomes infinite in a narrower float type was
-    // out of range; silently sending inf to the model would hide the bug.
-    let narrowed = |wide: f64, narrow_is_inf: bool| -> Result<(), DataError> {
-        if wide.is_finite() && narrow_is_inf {
-            Err(range_err())
-        } else {
-            Ok(())
-        }
-    };
-    match datatype {
-        DataType::Bool => out.push(u8::from(v.as_bool().ok_or_else(type_err)?)),
-        DataType::Uint8 => out.push(unsigned(u8::MAX.into())? as u8),
-        DataType::Uint16 => {
-            out.extend_from_slice(&(unsigned(u16::MAX.into())? as u16).to_le_bytes())
-        }
-        DataType::Uint32 => {
-            out.extend_from_slice(&(unsigned(u32::MAX.into())? as u32).to_le_bytes())
-        }
-        DataType::Uint64 => out.extend_from_slice(&unsigned(u64::MAX)?.to_le_bytes()),
-        DataType::Int8 => {
-            out.extend_from_slice(&(signed(i8::MIN.into(), i8::MAX.into())? as i8).to_le_bytes())
-        }
-        DataType::Int16 => {
-            out.extend_from_slice(&(signed(i16::MIN.into(), i16::MAX.into())? as i16).to_le_bytes())
-        }
-        DataType::Int32 => {
-            out.extend_from_slice(&(signed(i32::MIN.into(), i32::MAX.into())? as i32).to_le_bytes())
-        }
-        DataType::Int64 => out.extend_from_slice(&signed(i64::MIN, i64::MAX)?.to_le_bytes()),
-        DataType::Fp16 => {
-            let x = float()?;
-            let h = f16::from_f64(x);
-            narrowed(x, h.is_infinite())?;
-            out.extend_from_slice(&h.to_le_bytes());
-        }
-        DataType::Bf16 => {
-            let x = float()?;
-            let h = bf16::from_f64(x);
-            narrowed(x, h.is_infinite())?;
-            out.extend_from_slice(&h.to_le_bytes());
-        }
-        DataType::Fp32 => {
-            let x = float()?;
-            narrowed(x, (x as f32).is_infinite())?;
-            out.extend_from_slice(&(x as f32).to_le_bytes());
-        }
-        DataType::Fp64 => out.extend_from_slice(&float()?.to_le_bytes()),
-        DataType::Bytes => {
-            let s = v.as_str().ok_or_else(type_err)?;
-            // A JSON string longer than 4 GiB cannot be framed.
-            let len = u32::try_from(s.len()).map_err(|_| range_err())?;
-            out.extend_from_slice(&len.to_le_bytes());
-            out.extend_from_slice(s.as_bytes());
+    expected: usize,
+    found: usize,
+    out: Vec<u8>,
+    error: Option<DataError>,
+}
+
+/// One JSON leaf as the parser delivered it.
+enum Leaf<'a> {
+    Bool(bool),
+    /// A non-negative integer.
+    U64(u64),
+    /// A negative integer.
+    I64(i64),
+    F64(f64),
+    Str(&'a str),
+    Null,
+    Object,
+}
+
+impl Leaf<'_> {
+    fn show(&self) -> String {
+        match self {
+            Leaf::Bool(b) => b.to_string(),
+            Leaf::U64(v) => v.to_string(),
+            Leaf::I64(v) => v.to_string(),
+            Leaf::F64(v) => show_f64(*v),
+            Leaf::Str(s) => show_str(s),
+            Leaf::Null => "null".into(),
+            Leaf::Object => "an object".into(),
         }
     }
-    Ok(())
+
+    /// The leaf as an integer in `min..=max`: Err(Type) when it is no JSON
+    /// integer, Err(Range) when it does not fit.
+    fn integer(&self, min: i64, max: u64) -> Result<i128, Fault> {
+        let v = match *self {
+            Leaf::U64(v) => i128::from(v),
+            Leaf::I64(v) => i128::from(v),
+            _ => return Err(Fault::Type),
+        };
+        if v < i128::from(min) || v > i128::from(max) {
+            return Err(Fault::Range);
+        }
+        Ok(v)
+    }
+
+    fn float(&self) -> Result<f64, Fault> {
+        match *self {
+            Leaf::U64(v) => Ok(v as f64),
+            Leaf::I64(v) => Ok(v as f64),
+            Leaf::F64(v) => Ok(v),
+            _ => Err(Fault::Type),
+        }
+    }
+}
+
+enum Fault {
+    Type,
+    Range,
+}
+
+/// A finite value that becomes infinite in a narrower float type was out
+/// of range; silently sending inf to the model would hide the bug.
+fn narrowed(wide: f64, narrow_is_inf: bool) -> Result<(), Fault> {
+    if wide.is_finite() && narrow_is_inf {
+        Err(Fault::Range)
+    } else {
+        Ok(())
+    }
+}
+
+impl Sink {
+    fn leaf(&mut self, leaf: Leaf<'_>) {
+        let index = self.found;
+        self.found += 1;
+        if index >= self.expected || self.error.is_some() {
+            return;
+        }
+        if let Err(fault) = self.push(&leaf) {
+            let value = leaf.show();
+            self.error = Some(match fault {
+                Fault::Type => DataError::Type { index, value },
+                Fault::Range => DataError::Range { index, value },
+            });
+        }
+    }
+
+    // The `as` casts narrow values `integer` has range-checked.
+    #[allow(clippy::cast_possible_truncation)]
+    fn push(&mut self, leaf: &Leaf<'_>) -> Result<(), Fault> {
+        let out = &mut self.out;
+        match self.datatype {
+            DataType::Bool => match leaf {
+                Leaf::Bool(b) => out.push(u8::from(*b)),
+                _ => return Err(Fault::Type),
+            },
+            DataType::Uint8 => out.push(leaf.integer(0, u8::MAX.into())? as u8),
+            DataType::Uint16 => {
+                out.extend_from_slice(&(leaf.integer(0, u16::MAX.into())? as u16).to_le_bytes())
+            }
+            DataType::Uint32 => {
+                out.extend_from_slice(&(leaf.integer(0, u32::MAX.into())? as u32).to_le_bytes())
+            }
+            DataType::Uint64 => {
+                out.extend_from_slice(&(leaf.integer(0, u64::MAX)? as u64).to_le_bytes())
+            }
+            DataType::Int8 => out.extend_from_slice(
+                &(leaf.integer(i8::MIN.into(), i8::MAX as u64)? as i8).to_le_bytes(),
+            ),
+            DataType::Int16 => out.extend_from_slice(
+                &(leaf.integer(i16::MIN.into(), i16::MAX as u64)? as i16).to_le_bytes(),
+            ),
+            DataType::Int32 => out.extend_from_slice(
+                &(leaf.integer(i32::MIN.into(), i32::MAX as u64)? as i32).to_le_bytes(),
+            ),
+            DataType::Int64 => out.extend_from_slice(
+                &(leaf.integer(i64::MIN, i64::MAX as u64)? as i64).to_le_bytes(),
+            ),
+            DataType::Fp16 => {
+                let x = leaf.float()?;
+                let h = f16::from_f64(x);
+                narrowed(x, h.is_infinite())?;
+                out.extend_from_slice(&h.to_le_bytes());
+            }
+            DataType::Bf16 => {
+                let x = leaf.float()?;
+                let h = bf16::from_f64(x);
+                narrowed(x, h.is_infinite())?;
+                out.extend_from_slice(&h.to_le_bytes());
+            }
+            DataType::Fp32 => {
+                let x = leaf.float()?;
+                narrowed(x, (x as f32).is_infinite())?;
+                out.extend_from_slice(&(x as f32).to_le_bytes());
+            }
+            DataType::Fp64 => out.extend_from_slice(&leaf.float()?.to_le_bytes()),
+            DataType::Bytes => {
+                let Leaf::Str(s) = leaf else {
+                    return Err(Fault::Type);
+                };
+                // A JSON string longer than 4 GiB cannot be framed.
+                let len = u32::try_from(s.len()).map_err(|_| Fault::Range)?;
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(s.as_bytes());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Seed and visitor for any value of `data` at any depth: arrays recurse,
+/// everything else is a leaf. Depth is bounded by serde_json's own
+/// nesting limit (128), so this cannot overflow the stack.
+struct Leaves<'s>(&'s mut Sink);
+
+impl<'de> DeserializeSeed<'de> for Leaves<'_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Leaves<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("tensor data")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Leaves(&mut *self.0))?.is_some() {}
+        Ok(())
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        self.0.leaf(Leaf::Bool(v));
+        Ok(())
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        self.0.leaf(Leaf::U64(v));
+        Ok(())
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        // serde_json reports non-negative integers through visit_u64, but
+        // other deserializers may not.
+        self.0.leaf(match u64::try_from(v) {
+            Ok(u) => Leaf::U64(u),
+            Err(_) => Leaf::I64(v),
+        });
+        Ok(())
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        self.0.leaf(Leaf::F64(v));
+        Ok(())
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        self.0.leaf(Leaf::Str(v));
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.0.leaf(Leaf::Null);
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        self.0.leaf(Leaf::Object);
+        Ok(())
+    }
 }
 
 /// Serializes a raw tensor as a flat JSON array. The caller must have
@@ -282,6 +430,15 @@ mod tests {
     use super::*;
     use crate::types::encode_bytes_elements;
 
+    /// Decodes `data` given as a JSON value (rendered to text first).
+    fn decode(
+        datatype: DataType,
+        data: &serde_json::Value,
+        expected: usize,
+    ) -> Result<Bytes, DataError> {
+        super::decode(datatype, &data.to_string(), expected)
+    }
+
     fn enc(datatype: DataType, data: &[u8]) -> String {
         serde_json::to_string(&JsonData { datatype, data }).unwrap()
     }
@@ -310,7 +467,7 @@ mod tests {
     fn huge_expected_count_allocates_nothing() {
         // 2**40 elements declared, two given: refused on the count alone.
         let err = decode(DataType::Fp64, &json!([1.0, 2.0]), 1 << 40).unwrap_err();
-        assert!(matches!(err, DataError::Count { .. }));
+        assert!(matches!(err, DataError::TooShort { .. }));
     }
 
     #[test]
@@ -437,6 +594,69 @@ mod tests {
             panic!("expected a type error")
         };
         assert!(value.len() <= 64 && value.ends_with("..."));
+    }
+
+    #[test]
+    fn a_bare_scalar_is_one_element() {
+        assert_eq!(&decode(DataType::Int8, &json!(-3), 1).unwrap()[..], &[0xfd]);
+    }
+
+    #[test]
+    fn extra_elements_are_counted_exactly() {
+        assert_eq!(
+            decode(DataType::Int32, &json!([[1, 2], [3, "x"]]), 2).unwrap_err(),
+            DataError::Count {
+                expected: 2,
+                found: 4
+            }
+        );
+    }
+
+    #[test]
+    fn null_and_object_leaves_are_type_errors() {
+        let err = decode(DataType::Fp32, &json!([1.0, null]), 2).unwrap_err();
+        assert!(matches!(err, DataError::Type { index: 1, ref value } if value == "null"));
+        let err = decode(DataType::Int32, &json!([{"a": [1, 2]}]), 1).unwrap_err();
+        assert!(matches!(err, DataError::Type { index: 0, ref value } if value == "an object"));
+    }
+
+    #[test]
+    fn escaped_strings_are_unescaped_for_bytes() {
+        let b = super::decode(DataType::Bytes, r#"["a\"b\u00e9", "\n"]"#, 2).unwrap();
+        assert_eq!(b, encode_bytes_elements(["a\"bé", "\n"]));
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(matches!(
+            super::decode(DataType::Int32, &deep, 1),
+            Err(DataError::Syntax(_))
+        ));
+    }
+
+    #[test]
+    fn shape_is_checked_against_the_text_length_first() {
+        // 3 bytes hold at most 2 elements.
+        assert_eq!(
+            super::decode(DataType::Int64, "[1]", 3).unwrap_err(),
+            DataError::TooShort {
+                expected: 3,
+                bytes: 3
+            }
+        );
+        assert!(DataError::TooShort {
+            expected: 3,
+            bytes: 3
+        }
+        .describe(DataType::Int64)
+        .contains("Shape does not match true shape of 'data' field"));
+    }
+
+    #[test]
+    fn the_buffer_is_sized_once_for_fixed_size_types() {
+        let b = super::decode(DataType::Fp32, "[1, 2, 3, 4]", 4).unwrap();
+        assert_eq!(b.len(), 16);
     }
 
     #[test]

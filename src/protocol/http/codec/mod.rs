@@ -12,7 +12,7 @@ mod json_data;
 mod request;
 mod response;
 
-use std::fmt;
+use std::{fmt, sync::Arc};
 
 use bytes::Bytes;
 use serde::{
@@ -21,10 +21,58 @@ use serde::{
     Deserialize, Deserializer,
 };
 
-pub use request::decode_infer_request;
+pub use request::{decode_infer_request, decode_infer_request_for};
 pub use response::{encode_infer_response, EncodedResponse};
 
-use crate::types::{ParamValue, Parameters};
+use crate::{
+    model::ModelVersion,
+    offload,
+    protocol::compression::decompress,
+    types::{clip, InferRequest, InferResult, ParamValue, Parameters},
+};
+
+/// Compressed bodies up to this size are inflated inline: deflate expands
+/// at most ~1032:1, so they inflate to about [`offload::BODY_THRESHOLD`].
+const INLINE_COMPRESSED_MAX: usize = 256;
+
+/// An `/infer` body as it arrived → [`InferRequest`]: inflated first when
+/// `encoding` (a `Content-Encoding` other than identity) says so, never
+/// past `limit` bytes; each input checked against `model` (the addressed
+/// model, when it could be resolved) before its data is decoded. Bodies
+/// whose JSON is larger than [`offload::BODY_THRESHOLD`], and compressed
+/// bodies beyond a few hundred bytes, are decoded on the [`offload`]
+/// pool so the shard keeps serving; a full pool answers UNAVAILABLE.
+pub async fn decode_request_body(
+    body: Bytes,
+    encoding: Option<String>,
+    header_length: Option<usize>,
+    model_name: &str,
+    model_version: &str,
+    model: Option<Arc<ModelVersion>>,
+    limit: usize,
+) -> InferResult<InferRequest> {
+    let json_len = header_length.unwrap_or(body.len());
+    let inline = match encoding {
+        Some(_) => body.len() <= INLINE_COMPRESSED_MAX,
+        None => json_len <= offload::BODY_THRESHOLD,
+    };
+    let decode = {
+        let (model_name, model_version) = (model_name.to_string(), model_version.to_string());
+        move || {
+            let body = match encoding {
+                Some(enc) => decompress(&enc, &body, limit)?,
+                None => body,
+            };
+            let io = model.as_deref().map(|m| &m.io);
+            decode_infer_request_for(body, header_length, &model_name, &model_version, io)
+        }
+    };
+    if inline {
+        decode()
+    } else {
+        offload::run(decode).await?
+    }
+}
 
 /// Request parameter: send every output in binary unless the output says otherwise.
 pub const BINARY_DATA_OUTPUT: &str = "binary_data_output";
@@ -76,7 +124,7 @@ impl<'de> Visitor<'de> for ParamsVisitor {
         while let Some(name) = map.next_key::<String>()? {
             let value = map
                 .next_value::<ScalarParam>()
-                .map_err(|e| A::Error::custom(format!("parameter '{name}': {e}")))?;
+                .map_err(|e| A::Error::custom(format!("parameter '{}': {e}", clip(&name))))?;
             out.insert(name, value.0);
         }
         Ok(JsonParams(out))
@@ -90,7 +138,7 @@ fn show_param(v: &ParamValue) -> String {
         ParamValue::Int(i) => i.to_string(),
         ParamValue::Uint(u) => u.to_string(),
         ParamValue::Double(d) => d.to_string(),
-        ParamValue::String(s) => format!("{s:?}"),
+        ParamValue::String(s) => format!("{:?}", clip(s)),
     }
 }
 

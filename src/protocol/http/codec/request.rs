@@ -1,38 +1,51 @@
 //! `POST /v2/models/<m>[/versions/<v>]/infer` request bodies.
+//!
+//! The JSON is read in two steps. First the envelope, with each input's
+//! `data` kept as unparsed text ([`RawValue`], a slice of the body): every
+//! input's name, datatype and shape is checked (against the model's
+//! [`IoSpec`] when the caller has it) before any tensor is sized. Then
+//! each `data` is streamed straight into its tensor's buffer
+//! ([`json_data::decode`]), and each binary input becomes a slice of the
+//! body.
 
 use bytes::Bytes;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::{
     json_data, show_param, JsonParams, BINARY_DATA, BINARY_DATA_SIZE, CLASSIFICATION,
     SHARED_MEMORY_REGION,
 };
-use crate::types::{
-    bytes_elements, element_count, DataType, InferError, InferRequest, ParamValue, RequestedOutput,
-    Tensor,
+use crate::{
+    model::IoSpec,
+    types::{
+        bytes_elements, clip, element_count, show_shape, DataType, InferError, InferRequest,
+        ParamValue, RequestedOutput, Tensor,
+    },
 };
 
 #[derive(Deserialize)]
-struct RequestJson {
+struct RequestJson<'a> {
     #[serde(default)]
     id: Option<String>,
     #[serde(default)]
     parameters: JsonParams,
-    inputs: Vec<InputJson>,
+    #[serde(borrow)]
+    inputs: Vec<InputJson<'a>>,
     #[serde(default)]
     outputs: Option<Vec<OutputJson>>,
 }
 
 #[derive(Deserialize)]
-struct InputJson {
+struct InputJson<'a> {
     name: String,
     datatype: String,
     shape: Vec<i64>,
     #[serde(default)]
     parameters: JsonParams,
-    #[serde(default)]
-    data: Option<Value>,
+    /// Left as text until the shape has been checked.
+    #[serde(default, borrow)]
+    data: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -40,6 +53,23 @@ struct OutputJson {
     name: String,
     #[serde(default)]
     parameters: JsonParams,
+}
+
+/// An input whose header has been checked, its data not yet read.
+struct CheckedInput<'a> {
+    name: String,
+    datatype: DataType,
+    shape: Vec<i64>,
+    /// Elements the shape declares.
+    count: usize,
+    source: Source<'a>,
+}
+
+enum Source<'a> {
+    /// JSON `data` text.
+    Json(&'a RawValue),
+    /// The next `binary_data_size` bytes after the JSON header.
+    Binary(usize),
 }
 
 /// Decodes an inference request body.
@@ -55,6 +85,21 @@ pub fn decode_infer_request(
     model_name: &str,
     model_version: &str,
 ) -> Result<InferRequest, InferError> {
+    decode_infer_request_for(body, header_length, model_name, model_version, None)
+}
+
+/// [`decode_infer_request`], with each input's name, datatype and shape
+/// checked against `io` (the addressed model's inputs, when the caller
+/// could resolve it) before any data is decoded: a request the model
+/// would refuse costs no more than parsing its envelope.
+pub fn decode_infer_request_for(
+    body: Bytes,
+    header_length: Option<usize>,
+    model_name: &str,
+    model_version: &str,
+    io: Option<&IoSpec>,
+) -> Result<InferRequest, InferError> {
+    let model = clip(model_name);
     let json_len = match header_length {
         None => body.len(),
         // Triton's range check, and its wording; 0 would leave no JSON at all.
@@ -74,29 +119,29 @@ pub fn decode_infer_request(
             ),
             None => String::new(),
         };
+        // serde quotes offending values whole: clip them.
         InferError::invalid(format!(
-            "failed to parse the request JSON buffer: {e}{hint}"
+            "failed to parse the request JSON buffer: {}{hint}",
+            clip(&e.to_string())
         ))
     })?;
 
-    let parameters = header.parameters.0;
+    let mut batch = None;
+    let checked = header
+        .inputs
+        .into_iter()
+        .map(|input| check_input(input, header_length.is_some(), &model, io, &mut batch))
+        .collect::<Result<Vec<_>, _>>()?;
 
     let mut cursor = json_len;
-    let mut inputs = Vec::with_capacity(header.inputs.len());
-    for input in header.inputs {
-        let tensor = decode_input(
-            input,
-            &body,
-            &mut cursor,
-            header_length.is_some(),
-            model_name,
-        )?;
-        inputs.push(tensor);
+    let mut inputs = Vec::with_capacity(checked.len());
+    for input in checked {
+        inputs.push(decode_data(input, &body, &mut cursor, &model)?);
     }
     if cursor != body.len() {
         return Err(InferError::invalid(format!(
             // cursor never passes body.len(): every chunk end was checked.
-            "unexpected additional input data for model '{model_name}': \
+            "unexpected additional input data for model '{model}': \
              {} bytes follow the last binary input",
             body.len() - cursor
         )));
@@ -106,7 +151,7 @@ pub fn decode_infer_request(
         .outputs
         .unwrap_or_default()
         .into_iter()
-        .map(|o| decode_output(o, model_name))
+        .map(|o| decode_output(o, &model))
         .collect::<Result<Vec<_>, _>>()?;
 
     Ok(InferRequest {
@@ -115,39 +160,42 @@ pub fn decode_infer_request(
         id: header.id.unwrap_or_default(),
         inputs,
         outputs,
-        parameters,
+        parameters: header.parameters.0,
     })
 }
 
-fn decode_input(
-    input: InputJson,
-    body: &Bytes,
-    cursor: &mut usize,
+/// Checks an input's header: datatype, shape, where its data is, and
+/// (with `io`) that the model takes it in this datatype and shape.
+fn check_input<'a>(
+    input: InputJson<'a>,
     has_header_length: bool,
     model: &str,
-) -> Result<Tensor, InferError> {
-    let name = input.name;
+    io: Option<&IoSpec>,
+    batch: &mut Option<i64>,
+) -> Result<CheckedInput<'a>, InferError> {
+    let name = clip(&input.name);
     let invalid =
         |msg: String| InferError::invalid(format!("input '{name}' for model '{model}': {msg}"));
+    let shape = &input.shape;
 
     let datatype = DataType::from_wire(&input.datatype)
-        .ok_or_else(|| invalid(format!("unknown datatype '{}'", input.datatype)))?;
-    if let Some(d) = input.shape.iter().find(|&&d| d < 0) {
+        .ok_or_else(|| invalid(format!("unknown datatype '{}'", clip(&input.datatype))))?;
+    if let Some(d) = shape.iter().find(|&&d| d < 0) {
         return Err(invalid(format!(
-            "shape {:?} has a negative dimension {d}",
-            input.shape
+            "shape {} has a negative dimension {d}",
+            show_shape(shape)
         )));
     }
     // Only a count: nothing is sized from the shape until the data that
     // backs it has been found to agree.
-    let count = element_count(&input.shape).ok_or_else(|| {
+    let count = element_count(shape).ok_or_else(|| {
         invalid(format!(
-            "shape {:?} has more elements than can be addressed",
-            input.shape
+            "shape {} has more elements than can be addressed",
+            show_shape(shape)
         ))
     })?;
 
-    let params = input.parameters.0;
+    let params = &input.parameters.0;
     let binary_size = params.get(BINARY_DATA_SIZE);
     let shm = params.contains_key(SHARED_MEMORY_REGION);
     let has_data = input.data.is_some();
@@ -179,10 +227,12 @@ fn decode_input(
             "input '{name}' for model '{model}': shared-memory inputs are not supported"
         )));
     }
+    if let Some(io) = io {
+        io.check_input(model, &input.name, datatype, shape, batch)?;
+    }
 
-    let data = match (input.data, binary_size) {
-        (Some(data), _) => json_data::decode(datatype, &data, count)
-            .map_err(|e| invalid(format!("Unable to parse 'data': {}", e.describe(datatype))))?,
+    let source = match (input.data, binary_size) {
+        (Some(data), _) => Source::Json(data),
         (None, Some(size)) => {
             let size = match size {
                 ParamValue::Int(n) => usize::try_from(*n).ok(),
@@ -209,20 +259,56 @@ fn decode_input(
                     let needed =
                         needed.map_or_else(|| "more than addressable".into(), |n| n.to_string());
                     return Err(invalid(format!(
-                        "unexpected size: shape {:?} of {datatype} needs {needed} bytes, \
+                        "unexpected size: shape {} of {datatype} needs {needed} bytes, \
                          but '{BINARY_DATA_SIZE}' is {size}",
-                        input.shape
+                        show_shape(shape)
                     )));
                 }
             }
+            Source::Binary(size)
+        }
+        // Excluded by the one-of check above.
+        (None, None) => Source::Binary(0),
+    };
+    Ok(CheckedInput {
+        name: input.name,
+        datatype,
+        shape: input.shape,
+        count,
+        source,
+    })
+}
+
+/// Reads a checked input's data: decodes its JSON, or slices its binary
+/// chunk at `cursor` (advanced past it).
+fn decode_data(
+    input: CheckedInput<'_>,
+    body: &Bytes,
+    cursor: &mut usize,
+    model: &str,
+) -> Result<Tensor, InferError> {
+    let CheckedInput {
+        name,
+        datatype,
+        shape,
+        count,
+        source,
+    } = input;
+    let shown = clip(&name);
+    let invalid =
+        |msg: String| InferError::invalid(format!("input '{shown}' for model '{model}': {msg}"));
+    let data = match source {
+        Source::Json(data) => json_data::decode(datatype, data.get(), count)
+            .map_err(|e| invalid(format!("Unable to parse 'data': {}", e.describe(datatype))))?,
+        Source::Binary(size) => {
             let start = *cursor;
             let end = start
                 .checked_add(size)
                 .filter(|&e| e <= body.len())
                 .ok_or_else(|| {
                     InferError::invalid(format!(
-                        "unexpected size for input '{name}', expecting {} additional bytes \
-                     for model '{model}'",
+                        "unexpected size for input '{shown}', expecting {} additional bytes \
+                         for model '{model}'",
                         // The chunk runs past the body: size > what is left after start.
                         size - (body.len() - start)
                     ))
@@ -235,20 +321,18 @@ fn decode_input(
                     .count();
                 if n != count {
                     return Err(invalid(format!(
-                        "BYTES binary data holds {n} elements, but shape {:?} declares {count}",
-                        input.shape
+                        "BYTES binary data holds {n} elements, but shape {} declares {count}",
+                        show_shape(&shape)
                     )));
                 }
             }
             data
         }
-        // Excluded by the one-of check above.
-        (None, None) => Bytes::new(),
     };
     Ok(Tensor {
         name,
         datatype,
-        shape: input.shape,
+        shape,
         data,
     })
 }
@@ -259,7 +343,7 @@ fn decode_output(o: OutputJson, model: &str) -> Result<RequestedOutput, InferErr
         if !matches!(v, ParamValue::Bool(_)) {
             return Err(InferError::invalid(format!(
                 "'{BINARY_DATA}' of requested output '{}' for model '{model}' must be a boolean",
-                o.name
+                clip(&o.name)
             )));
         }
     }
@@ -268,7 +352,7 @@ fn decode_output(o: OutputJson, model: &str) -> Result<RequestedOutput, InferErr
             return Err(InferError::invalid(format!(
                 "Unable to set '{CLASSIFICATION}' of requested output '{}' for model '{model}': \
                  it must be a non-negative integer",
-                o.name
+                clip(&o.name)
             )));
         }
     }
@@ -280,7 +364,7 @@ fn decode_output(o: OutputJson, model: &str) -> Result<RequestedOutput, InferErr
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use super::*;
     use crate::types::{encode_bytes_elements, ErrorKind};
@@ -307,6 +391,112 @@ mod tests {
 
     fn int32_input(name: &str, data: Value) -> Value {
         json!({"name": name, "datatype": "INT32", "shape": [1, 2], "data": data})
+    }
+
+    fn simple_io() -> IoSpec {
+        let input = |n: &str| crate::model::InputSpec {
+            name: n.into(),
+            datatype: DataType::Int32,
+            dims: vec![2],
+            reshape: None,
+            optional: false,
+        };
+        IoSpec {
+            max_batch_size: 8,
+            inputs: vec![input("X"), input("Y")],
+            outputs: Vec::new(),
+        }
+    }
+
+    fn decode_for(v: Value) -> Result<InferRequest, InferError> {
+        decode_infer_request_for(
+            Bytes::from(v.to_string()),
+            None,
+            "simple",
+            "",
+            Some(&simple_io()),
+        )
+    }
+
+    #[test]
+    fn checks_inputs_against_the_model_before_their_data() {
+        // The data is bad too, but the shape is what the model refuses.
+        let msg = err_of(decode_for(json!({"inputs": [
+            {"name": "X", "datatype": "INT32", "shape": [1, 3], "data": ["not", "ints", 0]}
+        ]})));
+        assert!(msg.contains("unexpected shape for input 'X'"), "{msg}");
+        let msg = err_of(decode_for(json!({"inputs": [
+            {"name": "X", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}
+        ]})));
+        assert!(msg.contains("data-type is 'FP32'"), "{msg}");
+        let msg = err_of(decode_for(json!({"inputs": [
+            {"name": "Z", "datatype": "INT32", "shape": [1, 2], "data": [1, 2]}
+        ]})));
+        assert!(msg.contains("unexpected inference input 'Z'"), "{msg}");
+    }
+
+    #[test]
+    fn every_header_is_checked_before_any_data() {
+        // X's data is wrong, but Y's header is what fails first.
+        let msg = err_of(decode_for(json!({"inputs": [
+            {"name": "X", "datatype": "INT32", "shape": [1, 2], "data": [1]},
+            {"name": "Y", "datatype": "INT32", "shape": [9, 2], "data": [1, 2]}
+        ]})));
+        assert!(msg.contains("batch-size must be <= 8"), "{msg}");
+    }
+
+    #[test]
+    fn a_huge_batch_is_refused_by_the_model_check() {
+        let msg = err_of(decode_for(json!({"inputs": [
+            {"name": "X", "datatype": "INT32", "shape": [1u64 << 40, 2], "data": [1, 2]}
+        ]})));
+        assert!(msg.contains("batch-size must be <= 8"), "{msg}");
+    }
+
+    #[test]
+    fn a_valid_request_decodes_against_the_model() {
+        let r = decode_for(json!({"inputs": [
+            {"name": "X", "datatype": "INT32", "shape": [2, 2], "data": [[1, 2], [3, 4]]},
+            {"name": "Y", "datatype": "INT32", "shape": [2, 2], "data": [1, 2, 3, 4]}
+        ]}))
+        .unwrap();
+        assert_eq!(r.inputs[0].data, r.inputs[1].data);
+    }
+
+    #[test]
+    fn client_names_are_clipped_in_errors() {
+        let long = "n".repeat(1 << 20);
+        let msg = err_of(decode_infer_request(
+            Bytes::from(
+                json!({"inputs": [{"name": long, "datatype": long, "shape": [1], "data": [1]}]})
+                    .to_string(),
+            ),
+            None,
+            &long,
+            "",
+        ));
+        assert!(msg.len() < 1024, "{} bytes", msg.len());
+        assert!(
+            msg.contains(&format!("({} bytes)", 1 << 20)),
+            "{}",
+            &msg[..200]
+        );
+        let msg = err_of(decode_for(json!({"inputs": [
+            {"name": long, "datatype": "INT32", "shape": [1, 2], "data": [1, 2]}
+        ]})));
+        assert!(msg.len() < 1024, "{} bytes", msg.len());
+        let msg = err_of(decode_json(json!({"inputs": [
+            {"name": "X", "datatype": "INT32", "shape": [long], "data": [1]}
+        ]})));
+        assert!(msg.len() < 1024, "{} bytes", msg.len());
+    }
+
+    #[test]
+    fn long_shapes_are_clipped_in_errors() {
+        let msg = err_of(decode_json(json!({"inputs": [
+            {"name": "X", "datatype": "INT32", "shape": vec![-1; 100_000], "data": [1]}
+        ]})));
+        assert!(msg.len() < 1024, "{} bytes", msg.len());
     }
 
     #[test]
