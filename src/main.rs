@@ -69,6 +69,39 @@ struct Cli {
     /// Largest HTTP request body, in bytes.
     #[arg(long, default_value_t = 64 * 1024 * 1024)]
     http_max_input_size: usize,
+    /// Open connections per accepting shard (HTTP, gRPC and metrics together);
+    /// over it new connections are closed at once. Default: the open-file
+    /// limit less 256 (or a quarter), divided by the accepting shards.
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// Request-body bytes the server buffers at once, split evenly over the
+    /// accepting shards; over it requests get 503. Default: min(1 GiB, RAM/4).
+    #[arg(long)]
+    max_buffered_request_bytes: Option<usize>,
+    /// HTTP: seconds from a request's first byte to the end of its headers (else 408).
+    #[arg(long, default_value_t = 30)]
+    http_header_timeout_secs: u64,
+    /// HTTP: longest pause, in seconds, between two chunks of a request body (else 408).
+    #[arg(long, default_value_t = 60)]
+    http_body_timeout_secs: u64,
+    /// HTTP: seconds to receive a whole request body (else 408).
+    #[arg(long, default_value_t = 300)]
+    http_body_total_timeout_secs: u64,
+    /// Seconds a connection may stay without a request (HTTP/1 keep-alive) or
+    /// without an open stream (HTTP/2, closed with GOAWAY).
+    #[arg(long, default_value_t = 120)]
+    idle_timeout_secs: u64,
+    /// gRPC: seconds for a new connection to send the HTTP/2 preface and SETTINGS.
+    #[arg(long, default_value_t = 10)]
+    grpc_handshake_timeout_secs: u64,
+    /// gRPC: milliseconds without frames after which the server PINGs the
+    /// client (as tritonserver; 0 = never).
+    #[arg(long, default_value_t = 7_200_000)]
+    grpc_keepalive_time: u64,
+    /// gRPC: milliseconds to wait for a PING acknowledgement before closing
+    /// the connection (as tritonserver).
+    #[arg(long, default_value_t = 20_000)]
+    grpc_keepalive_timeout: u64,
     /// Capacity of each cross-shard ring, in messages (default: the profile's, else 1024).
     #[arg(long)]
     ring_capacity: Option<usize>,
@@ -93,9 +126,11 @@ fn init_logging(verbose: u8) {
     };
     let filter =
         EnvFilter::try_from_env("SHARDSERVE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    // Colours only for a terminal: logs sent to a file or a collector stay plain text.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
 }
 
@@ -148,6 +183,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         load_models: cli.load_model,
         exit_timeout: Duration::from_secs(cli.exit_timeout_secs),
         http_max_input_size: cli.http_max_input_size,
+        max_connections: cli.max_connections,
+        max_buffered_request_bytes: cli.max_buffered_request_bytes,
+        http_header_timeout: Duration::from_secs(cli.http_header_timeout_secs),
+        http_body_timeout: Duration::from_secs(cli.http_body_timeout_secs),
+        http_body_total_timeout: Duration::from_secs(cli.http_body_total_timeout_secs),
+        idle_timeout: Duration::from_secs(cli.idle_timeout_secs),
+        grpc_handshake_timeout: Duration::from_secs(cli.grpc_handshake_timeout_secs),
+        grpc_keepalive_time: (cli.grpc_keepalive_time > 0)
+            .then(|| Duration::from_millis(cli.grpc_keepalive_time)),
+        grpc_keepalive_timeout: Duration::from_millis(cli.grpc_keepalive_timeout),
         ring_capacity: cli.ring_capacity.or(profile.rings.capacity).unwrap_or(1024),
         intra_op_threads: profile.onnxruntime.intra_op_threads.unwrap_or(1),
         io_driver: cli.io_driver.or(profile.runtime.driver).unwrap_or_default(),

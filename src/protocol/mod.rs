@@ -6,3 +6,4 @@ pub mod classification;
 pub mod compression;
 pub mod grpc;
 pub mod http;
+pub mod transport;

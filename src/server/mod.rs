@@ -1,6 +1,7 @@
 //! Bootstrap: shards, listeners, the initial model load, and graceful
 //! shutdown. `start` is also the in-process API tests and tools use.
 
+mod fdlimit;
 mod options;
 mod ports;
 mod shard_thread;
@@ -11,11 +12,13 @@ use std::{net::SocketAddr, sync::Arc, thread::JoinHandle};
 use anyhow::{bail, Context};
 use futures::channel::mpsc;
 
+pub use fdlimit::{derived_connection_cap, raise_nofile_limit, FdLimit};
 pub use options::{ModelControlMode, ServerOptions};
 pub use state::{ServerState, EXTENSIONS};
 
 use crate::{
     model::ModelTable,
+    protocol::transport::{self, TransportLimits, TransportStats},
     repository::{load_repository, scan_repositories, LoadOptions, Placement},
     shard::{ring, ShardControl, ShardId},
     tuning::ShardPlan,
@@ -37,6 +40,7 @@ pub struct ServerHandle {
     control: Vec<mpsc::UnboundedSender<ShardControl>>,
     threads: Vec<JoinHandle<()>>,
     table: Arc<ModelTable>,
+    transport: Arc<TransportStats>,
 }
 
 impl ServerHandle {
@@ -61,6 +65,11 @@ impl ServerHandle {
     }
     pub fn state(&self) -> &Arc<ServerState> {
         &self.state
+    }
+    /// Connection and request-body counters of every shard, and the
+    /// transport limits in force.
+    pub fn transport(&self) -> &Arc<TransportStats> {
+        &self.transport
     }
     /// The model table published at start-up.
     pub fn models(&self) -> &ModelTable {
@@ -123,6 +132,7 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
         metrics: reserve("metrics", options.allow_metrics, options.metrics_port)?,
     };
     let state = ServerState::new(options.clone(), shard_count);
+    let transport = TransportStats::new(shard_count, transport_limits(&options, plan.accept.len()));
 
     let links = ring::mesh(shard_count, options.ring_capacity);
     let compute = plan.compute.clone();
@@ -143,6 +153,7 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
             addresses,
             ready: ready_tx.clone(),
         };
+            transport: transport.clone(),
         let thread = std::thread::Builder::new()
             .name(format!("shard-{id}"))
             .spawn(move || shard_thread::run(boot))
@@ -166,6 +177,7 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
         threads,
         table: Arc::new(ModelTable::default()),
     };
+        transport,
     if let Some(e) = failure {
         let _ = handle.shutdown();
         bail!("server start failed: {e}");
@@ -192,6 +204,62 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
 fn load_models(
     options: &ServerOptions,
     shard_count: usize,
+/// Raises the open-file limit and resolves the transport limits: the
+/// per-shard connection cap (`--max-connections`, else derived from the
+/// open-file limit) and the body budget per accepting shard.
+fn transport_limits(options: &ServerOptions, accepting: usize) -> TransportLimits {
+    let soft = match raise_nofile_limit() {
+        Ok(l) => {
+            if l.soft > l.previous {
+                tracing::info!(
+                    from = l.previous,
+                    to = l.soft,
+                    hard = l.hard,
+                    "raised the open-file limit (RLIMIT_NOFILE)"
+                );
+            } else {
+                tracing::info!(soft = l.soft, hard = l.hard, "open-file limit (RLIMIT_NOFILE)");
+            }
+            l.soft
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read or raise the open-file limit; assuming 1024");
+            1024
+        }
+    };
+    let max_connections = options
+        .max_connections
+        .unwrap_or_else(|| derived_connection_cap(soft, accepting));
+    let buffered = options
+        .max_buffered_request_bytes
+        .unwrap_or_else(transport::default_buffered_request_bytes);
+    let limits = TransportLimits::new(options, max_connections, buffered, accepting);
+    let total = (max_connections as u64).saturating_mul(accepting.max(1) as u64);
+    if total > soft {
+        tracing::warn!(
+            max_connections,
+            shards = accepting,
+            open_file_limit = soft,
+            "--max-connections x accepting shards exceeds the open-file limit: \
+             accepts will fail (and back off) before the cap is reached"
+        );
+    }
+    if options.http_max_input_size > limits.buffered_bytes_per_shard {
+        tracing::warn!(
+            http_max_input_size = options.http_max_input_size,
+            budget_per_shard = limits.buffered_bytes_per_shard,
+            "--http-max-input-size exceeds a shard's share of --max-buffered-request-bytes: \
+             bodies that large will always be refused with 503"
+        );
+    }
+    tracing::info!(
+        max_connections_per_shard = max_connections,
+        buffered_request_bytes_per_shard = limits.buffered_bytes_per_shard,
+        "connection limits"
+    );
+    limits
+}
+
     compute: Vec<ShardId>,
     control: &[mpsc::UnboundedSender<ShardControl>],
 ) -> anyhow::Result<ModelTable> {

@@ -30,12 +30,38 @@ pub struct ServerOptions {
     pub model_control_mode: ModelControlMode,
     pub load_models: Vec<String>,
     pub exit_timeout: Duration,
+    /// `--request-timeout-ms`: an inference request not answered by then
+    /// gets "Request timeout expired" and its queued work is dropped.
+    pub request_timeout: Option<Duration>,
     /// Capacity of each cross-shard ring, in messages.
     pub ring_capacity: usize,
     /// Largest HTTP request body accepted (after decompression too).
     pub http_max_input_size: usize,
     /// Largest gRPC message accepted or sent.
     pub grpc_max_message_size: usize,
+    /// Open connections per accepting shard (HTTP, gRPC and metrics
+    /// together); `None` = derived from the open-file limit at start.
+    pub max_connections: Option<usize>,
+    /// Request-body bytes the process may hold buffered at once, split
+    /// evenly over the accepting shards; `None` = min(1 GiB, RAM / 4).
+    pub max_buffered_request_bytes: Option<usize>,
+    /// HTTP/1: longest time from a request's first byte to the end of its headers.
+    pub http_header_timeout: Duration,
+    /// HTTP/1: longest pause between two chunks of a request body.
+    pub http_body_timeout: Duration,
+    /// HTTP/1: longest time to receive a whole request body.
+    pub http_body_total_timeout: Duration,
+    /// A connection with no request (HTTP/1) or no open stream (HTTP/2)
+    /// for this long is closed (HTTP/2 with GOAWAY).
+    pub idle_timeout: Duration,
+    /// HTTP/2: a connection that has not sent its preface and SETTINGS
+    /// within this time is closed.
+    pub grpc_handshake_timeout: Duration,
+    /// HTTP/2 keepalive: PING the client after this long without frames
+    /// (`None` = never; Triton's default is 2 hours).
+    pub grpc_keepalive_time: Option<Duration>,
+    /// HTTP/2 keepalive: close the connection if a PING is not acknowledged in time.
+    pub grpc_keepalive_timeout: Duration,
     pub intra_op_threads: usize,
     /// The shards' I/O driver.
     pub io_driver: IoDriver,
@@ -61,9 +87,19 @@ impl ServerOptions {
             model_control_mode: ModelControlMode::None,
             load_models: Vec::new(),
             exit_timeout: Duration::from_secs(30),
+            request_timeout: None,
             ring_capacity: 1024,
             http_max_input_size: 64 * 1024 * 1024,
             grpc_max_message_size: i32::MAX as usize,
+            max_connections: None,
+            max_buffered_request_bytes: None,
+            http_header_timeout: Duration::from_secs(30),
+            http_body_timeout: Duration::from_secs(60),
+            http_body_total_timeout: Duration::from_secs(300),
+            idle_timeout: Duration::from_secs(120),
+            grpc_handshake_timeout: Duration::from_secs(10),
+            grpc_keepalive_time: Some(Duration::from_secs(2 * 60 * 60)),
+            grpc_keepalive_timeout: Duration::from_secs(20),
             intra_op_threads: 1,
             io_driver: IoDriver::Auto,
             tuning: TuningProfile::default(),

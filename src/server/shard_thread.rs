@@ -90,9 +90,20 @@ fn build_runtime(driver: IoDriver) -> Result<ShardRuntime, String> {
     built.map_err(|e| format!("cannot start its {driver:?} runtime: {e}"))
 }
 
+/// Accept queue length asked of the kernel (capped by `net.core.somaxconn`):
+/// room for a burst of connections while the shard is busy.
+const LISTEN_BACKLOG: i32 = 4096;
+
 fn bind(addr: Option<SocketAddr>) -> std::io::Result<Option<TcpListener>> {
-    addr.map(|a| TcpListener::bind_with_config(a, &ListenerOpts::new().reuse_port(true)))
-        .transpose()
+    addr.map(|a| {
+        TcpListener::bind_with_config(
+            a,
+            &ListenerOpts::new()
+                .reuse_port(true)
+                .backlog(LISTEN_BACKLOG),
+        )
+    })
+    .transpose()
 }
 
 async fn shard_main(boot: ShardBoot) {

@@ -7,6 +7,7 @@ use std::{
     pin::Pin,
     rc::Rc,
     task::{Context, Poll},
+    time::Instant,
 };
 
 use hyper::{body::Incoming, server::conn::http2};
@@ -21,19 +22,27 @@ use crate::{
         health::health_server::HealthServer,
         inference::grpc_inference_service_server::GrpcInferenceServiceServer,
     },
+    protocol::transport::{
+        self, ActiveRequest, ConnIo, ConnSlot, ConnState, Decision, TrackedBody,
+    },
     server::state,
     shard::{ConnectionGauge, InFlight, Shard},
 };
 
-type GrpcResponse = http::Response<tonic::body::Body>;
-type GrpcFuture = Pin<Box<dyn Future<Output = Result<GrpcResponse, Infallible>> + Send>>;
+type GrpcResponse = http::Response<TrackedBody<tonic::body::Body>>;
+// Not `Send`: the connection's state is shard-local, and hyper's HTTP/2
+// server on `MonoioExecutor` spawns locally.
+type GrpcFuture = Pin<Box<dyn Future<Output = Result<GrpcResponse, Infallible>>>>;
 
 /// Dispatches by service path to the inference or health service;
-/// anything else is UNIMPLEMENTED, as gRPC requires.
+/// anything else is UNIMPLEMENTED, as gRPC requires. One per connection:
+/// it counts the connection's open streams (for the idle timeout) until
+/// each response body is sent.
 #[derive(Clone)]
 struct GrpcRouter {
     inference: GrpcInferenceServiceServer<InferenceService>,
     health: HealthServer<HealthService>,
+    conn: Rc<ConnState>,
 }
 
 impl Service<http::Request<Incoming>> for GrpcRouter {
@@ -47,8 +56,11 @@ impl Service<http::Request<Incoming>> for GrpcRouter {
 
     fn call(&mut self, req: http::Request<Incoming>) -> GrpcFuture {
         let in_flight = InFlight::enter();
+        let active = ActiveRequest::begin(&self.conn);
         let path = req.uri().path();
-        let fut: GrpcFuture = if path.starts_with("/inference.GRPCInferenceService/") {
+        let fut: Pin<
+            Box<dyn Future<Output = Result<http::Response<tonic::body::Body>, Infallible>> + Send>,
+        > = if path.starts_with("/inference.GRPCInferenceService/") {
             Box::pin(self.inference.call(req))
         } else if path.starts_with("/grpc.health.v1.Health/") {
             Box::pin(self.health.call(req))
@@ -59,7 +71,7 @@ impl Service<http::Request<Incoming>> for GrpcRouter {
         Box::pin(async move {
             let out = fut.await;
             drop(in_flight);
-            out
+            out.map(|resp| resp.map(|body| TrackedBody::new(body, active)))
         })
     }
 }
@@ -67,44 +79,72 @@ impl Service<http::Request<Incoming>> for GrpcRouter {
 /// Serves gRPC on this shard until shutdown.
 pub async fn serve(listener: TcpListener, shard: Rc<Shard>) {
     let max = state::current().map_or(i32::MAX as usize, |s| s.options.grpc_max_message_size);
-    let router = GrpcRouter {
-        inference: GrpcInferenceServiceServer::new(InferenceService)
-            .max_decoding_message_size(max)
-            .max_encoding_message_size(max),
-        health: HealthServer::new(HealthService),
-    };
-    loop {
-        let accepted = monoio::select! {
-            r = listener.accept() => r,
-            _ = shard.shutdown.wait() => return,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                tracing::warn!(shard = shard.id, error = %e, "grpc: accept failed");
-                continue;
-            }
-        };
+    let inference = GrpcInferenceServiceServer::new(InferenceService)
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+    let health = HealthServer::new(HealthService);
+    let gauge_shard = shard.clone();
+    transport::accept_loop(listener, shard, "grpc", move |stream, slot| {
         let _ = stream.set_nodelay(true);
-        let connection = ConnectionGauge::open(&shard);
-        let service = TowerToHyperService::new(router.clone());
-        monoio::spawn(async move {
-            let _connection = connection;
-            let io = match stream.into_poll_io() {
-                Ok(io) => MonoioIo::new(io),
-                Err(e) => {
-                    tracing::debug!(error = %e, "grpc: connection setup failed");
-                    return;
-                }
+        let gauge = ConnectionGauge::open(&gauge_shard);
+        let router = GrpcRouter {
+            inference: inference.clone(),
+            health: health.clone(),
+            conn: slot.state().clone(),
+        };
+        monoio::spawn(serve_connection(stream, slot, gauge, router));
+    })
+    .await;
+}
+
+/// HTTP/2's client preface (24 bytes) and the header of the SETTINGS frame
+/// that must follow it (9 bytes).
+const HANDSHAKE_BYTES: u64 = 24 + 9;
+
+async fn serve_connection(
+    stream: monoio::net::TcpStream,
+    slot: ConnSlot,
+    _gauge: ConnectionGauge,
+    router: GrpcRouter,
+) {
+    let state = slot.state().clone();
+    let limits = *slot.limits();
+    let io = match stream.into_poll_io() {
+        Ok(io) => MonoioIo::new(ConnIo::new(io, state.clone())),
+        Err(e) => {
+            tracing::debug!(error = %e, "grpc: connection setup failed");
+            return;
+        }
+    };
+    let mut builder = http2::Builder::new(MonoioExecutor);
+    builder
+        .timer(MonoioTimer)
+        .max_concurrent_streams(1024)
+        .keep_alive_interval(limits.grpc_keepalive_time)
+        .keep_alive_timeout(limits.grpc_keepalive_timeout);
+    let conn = builder.serve_connection(io, TowerToHyperService::new(router));
+    let policy = move |s: &ConnState, now: Instant| {
+        if s.started() == 0 && s.bytes_read() < HANDSHAKE_BYTES {
+            let by = s.born() + limits.grpc_handshake_timeout;
+            return if now >= by {
+                Decision::Drop("no HTTP/2 preface and SETTINGS within the handshake timeout")
+            } else {
+                Decision::WaitUntil(by)
             };
-            if let Err(e) = http2::Builder::new(MonoioExecutor)
-                .timer(MonoioTimer)
-                .max_concurrent_streams(1024)
-                .serve_connection(io, service)
-                .await
-            {
-                tracing::debug!(error = %e, "grpc: connection ended with an error");
-            }
-        });
-    }
+        }
+        if s.active() > 0 {
+            return Decision::WaitUntil(now + limits.idle_timeout);
+        }
+        let by = s.idle_since() + limits.idle_timeout;
+        if now >= by {
+            Decision::Close("no open stream within the idle timeout (GOAWAY)")
+        } else {
+            Decision::WaitUntil(by)
+        }
+    };
+    transport::drive(conn, &state, "grpc", policy, |c: Pin<&mut _>| {
+        http2::Connection::graceful_shutdown(c)
+    })
+    .await;
+    drop(slot);
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::{body::Incoming, Request, Response};
 use serde_json::json;
 
@@ -17,7 +17,10 @@ use super::{
 use crate::{
     metrics::statistics,
     model::{ModelTable, ModelVersion},
-    protocol::compression::{choose_response_encoding, compress},
+    protocol::{
+        compression::{choose_response_encoding, compress},
+        transport,
+    },
     scheduler,
     server::{state, ServerState, EXTENSIONS},
     shard::{self, InFlight},
@@ -194,7 +197,10 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
     let limit = server_state()?.options.http_max_input_size;
     let headers = req.headers().clone();
     let header_length = parse_header_length(&headers)?;
-    let body = read_body(req.into_body(), limit).await?;
+    let body = match read_body(req.into_body(), limit).await {
+        Ok(body) => body,
+        Err(e) => return Ok(body_error_response(&e)),
+    };
     // Resolved for the decoder's shape checks only: a model that does not
     // resolve is answered by `scheduler::infer` as before.
     let target = model_table()?.resolve(model, version).ok().cloned();
@@ -264,16 +270,19 @@ fn content_encoding(headers: &HeaderMap) -> InferResult<Option<String>> {
     })
 }
 
-async fn read_body(body: Incoming, limit: usize) -> InferResult<Bytes> {
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(InferError::invalid(format!(
-            "request body exceeds the server's limit of {limit} bytes (--http-max-input-size)"
-        ))),
-        Err(e) => Err(InferError::invalid(format!(
-            "failed to read the request body: {e}"
-        ))),
-    }
+/// Reads the request body within `--http-max-input-size`, the body
+/// timeouts and the shard's body budget (see `protocol::transport::body`).
+async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, transport::BodyError> {
+    transport::read_body(body, limit).await
+}
+
+/// 413, 408, 503 or 400 for a body that was not read; the connection is
+/// closed, so the rest of the body is never read.
+fn body_error_response(e: &transport::BodyError) -> HttpResponse {
+    let mut resp = respond(e.status, "application/json", error_body(&e.message));
+    resp.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
 }
 
 /// Decodes `%XX` escapes in a path segment (tritonclient quotes model names).

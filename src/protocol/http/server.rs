@@ -1,15 +1,32 @@
 //! Accept loop and per-connection HTTP/1.1 serving on a shard (hyper over
 //! monoio). Each connection lives on the shard that accepted it.
+//!
+//! Timeouts (see `protocol::transport`): hyper's own header read timeout
+//! is turned off, because hyper (1.x) arms it as soon as it starts waiting
+//! for a request head — keep-alive idle time included — and on expiry
+//! closes the connection without a response. Instead the connection's
+//! driver measures:
+//! - header timeout: from a request's first byte to its dispatch; expiry
+//!   answers `408 Request Timeout` with `Connection: close`;
+//! - idle timeout: from the end of the last request (or the accept) with no
+//!   byte of a new one; expiry closes the connection quietly, as any
+//!   keep-alive server may.
+//!
+//! Body timeouts are applied where the body is read (`routes`).
 
-use std::{future::Future, rc::Rc};
+use std::{future::Future, pin::Pin, rc::Rc, time::Instant};
 
 use bytes::Bytes;
+use http::{header, HeaderValue};
 use http_body_util::Full;
 use hyper::{body::Incoming, server::conn::http1, service::service_fn, Request, Response};
 use monoio::{io::IntoPollIo, net::TcpListener};
 use monoio_compat::hyper::{MonoioIo, MonoioTimer};
 
-use crate::shard::{ConnectionGauge, Shard};
+use crate::{
+    protocol::transport::{self, ActiveRequest, ConnIo, ConnSlot, ConnState, Decision},
+    shard::{ConnectionGauge, Shard},
+};
 
 pub type HttpResponse = Response<Full<Bytes>>;
 
@@ -23,42 +40,81 @@ pub async fn accept_loop<H, F>(
     H: Fn(Request<Incoming>) -> F + Clone + 'static,
     F: Future<Output = HttpResponse> + 'static,
 {
-    loop {
-        let accepted = monoio::select! {
-            r = listener.accept() => r,
-            _ = shard.shutdown.wait() => return,
-        };
-        let stream = match accepted {
-            Ok((stream, _peer)) => stream,
-            Err(e) => {
-                tracing::warn!(shard = shard.id, error = %e, "{what}: accept failed");
-                continue;
-            }
-        };
+    let gauge_shard = shard.clone();
+    transport::accept_loop(listener, shard, what, move |stream, slot| {
         let _ = stream.set_nodelay(true);
-        let connection = ConnectionGauge::open(&shard);
-        let handler = handler.clone();
-        monoio::spawn(async move {
-            let _connection = connection;
-            let io = match stream.into_poll_io() {
-                Ok(io) => MonoioIo::new(io),
-                Err(e) => {
-                    tracing::debug!(error = %e, "{what}: connection setup failed");
-                    return;
-                }
-            };
-            let service = service_fn(move |req| {
-                let handler = handler.clone();
-                async move { Ok::<_, std::convert::Infallible>(handler(req).await) }
-            });
-            if let Err(e) = http1::Builder::new()
-                .timer(MonoioTimer)
-                .keep_alive(true)
-                .serve_connection(io, service)
-                .await
-            {
-                tracing::debug!(error = %e, "{what}: connection ended with an error");
+        let gauge = ConnectionGauge::open(&gauge_shard);
+        monoio::spawn(serve_connection(stream, slot, gauge, what, handler.clone()));
+    })
+    .await;
+}
+
+async fn serve_connection<H, F>(
+    stream: monoio::net::TcpStream,
+    slot: ConnSlot,
+    _gauge: ConnectionGauge,
+    what: &'static str,
+    handler: H,
+) where
+    H: Fn(Request<Incoming>) -> F + Clone + 'static,
+    F: Future<Output = HttpResponse> + 'static,
+{
+    let state = slot.state().clone();
+    let limits = *slot.limits();
+    let io = match stream.into_poll_io() {
+        Ok(io) => MonoioIo::new(ConnIo::new(io, state.clone())),
+        Err(e) => {
+            tracing::debug!(error = %e, "{what}: connection setup failed");
+            return;
+        }
+    };
+    let service_state = state.clone();
+    let service = service_fn(move |req| {
+        let active = ActiveRequest::begin(&service_state);
+        let state = service_state.clone();
+        let fut = handler(req);
+        async move {
+            let mut resp = fut.await;
+            if state.is_draining() {
+                resp.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
-        });
-    }
+            drop(active);
+            Ok::<_, std::convert::Infallible>(resp)
+        }
+    });
+    let conn = http1::Builder::new()
+        .timer(MonoioTimer)
+        .keep_alive(true)
+        .header_read_timeout(None)
+        .serve_connection(io, service);
+    let policy = move |s: &ConnState, now: Instant| {
+        if s.active() > 0 {
+            // The request's own body timeouts apply; look again later.
+            return Decision::WaitUntil(now + limits.idle_timeout);
+        }
+        match s.head_started() {
+            Some(first_byte) => {
+                let by = first_byte + limits.http_header_timeout;
+                if now >= by {
+                    Decision::RequestTimeout
+                } else {
+                    Decision::WaitUntil(by)
+                }
+            }
+            None => {
+                let by = s.idle_since() + limits.idle_timeout;
+                if now >= by {
+                    Decision::Close("idle keep-alive timeout")
+                } else {
+                    Decision::WaitUntil(by)
+                }
+            }
+        }
+    };
+    transport::drive(conn, &state, what, policy, |c: Pin<&mut _>| {
+        http1::Connection::graceful_shutdown(c)
+    })
+    .await;
+    drop(slot);
 }

@@ -1,0 +1,306 @@
+//! Connection hygiene shared by the HTTP, gRPC and metrics listeners:
+//! the accept loop (back-off on descriptor exhaustion, the per-shard
+//! connection cap), per-connection timeouts (HTTP/1 header and idle,
+//! HTTP/2 handshake and idle), graceful draining at shutdown, and the
+//! budget of buffered request-body bytes.
+//!
+//! Everything here is shard-local (`Rc`, `Cell`) except [`TransportStats`]:
+//! one cache-line-aligned block of relaxed atomics per shard, written by
+//! that shard (body buffers released on another shard decrement it) and
+//! summed only when read.
+
+mod body;
+mod conn;
+mod listener;
+
+use std::{
+    cell::{Cell, RefCell},
+    collections::HashMap,
+    rc::Rc,
+    sync::{
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+pub use body::{read_body, BodyError};
+pub use conn::{drive, ActiveRequest, ConnIo, ConnState, Decision, TrackedBody};
+pub use listener::{accept_loop, ConnSlot};
+
+use crate::server::ServerOptions;
+
+/// Request-body bytes buffered at once when `--max-buffered-request-bytes`
+/// is not given: a quarter of physical memory, at most 1 GiB.
+pub fn default_buffered_request_bytes() -> usize {
+    const CEILING: usize = 1 << 30;
+    // SAFETY: sysconf only reads system configuration.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    match (usize::try_from(pages), usize::try_from(page)) {
+        (Ok(pages), Ok(page)) if pages > 0 && page > 0 => {
+            (pages.saturating_mul(page) / 4).min(CEILING)
+        }
+        _ => CEILING,
+    }
+}
+
+/// The limits every accepting shard applies, resolved once at start-up.
+#[derive(Debug, Clone, Copy)]
+pub struct TransportLimits {
+    /// Open connections per shard (all listeners together).
+    pub max_connections: usize,
+    /// Buffered request-body bytes per shard.
+    pub buffered_bytes_per_shard: usize,
+    pub http_max_input_size: usize,
+    pub http_header_timeout: Duration,
+    pub http_body_timeout: Duration,
+    pub http_body_total_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub grpc_handshake_timeout: Duration,
+    pub grpc_keepalive_time: Option<Duration>,
+    pub grpc_keepalive_timeout: Duration,
+}
+
+impl TransportLimits {
+    /// `max_connections` and `buffered_total` are the resolved values
+    /// (options or derived defaults); the buffered budget is split evenly
+    /// over the `accepting` shards so that no shard writes another's counter.
+    pub fn new(
+        options: &ServerOptions,
+        max_connections: usize,
+        buffered_total: usize,
+        accepting: usize,
+    ) -> Self {
+        Self {
+            max_connections: max_connections.max(1),
+            buffered_bytes_per_shard: buffered_total / accepting.max(1),
+            http_max_input_size: options.http_max_input_size,
+            http_header_timeout: options.http_header_timeout,
+            http_body_timeout: options.http_body_timeout,
+            http_body_total_timeout: options.http_body_total_timeout,
+            idle_timeout: options.idle_timeout,
+            grpc_handshake_timeout: options.grpc_handshake_timeout,
+            grpc_keepalive_time: options.grpc_keepalive_time,
+            grpc_keepalive_timeout: options.grpc_keepalive_timeout,
+        }
+    }
+}
+
+/// One shard's transport counters. Written by that shard only, except
+/// `buffered_request_bytes`, which a body buffer dropped on another shard
+/// (after crossing a ring with its request) decrements.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct ShardTransportStats {
+    open_connections: AtomicUsize,
+    refused_connections: AtomicU64,
+    accept_errors: AtomicU64,
+    buffered_request_bytes: AtomicUsize,
+    peak_buffered_request_bytes: AtomicUsize,
+    rejected_bodies: AtomicU64,
+}
+
+impl ShardTransportStats {
+    /// Connections open on this shard now.
+    pub fn open_connections(&self) -> usize {
+        self.open_connections.load(Ordering::Relaxed)
+    }
+    /// Connections closed at once because the shard was at its cap.
+    pub fn refused_connections(&self) -> u64 {
+        self.refused_connections.load(Ordering::Relaxed)
+    }
+    /// Failed `accept` calls (descriptor exhaustion and the like).
+    pub fn accept_errors(&self) -> u64 {
+        self.accept_errors.load(Ordering::Relaxed)
+    }
+    /// Request-body bytes reserved by requests this shard received and
+    /// that are still alive.
+    pub fn buffered_request_bytes(&self) -> usize {
+        self.buffered_request_bytes.load(Ordering::Relaxed)
+    }
+    /// The most `buffered_request_bytes` has been since start.
+    pub fn peak_buffered_request_bytes(&self) -> usize {
+        self.peak_buffered_request_bytes.load(Ordering::Relaxed)
+    }
+    /// Request bodies refused with 503 because the budget was spent.
+    pub fn rejected_bodies(&self) -> u64 {
+        self.rejected_bodies.load(Ordering::Relaxed)
+    }
+}
+
+/// Transport counters of every shard, shared with the server handle and
+/// the metrics exposition.
+#[derive(Debug)]
+pub struct TransportStats {
+    shards: Box<[ShardTransportStats]>,
+    limits: TransportLimits,
+}
+
+impl TransportStats {
+    pub fn new(shards: usize, limits: TransportLimits) -> Arc<Self> {
+        Arc::new(Self {
+            shards: (0..shards)
+                .map(|_| ShardTransportStats::default())
+                .collect(),
+            limits,
+        })
+    }
+    pub fn limits(&self) -> &TransportLimits {
+        &self.limits
+    }
+    /// One shard's counters (`None` for an id out of range).
+    pub fn shard(&self, id: usize) -> Option<&ShardTransportStats> {
+        self.shards.get(id)
+    }
+    pub fn open_connections(&self) -> usize {
+        self.shards.iter().map(|s| s.open_connections()).sum()
+    }
+    pub fn refused_connections(&self) -> u64 {
+        self.shards.iter().map(|s| s.refused_connections()).sum()
+    }
+    pub fn accept_errors(&self) -> u64 {
+        self.shards.iter().map(|s| s.accept_errors()).sum()
+    }
+    /// Request-body bytes buffered now, all shards.
+    pub fn buffered_request_bytes(&self) -> usize {
+        self.shards.iter().map(|s| s.buffered_request_bytes()).sum()
+    }
+    /// Sum of the shards' peaks: an upper bound of the process's peak.
+    pub fn peak_buffered_request_bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.peak_buffered_request_bytes())
+            .sum()
+    }
+    pub fn rejected_bodies(&self) -> u64 {
+        self.shards.iter().map(|s| s.rejected_bodies()).sum()
+    }
+}
+
+/// A shard's transport context: its limits, its connections (for the cap
+/// and for draining them at shutdown) and its counters.
+pub struct ShardTransport {
+    pub shard: usize,
+    pub limits: TransportLimits,
+    stats: Arc<TransportStats>,
+    connections: RefCell<HashMap<u64, Rc<ConnState>>>,
+    next_connection: Cell<u64>,
+    draining: Cell<bool>,
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Rc<ShardTransport>>> = const { RefCell::new(None) };
+}
+
+impl ShardTransport {
+    /// Installs this thread's (shard's) transport context.
+    pub fn install(shard: usize, stats: Arc<TransportStats>) -> Rc<Self> {
+        let transport = Rc::new(Self {
+            shard,
+            limits: stats.limits,
+            stats,
+            connections: RefCell::new(HashMap::new()),
+            next_connection: Cell::new(0),
+            draining: Cell::new(false),
+        });
+        CURRENT.with(|c| *c.borrow_mut() = Some(transport.clone()));
+        transport
+    }
+
+    /// This shard's transport context; `None` off shard threads.
+    pub fn current() -> Option<Rc<Self>> {
+        CURRENT.with(|c| c.borrow().clone())
+    }
+
+    pub fn clear_current() {
+        CURRENT.with(|c| c.borrow_mut().take());
+    }
+
+    fn counters(&self) -> Option<&ShardTransportStats> {
+        self.stats.shard(self.shard)
+    }
+
+    pub fn stats(&self) -> &Arc<TransportStats> {
+        &self.stats
+    }
+
+    pub fn open_connections(&self) -> usize {
+        self.connections.borrow().len()
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.get()
+    }
+
+    /// Shutdown: every open connection is told to finish what it is doing
+    /// and close (HTTP/1 keep-alive off, HTTP/2 GOAWAY). Idempotent.
+    pub fn begin_drain(&self) {
+        if self.draining.replace(true) {
+            return;
+        }
+        let open: Vec<Rc<ConnState>> = self.connections.borrow().values().cloned().collect();
+        if !open.is_empty() {
+            tracing::debug!(
+                shard = self.shard,
+                connections = open.len(),
+                "draining connections"
+            );
+        }
+        for conn in open {
+            conn.begin_drain();
+        }
+    }
+
+    /// Waits until every connection of this shard has closed, or until
+    /// `deadline`; returns how many are still open.
+    pub async fn wait_connections_closed(&self, deadline: std::time::Instant) -> usize {
+        while self.open_connections() > 0 && std::time::Instant::now() < deadline {
+            monoio::time::sleep(Duration::from_millis(2)).await;
+        }
+        self.open_connections()
+    }
+
+    /// Registers a new connection, or `None` when the shard is at its cap.
+    fn register(self: &Rc<Self>) -> Option<ConnSlot> {
+        let open = self.connections.borrow().len();
+        if open >= self.limits.max_connections {
+            if let Some(c) = self.counters() {
+                c.refused_connections.fetch_add(1, Ordering::Relaxed);
+            }
+            return None;
+        }
+        let id = self.next_connection.get();
+        self.next_connection.set(id.wrapping_add(1));
+        let state = Rc::new(ConnState::new());
+        if self.draining.get() {
+            state.begin_drain();
+        }
+        self.connections.borrow_mut().insert(id, state.clone());
+        if let Some(c) = self.counters() {
+            c.open_connections.store(open + 1, Ordering::Relaxed);
+        }
+        Some(ConnSlot::new(self.clone(), id, state))
+    }
+
+    fn unregister(&self, id: u64) {
+        let open = {
+            let mut connections = self.connections.borrow_mut();
+            connections.remove(&id);
+            connections.len()
+        };
+        if let Some(c) = self.counters() {
+            c.open_connections.store(open, Ordering::Relaxed);
+        }
+    }
+
+    fn count_accept_error(&self) {
+        if let Some(c) = self.counters() {
+            c.accept_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
