@@ -348,3 +348,130 @@ fn shutdown_answers_queued_requests_then_exits_at_once() {
         "shutdown waited {took:?}: it should end when the last request is answered"
     );
 }
+
+mod grpc {
+    use super::*;
+    use shardserve::proto::inference::{
+        grpc_inference_service_client::GrpcInferenceServiceClient,
+        model_infer_request::InferInputTensor, ModelInferRequest,
+    };
+    use tonic::transport::Channel;
+
+    async fn client(addr: SocketAddr) -> GrpcInferenceServiceClient<Channel> {
+        let channel = Channel::from_shared(format!("http://{addr}"))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect");
+        GrpcInferenceServiceClient::new(channel)
+    }
+
+    fn request(model: &str, v: i32) -> ModelInferRequest {
+        ModelInferRequest {
+            model_name: model.into(),
+            inputs: vec![InferInputTensor {
+                name: "INPUT0".into(),
+                datatype: "INT32".into(),
+                shape: vec![1, 4],
+                ..Default::default()
+            }],
+            raw_input_contents: vec![[v; 4]
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect::<Vec<u8>>()
+                .into()],
+            ..Default::default()
+        }
+    }
+
+    /// A client deadline resets the stream (RST_STREAM): the queued work of
+    /// the cancelled calls is dropped, not executed.
+    #[test]
+    fn reset_streams_cancel_their_queued_work() {
+        let repo = TempRepo::new("grpc-cancel", &[("slowg", slow_model("slowg", 200, 1, 1, ""))]);
+        let server = start(&repo, 2, |_| {});
+        let addr = server.grpc_addr();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio");
+        rt.block_on(async {
+            let c = client(addr).await;
+            let calls: Vec<_> = (0..50)
+                .map(|i| {
+                    let mut c = c.clone();
+                    tokio::spawn(async move {
+                        let mut req = tonic::Request::new(request("slowg", i));
+                        req.set_timeout(Duration::from_millis(100));
+                        c.model_infer(req).await
+                    })
+                })
+                .collect();
+            for call in calls {
+                let r = call.await.expect("task");
+                match r {
+                    Ok(_) => panic!("a call beat its 100 ms deadline behind 200 ms executions"),
+                    Err(s) => assert_eq!(s.code(), tonic::Code::Cancelled, "{s:?}"),
+                }
+            }
+            // Keep the client's connection task running so it sends the
+            // RST_STREAM frames (a current-thread runtime only runs inside
+            // block_on).
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        });
+        let http = server.http_addr();
+        eventually("cancelled calls to leave the queue", || {
+            let text = String::from_utf8_lossy(&get(server.metrics_addr(), "/metrics").body)
+                .to_string();
+            gauge_sum(&text, "shardserve_shard_queue_depth") == 0.0
+        });
+        thread::sleep(Duration::from_millis(300));
+        let s = stats(http, "slowg");
+        let executions = s["execution_count"].as_u64().unwrap_or(0);
+        println!("50 cancelled gRPC calls: {executions} executions");
+        assert!(executions <= 3, "{executions} cancelled calls still ran");
+        server.shutdown().expect("shutdown");
+    }
+
+    /// Shutdown with gRPC calls queued (some forwarded between shards):
+    /// every one is answered, and shutdown ends right after.
+    #[test]
+    fn shutdown_answers_queued_grpc_calls() {
+        let repo = TempRepo::new("grpc-drain", &[("draing", slow_model("draing", 100, 1, 1, ""))]);
+        let server = start(&repo, 2, |_| {});
+        let addr = server.grpc_addr();
+        let calls = thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("tokio");
+            rt.block_on(async {
+                let mut handles = Vec::new();
+                for conn in 0..4 {
+                    let c = client(addr).await;
+                    for i in 0..2 {
+                        let mut c = c.clone();
+                        handles.push(tokio::spawn(async move {
+                            c.model_infer(request("draing", conn * 10 + i)).await
+                        }));
+                    }
+                }
+                let mut out = Vec::new();
+                for h in handles {
+                    out.push(h.await.expect("task"));
+                }
+                out
+            })
+        });
+        thread::sleep(Duration::from_millis(150));
+        let t = Instant::now();
+        server.shutdown().expect("shutdown");
+        let took = t.elapsed();
+        for r in calls.join().expect("calls") {
+            let r = r.expect("a queued call failed during shutdown");
+            assert_eq!(r.into_inner().raw_output_contents.len(), 1);
+        }
+        println!("gRPC shutdown with 8 × 100 ms queued took {took:?}");
+        assert!(took < Duration::from_secs(5), "shutdown waited {took:?}");
+    }
+}
