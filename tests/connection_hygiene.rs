@@ -276,6 +276,23 @@ fn oversized_content_length_is_413_before_the_body_is_read() {
     assert!(closed, "connection closed after the 413");
     println!("413 after {:?}, no body sent", t.elapsed());
 
+    // A client that sends its whole oversized body before reading still
+    // gets the 413: the server reads and drops the body before closing
+    // (lingering close), instead of resetting the connection.
+    let mut s = connect(addr);
+    let mut upload = format!(
+        "POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        4 * MIB
+    )
+    .into_bytes();
+    upload.extend(std::iter::repeat_n(b' ', 4 * MIB));
+    s.write_all(&upload)
+        .expect("the whole body is accepted (and dropped)");
+    let (status, _, _) = read_response(&mut s);
+    assert_eq!(status, 413);
+    let (_, closed) = read_until_closed(&mut s);
+    assert!(closed);
+
     // A chunked body is refused once it grows past the limit.
     let mut s = connect(addr);
     s.write_all(

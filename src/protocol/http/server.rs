@@ -75,6 +75,17 @@ async fn serve_connection<H, F>(
         let fut = handler(req);
         async move {
             let mut resp = fut.await;
+            if resp.status().is_client_error() || resp.status().is_server_error() {
+                // A refusal that closes the connection (body too large,
+                // over budget, too slow) leaves the body unread.
+                let closes = resp
+                    .headers()
+                    .get(header::CONNECTION)
+                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+                if closes {
+                    state.set_linger();
+                }
+            }
             if state.is_draining() {
                 resp.headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -66,6 +66,9 @@ pub struct ConnState {
     /// A write returned `Pending`: the socket's send buffer is full.
     write_blocked: Cell<bool>,
     fd: Cell<Option<RawFd>>,
+    /// A response refused the request body: read and discard what the
+    /// client still sends before closing (see `discard_unread_input`).
+    linger: Cell<bool>,
     draining: Cell<bool>,
     waker: RefCell<Option<Waker>>,
 }
@@ -82,6 +85,7 @@ impl ConnState {
             head_started: Cell::new(None),
             write_blocked: Cell::new(false),
             fd: Cell::new(None),
+            linger: Cell::new(false),
             draining: Cell::new(false),
             waker: RefCell::new(None),
         }
@@ -142,6 +146,47 @@ impl ConnState {
         self.bytes_read.set(self.bytes_read.get() + n as u64);
         if self.active.get() == 0 && self.head_started.get().is_none() {
             self.head_started.set(Some(Instant::now()));
+        }
+    }
+
+    /// The response being sent refuses the rest of the request body and
+    /// closes the connection: linger before closing.
+    pub fn set_linger(&self) {
+        self.linger.set(true);
+    }
+
+    /// Lingering close, as nginx does: closing a socket with unread input
+    /// makes the kernel send RST, and a client still sending its body then
+    /// loses the 413/503/408 response we wrote (its read fails with
+    /// ECONNRESET). Our side has already shut down writing (FIN); read and
+    /// drop what arrives until the client closes too, for at most
+    /// `LINGER_TIME` or `LINGER_BYTES`.
+    async fn discard_unread_input(&self) {
+        const LINGER_TIME: Duration = Duration::from_secs(2);
+        const LINGER_BYTES: usize = 64 * 1024 * 1024;
+        let Some(fd) = self.fd.get() else {
+            return;
+        };
+        let until = Instant::now() + LINGER_TIME;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut discarded = 0;
+        while discarded < LINGER_BYTES && Instant::now() < until {
+            // SAFETY: `fd` is this connection's socket, still owned by the
+            // hyper connection that `drive` holds; `buf` is writable for
+            // its length.
+            let n =
+                unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            match n {
+                0 => return,
+                n if n > 0 => discarded += n as usize,
+                _ => match io::Error::last_os_error().kind() {
+                    io::ErrorKind::WouldBlock => {
+                        monoio::time::sleep(Duration::from_millis(20)).await
+                    }
+                    io::ErrorKind::Interrupted => {}
+                    _ => return,
+                },
+            }
         }
     }
 
@@ -385,9 +430,14 @@ pub async fn drive<C, E>(
             _ = monoio::time::sleep_until(deadline.into()) => Woke::Deadline,
         };
         match woke {
-            Woke::Done(Ok(())) => return,
-            Woke::Done(Err(e)) => {
-                tracing::debug!(error = %e, "{what}: connection ended with an error");
+            Woke::Done(r) => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "{what}: connection ended with an error");
+                }
+                if state.linger.get() {
+                    // `conn` (the socket's owner) is still alive here.
+                    state.discard_unread_input().await;
+                }
                 return;
             }
             Woke::Drain => {
