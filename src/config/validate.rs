@@ -16,6 +16,31 @@ use crate::proto::inference::{
 /// Wildcard dimension: any size.
 const WILDCARD: i64 = -1;
 
+// Bounds Triton does not have. Each refuses values that are typos or
+// nonsense in practice but would make loading (or the first request)
+// allocate without limit, and each fails only the model that has it.
+
+/// Largest `max_batch_size`. Per-batch-size state (statistics, batch
+/// assembly) and batch-row arithmetic scale with it; 2e9 once aborted the
+/// whole server allocating 96 GB. Real models use at most a few thousand.
+pub const MAX_BATCH_SIZE: i32 = 1 << 20;
+/// Most model instances across a model's instance groups: each is an
+/// executor (and for ONNX a session with its own memory arena).
+pub const MAX_INSTANCES: i64 = 1024;
+/// Most `dynamic_batching.priority_levels`: each level is a queue that
+/// the batcher scans on every decision. Deployments use a handful.
+pub const MAX_PRIORITY_LEVELS: u64 = 1024;
+/// Most entries in a `preferred_batch_size` list (each is between 1 and
+/// `max_batch_size`, so a longer list only repeats values).
+pub const MAX_PREFERRED_SIZES: usize = 1024;
+/// Most dimensions of a tensor (numpy allows 64).
+pub const MAX_DIMS: usize = 64;
+/// Largest single dimension: 32-bit, as most backends index them.
+pub const MAX_DIM: i64 = i32::MAX as i64;
+/// Most elements of one batch item (the product of the fixed dims): with
+/// 8-byte elements and the largest batch, sizes stay far from overflow.
+pub const MAX_ITEM_ELEMENTS: i64 = 1 << 32;
+
 /// Checks a configuration for mistakes Triton would refuse to load, with a
 /// message naming the model and the offending field.
 pub fn validate(config: &ModelConfig) -> anyhow::Result<()> {
@@ -23,6 +48,12 @@ pub fn validate(config: &ModelConfig) -> anyhow::Result<()> {
     if config.max_batch_size < 0 {
         bail!(
             "model '{model}': max_batch_size must be 0 (no batching) or positive, not {}",
+            config.max_batch_size
+        );
+    }
+    if config.max_batch_size > MAX_BATCH_SIZE {
+        bail!(
+            "model '{model}': max_batch_size {} is above this server's limit of {MAX_BATCH_SIZE}",
             config.max_batch_size
         );
     }
@@ -108,6 +139,7 @@ impl Io<'_> {
                 self.dims
             )
         })?;
+        self.check_size("dims", self.dims)?;
         if let Some(reshape) = self.reshape {
             self.check_reshape(&reshape.shape, max_batch_size)?;
         }
@@ -130,11 +162,42 @@ impl Io<'_> {
                  each dimension must be >= 1, or -1 for a variable size"
             )
         })?;
+        self.check_size("reshape", shape)?;
         if !reshape_compatible(self.dims, shape) {
             bail!(
                 "model '{model}': {what} '{name}' has dims {:?} and reshape {shape:?}, which do not hold \
                  the same number of elements",
                 self.dims
+            );
+        }
+        Ok(())
+    }
+
+    /// The bounds on rank, dimensions and elements per item.
+    fn check_size(&self, field: &str, dims: &[i64]) -> anyhow::Result<()> {
+        let Io {
+            model, what, name, ..
+        } = *self;
+        if dims.len() > MAX_DIMS {
+            bail!(
+                "model '{model}': {what} '{name}' has {} dimensions in {field}, above the limit of {MAX_DIMS}",
+                dims.len()
+            );
+        }
+        if let Some(big) = dims.iter().find(|&&d| d > MAX_DIM) {
+            bail!(
+                "model '{model}': {what} '{name}' has dimension {big} in {field}, above the limit of {MAX_DIM}"
+            );
+        }
+        let elements = dims
+            .iter()
+            .filter(|&&d| d != WILDCARD)
+            .try_fold(1i64, |acc, &d| acc.checked_mul(d))
+            .filter(|&n| n <= MAX_ITEM_ELEMENTS);
+        if elements.is_none() {
+            bail!(
+                "model '{model}': {what} '{name}' has {field} {dims:?}, more than \
+                 {MAX_ITEM_ELEMENTS} elements per batch item"
             );
         }
         Ok(())
@@ -242,6 +305,13 @@ fn check_scheduling(config: &ModelConfig) -> anyhow::Result<()> {
 
 fn check_preferred_sizes(config: &ModelConfig, what: &str, sizes: &[i32]) -> anyhow::Result<()> {
     let model = &config.name;
+    if sizes.len() > MAX_PREFERRED_SIZES {
+        bail!(
+            "model '{model}': {what} lists {} preferred_batch_size values, above the limit of \
+             {MAX_PREFERRED_SIZES}",
+            sizes.len()
+        );
+    }
     for &size in sizes {
         if size < 1 || size > config.max_batch_size {
             bail!(
@@ -265,6 +335,12 @@ fn check_dynamic_batching(config: &ModelConfig, d: &ModelDynamicBatching) -> any
     check_preferred_sizes(config, "dynamic_batching", &d.preferred_batch_size)?;
 
     let levels = d.priority_levels;
+    if levels > MAX_PRIORITY_LEVELS {
+        bail!(
+            "model '{model}': dynamic_batching priority_levels {levels} is above this server's \
+             limit of {MAX_PRIORITY_LEVELS}"
+        );
+    }
     if levels > 0 {
         if d.default_priority_level < 1 || d.default_priority_level > levels {
             bail!(
@@ -309,6 +385,18 @@ fn check_dynamic_batching(config: &ModelConfig, d: &ModelDynamicBatching) -> any
 
 fn check_instance_groups(config: &ModelConfig) -> anyhow::Result<()> {
     let model = &config.name;
+    // Triton runs count instances per listed GPU, and count 0 as 1.
+    let total: i64 = config
+        .instance_group
+        .iter()
+        .map(|g| i64::from(g.count.max(1)).saturating_mul(g.gpus.len().max(1) as i64))
+        .fold(0, i64::saturating_add);
+    if total > MAX_INSTANCES {
+        bail!(
+            "model '{model}': instance_group asks for {total} instances, above this server's \
+             limit of {MAX_INSTANCES}"
+        );
+    }
     for (index, group) in config.instance_group.iter().enumerate() {
         let label = if group.name.is_empty() {
             format!("instance_group #{index}")
@@ -359,6 +447,75 @@ mod tests {
                 validate(&c).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
             }
         }
+    }
+
+    #[test]
+    fn max_batch_size_above_the_limit_is_rejected() {
+        let mut c = config("");
+        c.max_batch_size = MAX_BATCH_SIZE;
+        validate(&c).unwrap();
+        c.max_batch_size = 2_000_000_000;
+        let e = err(&c);
+        assert!(
+            e.contains("max_batch_size 2000000000 is above this server's limit"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn too_many_instances_are_rejected() {
+        validate(&config("instance_group [ { count: 1024 } ]")).unwrap();
+        let e = err(&config("instance_group [ { count: 1000 }, { count: 25 } ]"));
+        assert!(e.contains("asks for 1025 instances"), "{e}");
+        let e = err(&config("instance_group [ { count: 2147483647 } ]"));
+        assert!(e.contains("above this server's limit of 1024"), "{e}");
+    }
+
+    #[test]
+    fn too_many_priority_levels_are_rejected() {
+        let e = err(&config(
+            "dynamic_batching { priority_levels: 18446744073709551615 default_priority_level: 1 }",
+        ));
+        assert!(e.contains("priority_levels 18446744073709551615"), "{e}");
+        validate(&config(
+            "dynamic_batching { priority_levels: 1024 default_priority_level: 1 }",
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn too_many_preferred_batch_sizes_are_rejected() {
+        let mut c = config("dynamic_batching { }");
+        if let Some(SchedulingChoice::DynamicBatching(d)) = &mut c.scheduling_choice {
+            d.preferred_batch_size = vec![4; MAX_PREFERRED_SIZES + 1];
+        }
+        assert!(err(&c).contains("1025 preferred_batch_size values"));
+    }
+
+    #[test]
+    fn oversized_dims_are_rejected() {
+        let mut c = config("");
+        c.input[0].dims = vec![1; MAX_DIMS + 1];
+        assert!(err(&c).contains("65 dimensions in dims"));
+        let mut c = config("");
+        c.input[0].dims = vec![i64::from(i32::MAX) + 1];
+        assert!(err(&c).contains("dimension 2147483648 in dims, above the limit"));
+        let mut c = config("");
+        c.output[0].dims = vec![1 << 20, -1, 1 << 20];
+        assert!(err(&c).contains("elements per batch item"));
+        let mut c = config("");
+        c.output[0].dims = vec![1 << 16, -1, 1 << 16];
+        validate(&c).unwrap();
+    }
+
+    #[test]
+    fn oversized_reshape_is_rejected() {
+        let mut c = config("");
+        c.input[0].dims = vec![-1];
+        c.input[0].reshape = Some(ModelTensorReshape {
+            shape: vec![-1, i64::MAX],
+        });
+        assert!(err(&c).contains("in reshape, above the limit"));
     }
 
     #[test]

@@ -4,9 +4,20 @@
 //! so scraping never touches the request path's data structures.
 
 use std::{
-    sync::atomic::{AtomicU64, Ordering::Relaxed},
+    collections::BTreeMap,
+    sync::atomic::{
+        AtomicU64,
+        Ordering::{Acquire, Relaxed, Release},
+    },
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
+
+/// Batch sizes up to this have their own counters from the start.
+const DENSE_BATCH_SIZES: usize = 1024;
+/// Distinct batch sizes above [`DENSE_BATCH_SIZES`] counted per size, for
+/// models with a larger `max_batch_size`; sizes beyond that still count in
+/// the totals. Memory stays fixed whatever `max_batch_size` says.
+const LARGE_BATCH_SLOTS: usize = 64;
 
 /// A count and a cumulative duration (Triton's `StatisticDuration`).
 #[derive(Debug, Default)]
@@ -68,6 +79,29 @@ pub struct BatchCounters {
     pub compute_output: DurationCounter,
 }
 
+impl BatchCounters {
+    fn record(&self, input: Duration, infer: Duration, output: Duration) {
+        self.compute_input.record(input);
+        self.compute_infer.record(infer);
+        self.compute_output.record(output);
+    }
+
+    fn add_to(&self, total: &mut BatchTotal) {
+        total.compute_input += self.compute_input.read();
+        total.compute_infer += self.compute_infer.read();
+        total.compute_output += self.compute_output.read();
+    }
+}
+
+/// The counters of one batch size above [`DENSE_BATCH_SIZES`]; `size` 0
+/// marks a free slot. Only the owning shard claims slots, so claiming
+/// needs no compare-and-swap.
+#[derive(Debug, Default)]
+struct LargeBatch {
+    size: AtomicU64,
+    counters: BatchCounters,
+}
+
 /// One shard's block. 128-byte alignment keeps two shards' blocks off the
 /// same cache line (adjacent-line prefetch included).
 #[derive(Debug, Default)]
@@ -85,18 +119,46 @@ pub struct ShardCounters {
     last_inference_ms: AtomicU64,
     /// Requests queued on this shard's instances, not yet executing.
     pending: AtomicU64,
-    /// Indexed by batch size (0 unused).
+    /// Indexed by batch size (0 unused), up to [`DENSE_BATCH_SIZES`].
     batches: Box<[BatchCounters]>,
+    /// Open addressing by batch size, for larger sizes; empty unless
+    /// `max_batch_size` exceeds [`DENSE_BATCH_SIZES`].
+    large_batches: Box<[LargeBatch]>,
 }
 
 impl ShardCounters {
     fn new(max_batch_size: usize) -> Self {
+        let dense = max_batch_size.clamp(1, DENSE_BATCH_SIZES);
+        let large = if max_batch_size > DENSE_BATCH_SIZES {
+            LARGE_BATCH_SLOTS
+        } else {
+            0
+        };
         Self {
-            batches: (0..=max_batch_size.max(1))
-                .map(|_| BatchCounters::default())
-                .collect(),
+            batches: (0..=dense).map(|_| BatchCounters::default()).collect(),
+            large_batches: (0..large).map(|_| LargeBatch::default()).collect(),
             ..Default::default()
         }
+    }
+
+    /// The counters of batch size `rows`; `None` when it is larger than
+    /// the dense range and every large slot holds another size.
+    fn batch(&self, rows: usize) -> Option<&BatchCounters> {
+        if let Some(b) = self.batches.get(rows) {
+            return Some(b);
+        }
+        let slots = self.large_batches.len();
+        let size = rows as u64;
+        (0..slots)
+            .map(|i| &self.large_batches[(rows + i) % slots])
+            .find_map(|slot| match slot.size.load(Acquire) {
+                s if s == size => Some(&slot.counters),
+                0 => {
+                    slot.size.store(size, Release);
+                    Some(&slot.counters)
+                }
+                _ => None,
+            })
     }
 
     pub fn record_failure(&self, reason: FailureReason, d: Duration) {
@@ -118,10 +180,8 @@ impl ShardCounters {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         self.last_inference_ms.fetch_max(now_ms, Relaxed);
-        if let Some(b) = self.batches.get(rows) {
-            b.compute_input.record(input);
-            b.compute_infer.record(infer);
-            b.compute_output.record(output);
+        if let Some(b) = self.batch(rows) {
+            b.record(input, infer, output);
         }
     }
 
@@ -163,6 +223,7 @@ impl ModelStats {
         let mut s = StatsSnapshot::default();
         let batch_len = self.shards.first().map_or(0, |b| b.batches.len());
         s.batches = vec![BatchTotal::default(); batch_len];
+        let mut large: BTreeMap<u64, BatchTotal> = BTreeMap::new();
         for b in self.shards.iter() {
             s.success += b.success.read();
             s.fail += b.fail.read();
@@ -178,11 +239,16 @@ impl ModelStats {
             s.last_inference_ms = s.last_inference_ms.max(b.last_inference_ms.load(Relaxed));
             s.pending += b.pending.load(Relaxed);
             for (total, c) in s.batches.iter_mut().zip(b.batches.iter()) {
-                total.compute_input += c.compute_input.read();
-                total.compute_infer += c.compute_infer.read();
-                total.compute_output += c.compute_output.read();
+                c.add_to(total);
+            }
+            for slot in b.large_batches.iter() {
+                match slot.size.load(Acquire) {
+                    0 => {}
+                    size => slot.counters.add_to(large.entry(size).or_default()),
+                }
             }
         }
+        s.large_batches = large.into_iter().collect();
         s
     }
 }
@@ -221,8 +287,21 @@ pub struct StatsSnapshot {
     pub execution_count: u64,
     pub last_inference_ms: u64,
     pub pending: u64,
-    /// Indexed by batch size.
+    /// Indexed by batch size, up to 1024.
     pub batches: Vec<BatchTotal>,
+    /// Larger batch sizes that ran, ascending.
+    pub large_batches: Vec<(u64, BatchTotal)>,
+}
+
+impl StatsSnapshot {
+    /// Every batch size that has counters, ascending, with its totals.
+    pub fn batch_sizes(&self) -> impl Iterator<Item = (u64, &BatchTotal)> {
+        self.batches
+            .iter()
+            .enumerate()
+            .map(|(size, b)| (size as u64, b))
+            .chain(self.large_batches.iter().map(|(size, b)| (*size, b)))
+    }
 }
 
 #[cfg(test)]
@@ -250,6 +329,48 @@ mod tests {
         );
         assert_eq!(s.fail_by_reason, [1, 0, 0, 0]);
         assert!(s.last_inference_ms > 0);
+    }
+
+    #[test]
+    fn a_huge_max_batch_size_allocates_a_fixed_amount() {
+        // 2e9 once meant 96 GB of counters; now a dense 1024 plus 64 slots.
+        let stats = ModelStats::new(2, 2_000_000_000);
+        assert_eq!(stats.shard(0).batches.len(), DENSE_BATCH_SIZES + 1);
+        assert_eq!(stats.shard(0).large_batches.len(), LARGE_BATCH_SLOTS);
+        assert!(ModelStats::new(1, 8).shard(0).large_batches.is_empty());
+    }
+
+    #[test]
+    fn large_batch_sizes_are_counted_per_size() {
+        let stats = ModelStats::new(2, 1 << 20);
+        let d = Duration::from_nanos(3);
+        stats.shard(0).record_execution(5000, d, d, d);
+        stats.shard(1).record_execution(5000, d, d, d);
+        stats.shard(1).record_execution(70_000, d, d, d);
+        stats.shard(0).record_execution(2, d, d, d);
+        let s = stats.snapshot();
+        assert_eq!(s.large_batches.len(), 2);
+        assert_eq!(s.large_batches[0].0, 5000);
+        assert_eq!(s.large_batches[0].1.compute_infer.count, 2);
+        let sizes: Vec<u64> = s
+            .batch_sizes()
+            .filter(|(_, b)| b.compute_infer.count > 0)
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(sizes, vec![2, 5000, 70_000]);
+        assert_eq!(s.inference_count, 5000 * 2 + 70_000 + 2);
+    }
+
+    #[test]
+    fn sizes_beyond_the_slots_still_count_in_totals() {
+        let stats = ModelStats::new(1, 1 << 20);
+        let d = Duration::from_nanos(1);
+        for rows in 0..(LARGE_BATCH_SLOTS + 10) {
+            stats.shard(0).record_execution(2000 + rows, d, d, d);
+        }
+        let s = stats.snapshot();
+        assert_eq!(s.large_batches.len(), LARGE_BATCH_SLOTS);
+        assert_eq!(s.execution_count, (LARGE_BATCH_SLOTS + 10) as u64);
     }
 
     #[test]

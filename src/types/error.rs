@@ -54,16 +54,25 @@ impl InferError {
 /// The most bytes of client input an error message repeats.
 pub const CLIP_BYTES: usize = 256;
 
+/// The most bytes of a whole error message sent to a client: a last guard
+/// for messages that quote something not clipped on its own.
+pub const MESSAGE_BYTES: usize = 4096;
+
 /// Client-provided text (a model, tensor or parameter name, a datatype, a
 /// value) as an error message may quote it: whole when at most
 /// [`CLIP_BYTES`] bytes long, otherwise cut on a char boundary and marked
 /// with the full length, so a 10 MB name cannot come back in a response
 /// header or body.
 pub fn clip(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.len() <= CLIP_BYTES {
+    clip_to(s, CLIP_BYTES)
+}
+
+/// [`clip`] to at most `max` bytes of `s`.
+pub fn clip_to(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if s.len() <= max {
         return std::borrow::Cow::Borrowed(s);
     }
-    let mut cut = CLIP_BYTES;
+    let mut cut = max;
     while !s.is_char_boundary(cut) {
         cut -= 1;
     }

@@ -7,6 +7,8 @@ mod request;
 mod tensor;
 
 pub use datatype::DataType;
-pub use error::{clip, show_shape, ErrorKind, InferError, InferResult, CLIP_BYTES};
+pub use error::{
+    clip, clip_to, show_shape, ErrorKind, InferError, InferResult, CLIP_BYTES, MESSAGE_BYTES,
+};
 pub use request::{InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput};
 pub use tensor::{bytes_elements, element_count, encode_bytes_elements, Tensor};

@@ -11,14 +11,15 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 use crate::{
+    model::IoSpec,
     proto::inference::{
         infer_parameter::ParameterChoice, model_infer_request::InferInputTensor,
         model_infer_response, InferParameter, InferTensorContents, ModelInferRequest,
         ModelInferResponse,
     },
     types::{
-        bytes_elements, element_count, DataType, InferError, InferRequest, InferResponse,
-        ParamValue, Parameters, RequestedOutput, Tensor,
+        bytes_elements, clip, element_count, show_shape, DataType, InferError, InferRequest,
+        InferResponse, ParamValue, Parameters, RequestedOutput, Tensor,
     },
 };
 
@@ -65,6 +66,36 @@ pub fn params_to_proto(params: Parameters) -> HashMap<String, InferParameter> {
 
 /// Decodes a gRPC inference request.
 pub fn decode_model_infer_request(req: ModelInferRequest) -> Result<InferRequest, InferError> {
+    decode_model_infer_request_for(req, None)
+}
+
+/// Elements in the typed `contents` of a request's inputs (bytes for
+/// `bytes_contents`): the work [`decode_model_infer_request`] does beyond
+/// moving `raw_input_contents`, which costs nothing.
+pub fn typed_contents_size(req: &ModelInferRequest) -> usize {
+    req.inputs
+        .iter()
+        .filter_map(|i| i.contents.as_ref())
+        .map(|c| {
+            c.bool_contents.len()
+                + c.int_contents.len()
+                + c.int64_contents.len()
+                + c.uint_contents.len()
+                + c.uint64_contents.len()
+                + c.fp32_contents.len()
+                + c.fp64_contents.len()
+                + c.bytes_contents.iter().map(|b| b.len() + 4).sum::<usize>()
+        })
+        .sum()
+}
+
+/// [`decode_model_infer_request`], with each input's name, datatype and
+/// shape checked against `io` (the addressed model's inputs, when the
+/// caller resolved it) before any typed contents are packed.
+pub fn decode_model_infer_request_for(
+    req: ModelInferRequest,
+    io: Option<&IoSpec>,
+) -> Result<InferRequest, InferError> {
     let ModelInferRequest {
         model_name,
         model_version,
@@ -74,7 +105,7 @@ pub fn decode_model_infer_request(req: ModelInferRequest) -> Result<InferRequest
         outputs,
         raw_input_contents,
     } = req;
-    let model = model_name.as_str();
+    let model = clip(&model_name);
     let use_raw = !raw_input_contents.is_empty();
 
     // Per-input checks first, in Triton's order: its client tests expect
@@ -84,7 +115,7 @@ pub fn decode_model_infer_request(req: ModelInferRequest) -> Result<InferRequest
         if input.parameters.contains_key(SHARED_MEMORY_REGION) {
             return Err(InferError::unsupported(format!(
                 "input '{}' for model '{model}': shared-memory inputs are not supported",
-                input.name
+                clip(&input.name)
             )));
         }
         if use_raw && input.contents.is_some() {
@@ -92,8 +123,17 @@ pub fn decode_model_infer_request(req: ModelInferRequest) -> Result<InferRequest
                 // Triton's exact wording: client code searches for it.
                 "contents field must not be specified when using raw_input_contents \
                  for '{}' for model '{model}'",
-                input.name
+                clip(&input.name)
             )));
+        }
+    }
+    if let Some(io) = io {
+        let mut batch = None;
+        for input in &inputs {
+            // An unknown datatype is reported by `decode_input`.
+            if let Some(dt) = DataType::from_wire(&input.datatype) {
+                io.check_input(&model, &input.name, dt, &input.shape, &mut batch)?;
+            }
         }
     }
     if use_raw && raw_input_contents.len() != inputs.len() {
@@ -107,7 +147,7 @@ pub fn decode_model_infer_request(req: ModelInferRequest) -> Result<InferRequest
     let mut raw = raw_input_contents.into_iter();
     let mut tensors = Vec::with_capacity(inputs.len());
     for input in inputs {
-        tensors.push(decode_input(input, raw.next(), model)?);
+        tensors.push(decode_input(input, raw.next(), &model)?);
     }
 
     let outputs = outputs
@@ -140,26 +180,30 @@ fn decode_input(
         contents,
         ..
     } = input;
+    let shown = clip(&name);
     let invalid =
-        |msg: String| InferError::invalid(format!("input '{name}' for model '{model}': {msg}"));
+        |msg: String| InferError::invalid(format!("input '{shown}' for model '{model}': {msg}"));
 
     let dt = DataType::from_wire(&datatype)
-        .ok_or_else(|| invalid(format!("unknown datatype '{datatype}'")))?;
+        .ok_or_else(|| invalid(format!("unknown datatype '{}'", clip(&datatype))))?;
     if let Some(d) = shape.iter().find(|&&d| d < 0) {
         return Err(invalid(format!(
-            "shape {shape:?} has a negative dimension {d}"
+            "shape {} has a negative dimension {d}",
+            show_shape(&shape)
         )));
     }
     // A count only: nothing is sized from the shape before the data agrees.
     let count = element_count(&shape).ok_or_else(|| {
         invalid(format!(
-            "shape {shape:?} has more elements than can be addressed"
+            "shape {} has more elements than can be addressed",
+            show_shape(&shape)
         ))
     })?;
 
     let data = match raw {
         Some(data) => {
-            check_raw(dt, &data, count).map_err(|m| invalid(format!("{m} (shape {shape:?})")))?;
+            check_raw(dt, &data, count)
+                .map_err(|m| invalid(format!("{m} (shape {})", show_shape(&shape))))?;
             data
         }
         None => typed_contents(dt, contents.unwrap_or_default(), count).map_err(invalid)?,

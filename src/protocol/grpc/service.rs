@@ -6,12 +6,13 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use super::{
-    codec::{decode_model_infer_request, encode_model_infer_response},
+    codec::{decode_model_infer_request_for, encode_model_infer_response, typed_contents_size},
     status::to_status,
 };
 use crate::{
     metrics::statistics,
     model::{metadata::TensorMetadata, ModelTable},
+    offload,
     proto::inference::{
         grpc_inference_service_server::GrpcInferenceService, model_metadata_response,
         ModelConfigRequest, ModelConfigResponse, ModelInferRequest, ModelInferResponse,
@@ -22,7 +23,24 @@ use crate::{
     scheduler,
     server::{state, EXTENSIONS},
     shard,
+    types::{clip, InferError},
 };
+
+/// The longest model name a repository can hold: a model is a directory,
+/// and Linux allows 255 bytes per path component. A longer name is
+/// unknown without a lookup, and is never echoed whole.
+const MAX_MODEL_NAME: usize = 255;
+
+/// NOT_FOUND, in Triton's words, for a name no model can have.
+fn check_name_length(name: &str) -> Result<(), Status> {
+    if name.len() <= MAX_MODEL_NAME {
+        return Ok(());
+    }
+    Err(to_status(InferError::not_found(format!(
+        "Request for unknown model: '{}' is not found",
+        clip(name)
+    ))))
+}
 
 #[derive(Clone, Copy)]
 pub struct InferenceService;
@@ -65,7 +83,8 @@ impl GrpcInferenceService for InferenceService {
     ) -> Result<Response<ModelReadyResponse>, Status> {
         let req = req.into_inner();
         // Triton answers ready=false for an unknown model rather than an error.
-        let ready = table()?.resolve(&req.name, &req.version).is_ok();
+        let ready =
+            req.name.len() <= MAX_MODEL_NAME && table()?.resolve(&req.name, &req.version).is_ok();
         Ok(Response::new(ModelReadyResponse { ready }))
     }
 
@@ -85,6 +104,7 @@ impl GrpcInferenceService for InferenceService {
         req: Request<ModelMetadataRequest>,
     ) -> Result<Response<ModelMetadataResponse>, Status> {
         let req = req.into_inner();
+        check_name_length(&req.name)?;
         let table = table()?;
         let m = table.resolve(&req.name, &req.version).map_err(to_status)?;
         Ok(Response::new(ModelMetadataResponse {
@@ -105,6 +125,7 @@ impl GrpcInferenceService for InferenceService {
         req: Request<ModelConfigRequest>,
     ) -> Result<Response<ModelConfigResponse>, Status> {
         let req = req.into_inner();
+        check_name_length(&req.name)?;
         let table = table()?;
         let m = table.resolve(&req.name, &req.version).map_err(to_status)?;
         Ok(Response::new(ModelConfigResponse {
@@ -117,6 +138,7 @@ impl GrpcInferenceService for InferenceService {
         req: Request<ModelStatisticsRequest>,
     ) -> Result<Response<ModelStatisticsResponse>, Status> {
         let req = req.into_inner();
+        check_name_length(&req.name)?;
         let model_stats =
             statistics::collect(&*table()?, &req.name, &req.version).map_err(to_status)?;
         Ok(Response::new(ModelStatisticsResponse { model_stats }))
@@ -126,7 +148,25 @@ impl GrpcInferenceService for InferenceService {
         &self,
         req: Request<ModelInferRequest>,
     ) -> Result<Response<ModelInferResponse>, Status> {
-        let request = decode_model_infer_request(req.into_inner()).map_err(to_status)?;
+        let msg = req.into_inner();
+        check_name_length(&msg.model_name)?;
+        // Raw contents move into tensors for free; only typed contents
+        // large enough to matter are packed off the shard, after their
+        // shapes were checked against the model.
+        let request = if typed_contents_size(&msg) > offload::BODY_THRESHOLD {
+            let model = table()?
+                .resolve(&msg.model_name, &msg.model_version)
+                .ok()
+                .cloned();
+            offload::run(move || {
+                decode_model_infer_request_for(msg, model.as_deref().map(|m| &m.io))
+            })
+            .await
+            .map_err(|e| to_status(e.into()))?
+        } else {
+            decode_model_infer_request_for(msg, None)
+        }
+        .map_err(to_status)?;
         let response = scheduler::infer(request).await.map_err(to_status)?;
         Ok(Response::new(encode_model_infer_response(response)))
     }

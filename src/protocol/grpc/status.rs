@@ -1,6 +1,6 @@
 use tonic::{Code, Status};
 
-use crate::types::{ErrorKind, InferError};
+use crate::types::{clip_to, ErrorKind, InferError, MESSAGE_BYTES};
 
 /// Triton's gRPC status code for each error kind.
 pub fn code_for(kind: ErrorKind) -> Code {
@@ -14,6 +14,12 @@ pub fn code_for(kind: ErrorKind) -> Code {
     }
 }
 
+/// The status for an error; its message (the `grpc-message` trailer) is
+/// kept to [`MESSAGE_BYTES`] whatever it quotes.
 pub fn to_status(e: InferError) -> Status {
-    Status::new(code_for(e.kind), e.message)
+    let message = match clip_to(&e.message, MESSAGE_BYTES) {
+        std::borrow::Cow::Borrowed(_) => e.message,
+        std::borrow::Cow::Owned(clipped) => clipped,
+    };
+    Status::new(code_for(e.kind), message)
 }

@@ -28,7 +28,7 @@ use crate::{
     model::ModelVersion,
     offload,
     protocol::compression::decompress,
-    types::{clip, InferRequest, InferResult, ParamValue, Parameters},
+    types::{clip, clip_to, InferRequest, InferResult, ParamValue, Parameters, MESSAGE_BYTES},
 };
 
 /// Compressed bodies up to this size are inflated inline: deflate expands
@@ -86,9 +86,10 @@ pub const CLASSIFICATION: &str = "classification";
 pub const SHARED_MEMORY_REGION: &str = "shared_memory_region";
 
 /// `{"error": "<message>"}`, the body of every HTTP error answer.
+/// The message is kept to [`MESSAGE_BYTES`] whatever it quotes.
 pub fn error_body(message: &str) -> Bytes {
     // serde_json escapes quotes, backslashes and control characters.
-    Bytes::from(serde_json::json!({ "error": message }).to_string())
+    Bytes::from(serde_json::json!({ "error": clip_to(message, MESSAGE_BYTES) }).to_string())
 }
 
 /// A JSON `parameters` object, deserialized straight into [`Parameters`]
