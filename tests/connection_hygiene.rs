@@ -382,6 +382,16 @@ fn body_budget_bounds_buffered_bytes() {
     assert!(peak <= BUDGET, "peak {peak} > budget {BUDGET}");
     assert_eq!(clients.len(), 1, "one 60 MiB body fits in 64 MiB, not two");
     assert_eq!(server.transport().rejected_bodies(), 99);
+    // The metrics port shows what is buffered and what was refused.
+    let metrics = String::from_utf8(get(server.metrics_addr(), "/metrics").body).expect("UTF-8");
+    assert!(
+        metrics.contains(&format!(
+            "shardserve_buffered_request_bytes{{shard=\"0\"}} {}",
+            60 * MIB
+        )),
+        "{metrics}"
+    );
+    assert!(metrics.contains("shardserve_rejected_request_bodies_total{shard=\"0\"} 99"));
     // Small requests still fit in what is left.
     let r = post_json(addr, "/v2/models/simple/infer", &simple_json_request(3));
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));

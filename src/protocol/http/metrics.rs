@@ -6,15 +6,18 @@ use http_body_util::Full;
 use hyper::{body::Incoming, Request, Response};
 
 use super::server::HttpResponse;
-use crate::{metrics::prometheus, server::state, shard};
+use crate::{metrics::prometheus, protocol::transport::ShardTransport, server::state, shard};
 
 pub async fn handle(req: Request<Incoming>) -> HttpResponse {
     let (status, body) = if req.uri().path() == "/metrics" {
         let table = shard::with_current(|s| s.table()).unwrap_or_default();
-        let text = match state::current() {
+        let mut text = match state::current() {
             Some(st) => prometheus::render(&table, &st.gauges),
             None => prometheus::render(&table, &[]),
         };
+        if let Some(t) = ShardTransport::current() {
+            text.push_str(&t.stats().render_prometheus());
+        }
         (StatusCode::OK, text)
     } else {
         (

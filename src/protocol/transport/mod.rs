@@ -182,6 +182,56 @@ impl TransportStats {
     }
 }
 
+impl TransportStats {
+    /// The transport counters in Prometheus text format, one sample per
+    /// shard, appended to `/metrics` after the `nv_*` and `shardserve_*`
+    /// families of `metrics::prometheus`.
+    pub fn render_prometheus(&self) -> String {
+        use std::fmt::Write;
+        type Read = fn(&ShardTransportStats) -> u64;
+        let families: [(&str, &str, &str, Read); 5] = [
+            (
+                "shardserve_buffered_request_bytes",
+                "gauge",
+                "HTTP request-body bytes buffered now (reserved against --max-buffered-request-bytes)",
+                |s| s.buffered_request_bytes() as u64,
+            ),
+            (
+                "shardserve_buffered_request_bytes_peak",
+                "gauge",
+                "Most HTTP request-body bytes buffered at once since start",
+                |s| s.peak_buffered_request_bytes() as u64,
+            ),
+            (
+                "shardserve_rejected_request_bodies_total",
+                "counter",
+                "HTTP request bodies refused with 503: body budget spent",
+                |s| s.rejected_bodies(),
+            ),
+            (
+                "shardserve_refused_connections_total",
+                "counter",
+                "Connections closed at accept: the shard was at --max-connections",
+                |s| s.refused_connections(),
+            ),
+            (
+                "shardserve_accept_errors_total",
+                "counter",
+                "Failed accept calls (descriptor or memory exhaustion, aborted connections)",
+                |s| s.accept_errors(),
+            ),
+        ];
+        let mut out = String::new();
+        for (name, kind, help, read) in families {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (i, shard) in self.shards.iter().enumerate() {
+                let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", read(shard));
+            }
+        }
+        out
+    }
+}
+
 /// A shard's transport context: its limits, its connections (for the cap
 /// and for draining them at shutdown) and its counters.
 pub struct ShardTransport {
