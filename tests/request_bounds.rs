@@ -1,0 +1,264 @@
+//! Bounds on what a client or a configuration can make the server do: a
+//! configuration with absurd values fails its own model only; large JSON
+//! bodies decode (off the shard) to the same tensors; a zip bomb stops at
+//! the input limit; huge declared shapes and huge names are answered at
+//! once with short messages.
+
+mod common;
+
+use std::{io::Write, path::PathBuf};
+
+use common::{post_json, request, start_with};
+use serde_json::json;
+use shardserve::{
+    model::ModelState,
+    proto::inference::{
+        grpc_inference_service_client::GrpcInferenceServiceClient, ModelInferRequest,
+        ModelMetadataRequest,
+    },
+    server::{ServerHandle, ServerOptions},
+};
+
+/// A fresh repository under the system temp dir, removed on drop.
+struct TempRepo(PathBuf);
+
+impl TempRepo {
+    fn new(tag: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("shardserve-bounds-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    /// An `identity` model (INT32 `[-1]` in and out) with `extra` config.
+    fn identity(&self, name: &str, max_batch_size: i64, extra: &str) {
+        let dir = self.0.join(name);
+        std::fs::create_dir_all(dir.join("1")).unwrap();
+        std::fs::write(
+            dir.join("config.pbtxt"),
+            format!(
+                "name: \"{name}\"\nbackend: \"identity\"\nmax_batch_size: {max_batch_size}\n\
+                 input [ {{ name: \"INPUT0\" data_type: TYPE_INT32 dims: [ -1 ] }} ]\n\
+                 output [ {{ name: \"OUTPUT0\" data_type: TYPE_INT32 dims: [ -1 ] }} ]\n{extra}\n"
+            ),
+        )
+        .unwrap();
+    }
+
+    fn start(&self, max_input: usize) -> ServerHandle {
+        let mut opts = ServerOptions::for_tests(&self.0);
+        opts.cores = Some(1);
+        opts.http_max_input_size = max_input;
+        start_with(opts)
+    }
+}
+
+impl Drop for TempRepo {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Why `name` is not ready.
+fn failure(server: &ServerHandle, name: &str) -> String {
+    let entry = &server.models().models[name];
+    entry.failure.clone().unwrap_or_else(|| {
+        entry
+            .versions
+            .values()
+            .find_map(|v| match &v.state {
+                ModelState::Unavailable { reason } => Some(reason.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{name} did not fail"))
+    })
+}
+
+fn ready(server: &ServerHandle, name: &str) -> bool {
+    server.models().models[name]
+        .versions
+        .values()
+        .any(|v| v.state == ModelState::Ready)
+}
+
+/// A repository with one good model and three absurd configurations, and
+/// a server on it with a 4 MiB input limit. The server is shut down (and
+/// the repository removed) when `test` returns.
+fn with_server(tag: &str, test: impl FnOnce(&ServerHandle)) {
+    let repo = TempRepo::new(tag);
+    repo.identity("good", 8, "");
+    repo.identity("huge_batch", 2_000_000_000, "");
+    repo.identity(
+        "many_levels",
+        8,
+        "dynamic_batching { priority_levels: 4294967296 default_priority_level: 1 }",
+    );
+    repo.identity("many_instances", 8, "instance_group [ { count: 100000 } ]");
+    let server = repo.start(4 << 20);
+    test(&server);
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn absurd_configs_fail_only_their_model() {
+    with_server("absurd_configs_fail_only", |server| {
+        assert!(ready(server, "good"));
+        let why = failure(server, "huge_batch");
+        assert!(
+            why.contains("max_batch_size 2000000000 is above this server's limit"),
+            "{why}"
+        );
+        let why = failure(server, "many_levels");
+        assert!(why.contains("priority_levels 4294967296"), "{why}");
+        let why = failure(server, "many_instances");
+        assert!(why.contains("asks for 100000 instances"), "{why}");
+    });
+}
+
+#[test]
+fn a_large_json_body_decodes_to_the_same_tensor() {
+    with_server("a_large_json_body_decode", |server| {
+        // ~700 KB of JSON: above the offload threshold.
+        let data: Vec<i32> = (0..100_000).map(|i| i * 7 - 350_000).collect();
+        let reply = post_json(
+            server.http_addr(),
+            "/v2/models/good/infer",
+            &json!({"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, data.len()], "data": data}]}),
+        );
+        assert_eq!(
+            reply.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&reply.body[..reply.body.len().min(500)])
+        );
+        let out = &reply.json()["outputs"][0];
+        let got: Vec<i64> = out["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
+        assert_eq!(got.len(), data.len());
+        assert!(got.iter().zip(&data).all(|(a, b)| *a == i64::from(*b)));
+    });
+}
+
+#[test]
+fn a_huge_declared_shape_is_refused_at_once() {
+    with_server("a_huge_declared_shape_is", |server| {
+        let reply = post_json(
+            server.http_addr(),
+            "/v2/models/good/infer",
+            &json!({"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 1u64 << 40], "data": [1, 2]}]}),
+        );
+        assert_eq!(reply.status, 400);
+        assert!(
+            reply
+                .error()
+                .contains("Shape does not match true shape of 'data' field"),
+            "{}",
+            reply.error()
+        );
+        let reply = post_json(
+            server.http_addr(),
+            "/v2/models/good/infer",
+            &json!({"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1u64 << 40, 2], "data": [1, 2]}]}),
+        );
+        assert_eq!(reply.status, 400);
+        assert!(
+            reply.error().contains("batch-size must be <= 8"),
+            "{}",
+            reply.error()
+        );
+    });
+}
+
+#[test]
+fn a_zip_bomb_stops_at_the_input_limit() {
+    with_server("a_zip_bomb_stops_at_the_", |server| {
+        // 64 MiB of spaces inflates past the 4 MiB limit from ~64 KiB.
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let chunk = vec![b' '; 1 << 20];
+        for _ in 0..64 {
+            gz.write_all(&chunk).unwrap();
+        }
+        let bomb = gz.finish().unwrap();
+        assert!(bomb.len() < 1 << 20);
+        let reply = request(
+            server.http_addr(),
+            "POST",
+            "/v2/models/good/infer",
+            &[
+                ("Content-Type", "application/json"),
+                ("Content-Encoding", "gzip"),
+            ],
+            &bomb,
+        );
+        assert!(
+            reply.status == 400 || reply.status == 413,
+            "{}",
+            reply.status
+        );
+        assert!(
+            reply
+                .error()
+                .contains("decompressed request body exceeds the server's limit of 4194304 bytes"),
+            "{}",
+            reply.error()
+        );
+    });
+}
+
+#[test]
+fn huge_names_are_not_echoed_over_grpc() {
+    with_server("huge_names_are_not_echoe", |server| {
+        let addr = server.grpc_addr();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let mut client = GrpcInferenceServiceClient::new(channel)
+                .max_encoding_message_size(64 << 20)
+                .max_decoding_message_size(64 << 20);
+            let long = "m".repeat(10 << 20);
+            let status = client
+                .model_infer(ModelInferRequest {
+                    model_name: long.clone(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(status.code(), tonic::Code::NotFound);
+            assert!(status.message().len() < 1024, "{}", status.message().len());
+            assert!(status.message().contains("Request for unknown model"));
+            let status = client
+                .model_metadata(ModelMetadataRequest {
+                    name: long,
+                    version: String::new(),
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(status.code(), tonic::Code::NotFound);
+            assert!(status.message().len() < 1024);
+        });
+    });
+}
+
+#[test]
+fn huge_names_are_not_echoed_over_http() {
+    with_server("huge_names_are_not_echoe", |server| {
+        let long = "n".repeat(1 << 20);
+        let body =
+            json!({"inputs": [{"name": long, "datatype": long, "shape": [1, 1], "data": [1]}]});
+        let reply = post_json(server.http_addr(), "/v2/models/good/infer", &body);
+        assert_eq!(reply.status, 400);
+        assert!(reply.error().len() < 1024, "{}", reply.error().len());
+    });
+}
