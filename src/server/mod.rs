@@ -218,7 +218,11 @@ fn transport_limits(options: &ServerOptions, accepting: usize) -> TransportLimit
                     "raised the open-file limit (RLIMIT_NOFILE)"
                 );
             } else {
-                tracing::info!(soft = l.soft, hard = l.hard, "open-file limit (RLIMIT_NOFILE)");
+                tracing::info!(
+                    soft = l.soft,
+                    hard = l.hard,
+                    "open-file limit (RLIMIT_NOFILE)"
+                );
             }
             l.soft
         }

@@ -98,9 +98,7 @@ fn bind(addr: Option<SocketAddr>) -> std::io::Result<Option<TcpListener>> {
     addr.map(|a| {
         TcpListener::bind_with_config(
             a,
-            &ListenerOpts::new()
-                .reuse_port(true)
-                .backlog(LISTEN_BACKLOG),
+            &ListenerOpts::new().reuse_port(true).backlog(LISTEN_BACKLOG),
         )
     })
     .transpose()
