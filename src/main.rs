@@ -63,6 +63,14 @@ struct Cli {
     /// Seconds to let in-flight requests finish on SIGINT/SIGTERM.
     #[arg(long, default_value_t = 30)]
     exit_timeout_secs: u64,
+    /// Longest an inference request may wait for its answer, in
+    /// milliseconds (0 = no limit); its queued work is then dropped.
+    #[arg(long, default_value_t = 0)]
+    request_timeout_ms: u64,
+    /// Queue bound of models whose config leaves `max_queue_size` at 0
+    /// (Triton: unbounded). Overflow is answered "Exceeds maximum queue size".
+    #[arg(long, default_value_t = shardserve::scheduler::DEFAULT_MAX_QUEUE_SIZE)]
+    max_queue_size: usize,
     /// Verbose logging level (0 = info).
     #[arg(long, default_value_t = 0)]
     log_verbose: u8,
@@ -182,6 +190,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         model_control_mode: mode,
         load_models: cli.load_model,
         exit_timeout: Duration::from_secs(cli.exit_timeout_secs),
+        request_timeout: (cli.request_timeout_ms > 0)
+            .then(|| Duration::from_millis(cli.request_timeout_ms)),
+        max_queue_size: cli.max_queue_size.max(1),
         http_max_input_size: cli.http_max_input_size,
         max_connections: cli.max_connections,
         max_buffered_request_bytes: cli.max_buffered_request_bytes,

@@ -216,16 +216,20 @@ fn a_full_queue_refuses_with_tritons_message() {
 }
 
 #[test]
-fn the_default_queue_is_bounded_too() {
-    let repo = TempRepo::new("fifo-bound", &[("fifo", slow_model("fifo", 1000, 1, 1, ""))]);
-    let server = start(&repo, 1, |_| {});
-    assert!(shardserve::scheduler::DEFAULT_MAX_QUEUE_SIZE >= 64);
-    // The bound itself is large; what matters here is that the FIFO path
-    // goes through the same accounting (queue depth gauge back to 0).
-    let replies = concurrent(server.http_addr(), "fifo", 3);
-    assert!(replies.iter().all(|r| r.status == 200));
+fn the_default_scheduler_queue_is_bounded_by_max_queue_size() {
+    let repo = TempRepo::new("fifo-bound", &[("fifo", slow_model("fifo", 400, 1, 1, ""))]);
+    // No dynamic batcher, so no queue policy: the server-wide bound applies.
+    let server = start(&repo, 2, |o| o.max_queue_size = 2);
+    let replies = concurrent(server.http_addr(), "fifo", 8);
+    let refused: Vec<_> = replies.iter().filter(|r| r.status == 503).collect();
+    let served = replies.iter().filter(|r| r.status == 200).count();
+    assert!(refused.len() >= 4, "only {} refused", refused.len());
+    assert_eq!(served + refused.len(), 8);
+    for r in refused {
+        assert!(r.error().contains("Exceeds maximum queue size"), "{}", r.error());
+    }
     let s = stats(server.http_addr(), "fifo");
-    assert_eq!(s["execution_count"].as_u64(), Some(3));
+    assert_eq!(s["execution_count"].as_u64(), Some(served as u64));
     server.shutdown().expect("shutdown");
 }
 

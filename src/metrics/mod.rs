@@ -8,7 +8,7 @@ pub mod statistics;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-pub use counters::{FailureReason, ModelStats, StatsSnapshot};
+pub use counters::{FailureReason, ModelStats, ShardCounters, StatsSnapshot};
 
 /// Gauges one shard updates about itself; any thread may read them.
 #[derive(Debug)]

@@ -306,16 +306,18 @@ fn load_version(
                 place,
             })
             .collect(),
-        stats: Arc::new(ModelStats::new(placement.shard_count, max_batch)),
+        // One counter block per shard, then one per compute worker.
+        stats: Arc::new(ModelStats::new(placement.shard_count + count, max_batch)),
     });
     let done_bell = Arc::new(futures::task::AtomicWaker::new());
     let mut executors = Vec::with_capacity(created.len());
-    for (name, instance) in created {
+    for (index, (name, instance)) in created.into_iter().enumerate() {
         executors.push(match place {
             ExecutionPlace::Inline => InstanceExecutor::Inline { name, instance },
             ExecutionPlace::Worker => InstanceExecutor::spawn_worker(
                 name.clone(),
                 model.clone(),
+                placement.shard_count + index,
                 instance,
                 placement.worker_placement(target.shard),
                 done_bell.clone(),

@@ -1,8 +1,9 @@
 //! One execution of a batch on an instance, wherever it runs (inline on
 //! the owner shard or on a compute worker): merge inputs, call the
-//! backend, split outputs, build and send every response. The timings go
-//! back to the scheduler, which records them on its own shard's counters
-//! (a compute thread never writes a shard's statistics).
+//! backend, split outputs, record the execution, then send every response
+//! (so a client that reads the statistics right after its answer sees its
+//! execution). Each compute worker records in a counter block of its own:
+//! a worker never writes a line a shard writes.
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,7 @@ use super::{
 };
 use crate::{
     backend::ModelInstance,
+    metrics::ShardCounters,
     model::ModelVersion,
     shard,
     types::{InferResult, Tensor},
@@ -28,10 +30,12 @@ pub struct ExecReport {
     pub output: Duration,
 }
 
-/// Runs `jobs` as one execution and answers each of them.
+/// Runs `jobs` as one execution, records it in `stats` and answers each
+/// of them.
 pub fn run_batch(
     instance: &mut dyn ModelInstance,
     model: &ModelVersion,
+    stats: &ShardCounters,
     jobs: Vec<Job>,
 ) -> ExecReport {
     let start = Instant::now();
@@ -71,6 +75,12 @@ pub fn run_batch(
         infer: infer_done - input_done,
         output: output_done - infer_done,
     };
+    stats.record_execution(report.rows, report.input, report.infer, report.output);
+    for _ in 0..report.requests {
+        stats.compute_input.record(report.input);
+        stats.compute_infer.record(report.infer);
+        stats.compute_output.record(report.output);
+    }
     for (job, result) in jobs.into_iter().zip(results) {
         shard::reply(job.origin, job.reply, result);
     }

@@ -36,8 +36,9 @@ use crate::{
     types::{InferError, ParamValue},
 };
 
-/// Queue bound applied where the configuration leaves `max_queue_size` at
-/// 0 (Triton's "unbounded"): memory must stay bounded under overload.
+/// Default of `--max-queue-size`: the queue bound applied where the
+/// configuration leaves `max_queue_size` at 0 (Triton's "unbounded"), so
+/// memory stays bounded under overload.
 pub const DEFAULT_MAX_QUEUE_SIZE: usize = 4096;
 
 /// A compute worker running batches of one model's instance.
@@ -56,10 +57,12 @@ pub enum InstanceExecutor {
 }
 
 impl InstanceExecutor {
-    /// Starts a compute worker that owns `instance`.
+    /// Starts a compute worker that owns `instance` and records its
+    /// executions in the model's counter block `stats_block`.
     pub fn spawn_worker(
         name: String,
         model: Arc<ModelVersion>,
+        stats_block: usize,
         mut instance: Box<dyn ModelInstance>,
         placement: WorkerPlacement,
         bell: Arc<AtomicWaker>,
@@ -67,7 +70,12 @@ impl InstanceExecutor {
         // One batch at a time per instance; 2 leaves room for a race-free
         // hand-over without ever blocking.
         let worker = ComputeWorker::spawn(name, placement, 2, bell, move |jobs: Vec<Job>| {
-            run_batch(instance.as_mut(), &model, jobs)
+            run_batch(
+                instance.as_mut(),
+                &model,
+                model.stats.shard(stats_block),
+                jobs,
+            )
         })?;
         Ok(Self::Worker(worker))
     }
@@ -129,20 +137,21 @@ impl ModelScheduler {
         done_bell: Arc<AtomicWaker>,
         shard: usize,
         gauges: Arc<[ShardGauges]>,
+        default_max_queue: usize,
     ) -> Rc<Self> {
         let queue = match &model.config.scheduling_choice {
             Some(SchedulingChoice::DynamicBatching(db)) if model.config.max_batch_size > 0 => {
                 let mut policy = BatcherPolicy::from_config(model.config.max_batch_size, db);
                 for level in &mut policy.levels {
                     if level.max_queue_size == 0 {
-                        level.max_queue_size = DEFAULT_MAX_QUEUE_SIZE;
+                        level.max_queue_size = default_max_queue;
                     }
                 }
                 Queue::Batched(BatchQueue::new(policy))
             }
             _ => Queue::Fifo {
                 jobs: VecDeque::new(),
-                max: DEFAULT_MAX_QUEUE_SIZE,
+                max: default_max_queue,
             },
         };
         let instances = executors
@@ -292,25 +301,15 @@ impl ModelScheduler {
         }
     }
 
-    /// Records what finished on the workers and frees their instances.
+    /// Frees the instances whose worker finished a batch (the worker
+    /// already recorded it).
     fn collect_done(&self) {
         for inst in &self.instances {
             if let Exec::Worker(w) = &inst.exec {
-                while let Some(report) = w.borrow_mut().take_done() {
+                while w.borrow_mut().take_done().is_some() {
                     inst.busy.set(false);
-                    self.record(&report);
                 }
             }
-        }
-    }
-
-    fn record(&self, r: &ExecReport) {
-        let stats = self.model.stats.shard(self.shard);
-        stats.record_execution(r.rows, r.input, r.infer, r.output);
-        for _ in 0..r.requests {
-            stats.compute_input.record(r.input);
-            stats.compute_infer.record(r.infer);
-            stats.compute_output.record(r.output);
         }
     }
 
@@ -327,9 +326,12 @@ impl ModelScheduler {
                     self.started(&jobs, now);
                     match &free.exec {
                         Exec::Inline(instance) => {
-                            let report =
-                                run_batch(instance.borrow_mut().as_mut(), &self.model, jobs);
-                            self.record(&report);
+                            run_batch(
+                                instance.borrow_mut().as_mut(),
+                                &self.model,
+                                self.model.stats.shard(self.shard),
+                                jobs,
+                            );
                             return (true, None);
                         }
                         Exec::Worker(w) => {

@@ -33,6 +33,9 @@ pub struct ServerOptions {
     /// `--request-timeout-ms`: an inference request not answered by then
     /// gets "Request timeout expired" and its queued work is dropped.
     pub request_timeout: Option<Duration>,
+    /// `--max-queue-size`: the queue bound of models whose config leaves
+    /// `max_queue_size` at 0.
+    pub max_queue_size: usize,
     /// Capacity of each cross-shard ring, in messages.
     pub ring_capacity: usize,
     /// Largest HTTP request body accepted (after decompression too).
@@ -88,6 +91,7 @@ impl ServerOptions {
             load_models: Vec::new(),
             exit_timeout: Duration::from_secs(30),
             request_timeout: None,
+            max_queue_size: crate::scheduler::DEFAULT_MAX_QUEUE_SIZE,
             ring_capacity: 1024,
             http_max_input_size: 64 * 1024 * 1024,
             grpc_max_message_size: i32::MAX as usize,

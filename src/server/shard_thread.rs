@@ -146,6 +146,7 @@ async fn shard_main(boot: ShardBoot) {
         links.outbox,
         state.gauges.clone(),
         state.options.request_timeout,
+        state.options.max_queue_size,
     );
     Shard::install_current(shard.clone());
     state::install(state.clone());

@@ -71,6 +71,8 @@ pub struct Shard {
     pub gauges: Arc<[ShardGauges]>,
     /// `--request-timeout-ms`: the longest a request waits for its answer.
     pub request_timeout: Option<std::time::Duration>,
+    /// `--max-queue-size`: the bound of queues the config leaves unbounded.
+    pub max_queue_size: usize,
 }
 
 thread_local! {
@@ -109,6 +111,7 @@ impl Shard {
         outbox: Outbox<ShardMsg>,
         gauges: Arc<[ShardGauges]>,
         request_timeout: Option<std::time::Duration>,
+        max_queue_size: usize,
     ) -> Rc<Self> {
         Rc::new(Self {
             id,
@@ -121,6 +124,7 @@ impl Shard {
             in_flight: Cell::new(0),
             gauges,
             request_timeout,
+            max_queue_size,
         })
     }
 
@@ -239,6 +243,7 @@ impl Shard {
                         done_bell,
                         self.id,
                         self.gauges.clone(),
+                        self.max_queue_size,
                     );
                     monoio::spawn(scheduler.clone().run());
                     self.schedulers.borrow_mut().insert(key, scheduler);
