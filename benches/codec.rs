@@ -94,6 +94,16 @@ fn grpc_request() -> ModelInferRequest {
     }
 }
 
+/// ~4 MB of JSON: one FP32 input of 1M elements ("0.xyz", about 4 bytes
+/// each): the large-body path (streamed into the tensor, no JSON tree).
+fn large_json_request() -> Bytes {
+    let data: Vec<f32> = (0..1_000_000).map(|i| (i % 1000) as f32 / 1000.0).collect();
+    Bytes::from(
+        json!({"inputs": [{"name": "X", "datatype": "FP32", "shape": [1, data.len()], "data": data}]})
+            .to_string(),
+    )
+}
+
 fn codec(c: &mut Criterion) {
     let mut g = c.benchmark_group("codec");
     // Short runs: the machines are shared; this keeps the whole bench
@@ -131,6 +141,13 @@ fn codec(c: &mut Criterion) {
     g.bench_function("http_encode_binary_simple", |b| {
         b.iter(|| encode_infer_response(black_box(&resp), &[], &binary_params))
     });
+
+    let large = large_json_request();
+    g.sample_size(10);
+    g.bench_function("http_decode_json_1m_fp32", |b| {
+        b.iter(|| decode_infer_request(black_box(large.clone()), None, "m", ""))
+    });
+    g.sample_size(100);
 
     let req = grpc_request();
     g.bench_function("grpc_decode_raw_simple", |b| {
