@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod compute;
 pub mod config;
 pub mod metrics;
 pub mod model;

@@ -67,6 +67,10 @@ struct Cli {
     /// milliseconds (0 = no limit); its queued work is then dropped.
     #[arg(long, default_value_t = 0)]
     request_timeout_ms: u64,
+    /// Largest gRPC message received or sent, in bytes (over it:
+    /// RESOURCE_EXHAUSTED).
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    grpc_max_message_size: usize,
     /// Queue bound of models whose config leaves `max_queue_size` at 0
     /// (Triton: unbounded). Overflow is answered "Exceeds maximum queue size".
     #[arg(long, default_value_t = shardserve::scheduler::DEFAULT_MAX_QUEUE_SIZE)]
@@ -193,6 +197,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         request_timeout: (cli.request_timeout_ms > 0)
             .then(|| Duration::from_millis(cli.request_timeout_ms)),
         max_queue_size: cli.max_queue_size.max(1),
+        grpc_max_message_size: cli.grpc_max_message_size.max(1024),
         http_max_input_size: cli.http_max_input_size,
         max_connections: cli.max_connections,
         max_buffered_request_bytes: cli.max_buffered_request_bytes,

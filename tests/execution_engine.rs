@@ -27,10 +27,8 @@ struct TempRepo {
 
 impl TempRepo {
     fn new(tag: &str, models: &[(&str, String)]) -> Self {
-        let root = std::env::temp_dir().join(format!(
-            "shardserve-engine-{tag}-{}",
-            std::process::id()
-        ));
+        let root =
+            std::env::temp_dir().join(format!("shardserve-engine-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         for (name, config) in models {
             std::fs::create_dir_all(root.join(name).join("1")).expect("model dir");
@@ -77,7 +75,11 @@ fn body(v: i32, params: serde_json::Value) -> serde_json::Value {
 }
 
 fn infer(addr: SocketAddr, model: &str, v: i32) -> HttpReply {
-    post_json(addr, &format!("/v2/models/{model}/infer"), &body(v, json!({})))
+    post_json(
+        addr,
+        &format!("/v2/models/{model}/infer"),
+        &body(v, json!({})),
+    )
 }
 
 /// Sends `n` requests at once (each on its own connection) and returns
@@ -210,7 +212,11 @@ fn a_full_queue_refuses_with_tritons_message() {
     assert!(refused.len() >= 4, "only {} refused", refused.len());
     assert_eq!(served + refused.len(), 8);
     for r in refused {
-        assert!(r.error().contains("Exceeds maximum queue size"), "{}", r.error());
+        assert!(
+            r.error().contains("Exceeds maximum queue size"),
+            "{}",
+            r.error()
+        );
     }
     server.shutdown().expect("shutdown");
 }
@@ -226,7 +232,11 @@ fn the_default_scheduler_queue_is_bounded_by_max_queue_size() {
     assert!(refused.len() >= 4, "only {} refused", refused.len());
     assert_eq!(served + refused.len(), 8);
     for r in refused {
-        assert!(r.error().contains("Exceeds maximum queue size"), "{}", r.error());
+        assert!(
+            r.error().contains("Exceeds maximum queue size"),
+            "{}",
+            r.error()
+        );
     }
     let s = stats(server.http_addr(), "fifo");
     assert_eq!(s["execution_count"].as_u64(), Some(served as u64));
@@ -248,26 +258,43 @@ fn the_timeout_parameter_expires_a_queued_request() {
     );
     let waited = t.elapsed();
     assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
-    assert!(r.error().contains("Request timeout expired"), "{}", r.error());
+    assert!(
+        r.error().contains("Request timeout expired"),
+        "{}",
+        r.error()
+    );
     assert!(
         waited < Duration::from_millis(280),
         "expired after {waited:?}, not when its 50 ms timeout passed"
     );
     assert_eq!(first.join().expect("first").status, 200);
     let s = stats(addr, "busy");
-    assert_eq!(s["execution_count"].as_u64(), Some(1), "the expired request ran");
+    assert_eq!(
+        s["execution_count"].as_u64(),
+        Some(1),
+        "the expired request ran"
+    );
     server.shutdown().expect("shutdown");
 }
 
 #[test]
 fn the_server_request_timeout_answers_and_drops_queued_work() {
-    let repo = TempRepo::new("srvtimeout", &[("slowest", slow_model("slowest", 300, 1, 1, ""))]);
-    let server = start(&repo, 2, |o| o.request_timeout = Some(Duration::from_millis(100)));
+    let repo = TempRepo::new(
+        "srvtimeout",
+        &[("slowest", slow_model("slowest", 300, 1, 1, ""))],
+    );
+    let server = start(&repo, 2, |o| {
+        o.request_timeout = Some(Duration::from_millis(100))
+    });
     let addr = server.http_addr();
     let replies = concurrent(addr, "slowest", 4);
     for r in &replies {
         assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
-        assert!(r.error().contains("Request timeout expired"), "{}", r.error());
+        assert!(
+            r.error().contains("Request timeout expired"),
+            "{}",
+            r.error()
+        );
     }
     // The first request was executing when it timed out; the three queued
     // behind it are dropped without running.
@@ -281,7 +308,10 @@ fn the_server_request_timeout_answers_and_drops_queued_work() {
 #[test]
 fn abandoned_requests_leave_nothing_behind() {
     use std::io::Write;
-    let repo = TempRepo::new("abandon", &[("slowish", slow_model("slowish", 200, 1, 1, ""))]);
+    let repo = TempRepo::new(
+        "abandon",
+        &[("slowish", slow_model("slowish", 200, 1, 1, ""))],
+    );
     let server = start(&repo, 2, |_| {});
     let addr = server.http_addr();
     let payload = body(7, json!({})).to_string();
@@ -312,10 +342,11 @@ fn abandoned_requests_leave_nothing_behind() {
     assert!(executions <= 5, "{executions} abandoned requests still ran");
     let text = String::from_utf8_lossy(&get(metrics, "/metrics").body).to_string();
     assert!(
-        text.lines().any(|l| l.starts_with("nv_inference_request_failure")
-            && l.contains("reason=\"CANCELED\"")
-            && l.contains("model=\"slowish\"")
-            && !l.trim_end().ends_with(" 0")),
+        text.lines()
+            .any(|l| l.starts_with("nv_inference_request_failure")
+                && l.contains("reason=\"CANCELED\"")
+                && l.contains("model=\"slowish\"")
+                && !l.trim_end().ends_with(" 0")),
         "no cancelled requests counted:\n{text}"
     );
     // And the server still serves.
@@ -392,7 +423,10 @@ mod grpc {
     /// the cancelled calls is dropped, not executed.
     #[test]
     fn reset_streams_cancel_their_queued_work() {
-        let repo = TempRepo::new("grpc-cancel", &[("slowg", slow_model("slowg", 200, 1, 1, ""))]);
+        let repo = TempRepo::new(
+            "grpc-cancel",
+            &[("slowg", slow_model("slowg", 200, 1, 1, ""))],
+        );
         let server = start(&repo, 2, |_| {});
         let addr = server.grpc_addr();
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -425,8 +459,8 @@ mod grpc {
         });
         let http = server.http_addr();
         eventually("cancelled calls to leave the queue", || {
-            let text = String::from_utf8_lossy(&get(server.metrics_addr(), "/metrics").body)
-                .to_string();
+            let text =
+                String::from_utf8_lossy(&get(server.metrics_addr(), "/metrics").body).to_string();
             gauge_sum(&text, "shardserve_shard_queue_depth") == 0.0
         });
         thread::sleep(Duration::from_millis(300));
@@ -441,7 +475,10 @@ mod grpc {
     /// every one is answered, and shutdown ends right after.
     #[test]
     fn shutdown_answers_queued_grpc_calls() {
-        let repo = TempRepo::new("grpc-drain", &[("draing", slow_model("draing", 100, 1, 1, ""))]);
+        let repo = TempRepo::new(
+            "grpc-drain",
+            &[("draing", slow_model("draing", 100, 1, 1, ""))],
+        );
         let server = start(&repo, 2, |_| {});
         let addr = server.grpc_addr();
         let calls = thread::spawn(move || {

@@ -170,8 +170,8 @@ mod tests {
     #[test]
     fn runs_items_in_order_and_returns_results() {
         let bell = Arc::new(AtomicWaker::new());
-        let mut w = ComputeWorker::spawn("t".into(), placement(), 4, bell, |x: u32| x * 2)
-            .expect("spawn");
+        let mut w =
+            ComputeWorker::spawn("t".into(), placement(), 4, bell, |x: u32| x * 2).expect("spawn");
         let mut got = Vec::new();
         for i in 0..100u32 {
             let mut item = i;

@@ -37,12 +37,10 @@ pub fn model_statistics(m: &ModelVersion) -> ModelStatistics {
             cache_miss: duration(DurationTotal::default()),
         }),
         batch_stats: s
-            .batches
-            .iter()
-            .enumerate()
+            .batch_sizes()
             .filter(|(_, b)| b.compute_infer.count > 0)
             .map(|(size, b)| InferBatchStatistics {
-                batch_size: size as u64,
+                batch_size: size,
                 compute_input: duration(b.compute_input),
                 compute_infer: duration(b.compute_infer),
                 compute_output: duration(b.compute_output),

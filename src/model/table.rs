@@ -3,9 +3,7 @@ use std::{collections::BTreeMap, sync::Arc};
 use bytes::Bytes;
 
 use super::{IoSpec, ModelMetadata};
-use crate::{
-    metrics::ModelStats, proto::inference::ModelConfig, shard::Target, types::InferError,
-};
+use crate::{metrics::ModelStats, proto::inference::ModelConfig, shard::Target, types::InferError};
 
 /// Lifecycle state of one model version, as the repository index reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +96,7 @@ impl ModelTable {
     /// which clients search for.
     pub fn resolve(&self, name: &str, version: &str) -> Result<&Arc<ModelVersion>, InferError> {
         let entry = self.models.get(name).ok_or_else(|| {
+            let name = crate::types::clip(name);
             InferError::not_found(format!("Request for unknown model: '{name}' is not found"))
         })?;
         if version.is_empty() {
@@ -125,6 +124,7 @@ impl ModelTable {
                 });
         }
         let not_found = || {
+            let version = crate::types::clip(version);
             InferError::not_found(format!(
                 "Request for unknown model: '{name}' version {version} is not found"
             ))

@@ -15,8 +15,8 @@ use crate::{
     config,
     metrics::ModelStats,
     model::{
-        ExecutionPlace, InstanceInfo, IoSpec, ModelMetadata, ModelState, ModelTable,
-        ModelVersion, VersionEntry,
+        ExecutionPlace, InstanceInfo, IoSpec, ModelMetadata, ModelState, ModelTable, ModelVersion,
+        VersionEntry,
     },
     proto::inference::ModelConfig,
     scheduler::InstanceExecutor,
@@ -102,9 +102,9 @@ fn execution_place(config: &ModelConfig, backend_inline: bool) -> anyhow::Result
         }),
         Some("inline") => Ok(ExecutionPlace::Inline),
         Some("worker") => Ok(ExecutionPlace::Worker),
-        Some(other) => bail!(
-            "parameter shardserve_execution must be \"inline\" or \"worker\", not {other:?}"
-        ),
+        Some(other) => {
+            bail!("parameter shardserve_execution must be \"inline\" or \"worker\", not {other:?}")
+        }
     }
 }
 

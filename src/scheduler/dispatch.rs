@@ -157,4 +157,3 @@ fn record_outcome(
 fn not_on_shard() -> InferError {
     InferError::internal("request handled outside a shard thread")
 }
-

@@ -365,7 +365,9 @@ impl ModelScheduler {
         self.dequeued(jobs.len());
         let stats = self.model.stats.shard(self.shard);
         for job in jobs {
-            stats.queue.record(now.saturating_duration_since(job.received));
+            stats
+                .queue
+                .record(now.saturating_duration_since(job.received));
         }
     }
 
@@ -421,7 +423,9 @@ impl ModelScheduler {
     fn next_batch(&self, now: Instant) -> Next {
         let mut queue = self.queue.borrow_mut();
         match &mut *queue {
-            Queue::Fifo { jobs, .. } => jobs.pop_front().map_or(Next::Nothing, |j| Next::Run(vec![j])),
+            Queue::Fifo { jobs, .. } => jobs
+                .pop_front()
+                .map_or(Next::Nothing, |j| Next::Run(vec![j])),
             Queue::Batched(q) => {
                 let flush = self.stopped.get() || self.draining.get();
                 // Unloading or shutting down: run what is left at once.
@@ -431,7 +435,9 @@ impl ModelScheduler {
                     now
                 };
                 match q.decide(at, |a, b| compatible(&a.request, &b.request)) {
-                    Decision::Execute(batch) => Next::Run(batch.into_iter().map(|p| p.item).collect()),
+                    Decision::Execute(batch) => {
+                        Next::Run(batch.into_iter().map(|p| p.item).collect())
+                    }
                     Decision::WaitUntil(_) if flush => Next::Nothing,
                     Decision::WaitUntil(t) => Next::WaitUntil(t),
                     Decision::Idle => Next::Nothing,
@@ -488,7 +494,9 @@ fn request_timeout(job: &Job) -> Result<Option<Instant>, InferError> {
         _ => None,
     }
     .ok_or_else(|| {
-        InferError::invalid("request parameter 'timeout' must be a non-negative integer (microseconds)")
+        InferError::invalid(
+            "request parameter 'timeout' must be a non-negative integer (microseconds)",
+        )
     })?;
     if us == 0 {
         return Ok(job.deadline);

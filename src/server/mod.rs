@@ -136,6 +136,7 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
 
     let links = ring::mesh(shard_count, options.ring_capacity);
     let compute = plan.compute.clone();
+    let worker_cpus = plan.worker_cpus(crate::tuning::numa_node_of_cpu);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut control = Vec::with_capacity(shard_count);
     let mut threads = Vec::with_capacity(shard_count);
@@ -152,8 +153,8 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
             state: state.clone(),
             addresses,
             ready: ready_tx.clone(),
-        };
             transport: transport.clone(),
+        };
         let thread = std::thread::Builder::new()
             .name(format!("shard-{id}"))
             .spawn(move || shard_thread::run(boot))
@@ -176,15 +177,17 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
         control,
         threads,
         table: Arc::new(ModelTable::default()),
-    };
         transport,
+    };
     if let Some(e) = failure {
         let _ = handle.shutdown();
         bail!("server start failed: {e}");
     }
     log_addresses(&addresses, shard_count);
 
-    match load_models(&options, shard_count, compute, &handle.control) {
+    let placement = Placement::new(shard_count, compute)
+        .with_workers(worker_cpus, options.tuning.compute.nice());
+    match load_models(&options, placement, &handle.control) {
         Ok(table) => {
             let table = Arc::new(table);
             for c in &handle.control {
@@ -201,9 +204,6 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
     Ok(handle)
 }
 
-fn load_models(
-    options: &ServerOptions,
-    shard_count: usize,
 /// Raises the open-file limit and resolves the transport limits: the
 /// per-shard connection cap (`--max-connections`, else derived from the
 /// open-file limit) and the body budget per accepting shard.
@@ -264,7 +264,9 @@ fn transport_limits(options: &ServerOptions, accepting: usize) -> TransportLimit
     limits
 }
 
-    compute: Vec<ShardId>,
+fn load_models(
+    options: &ServerOptions,
+    mut placement: Placement,
     control: &[mpsc::UnboundedSender<ShardControl>],
 ) -> anyhow::Result<ModelTable> {
     let found = scan_repositories(&options.model_repositories)?;
@@ -276,7 +278,6 @@ fn transport_limits(options: &ServerOptions, accepting: usize) -> TransportLimit
         strict: options.strict_model_config,
         intra_op_threads: options.intra_op_threads,
     };
-    let mut placement = Placement::new(shard_count, compute);
     let send = |shard: ShardId, msg: ShardControl| -> anyhow::Result<()> {
         control
             .get(shard)

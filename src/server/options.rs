@@ -94,7 +94,7 @@ impl ServerOptions {
             max_queue_size: crate::scheduler::DEFAULT_MAX_QUEUE_SIZE,
             ring_capacity: 1024,
             http_max_input_size: 64 * 1024 * 1024,
-            grpc_max_message_size: i32::MAX as usize,
+            grpc_max_message_size: 64 * 1024 * 1024,
             max_connections: None,
             max_buffered_request_bytes: None,
             http_header_timeout: Duration::from_secs(30),

@@ -272,7 +272,11 @@ impl Shard {
 
     /// Requests queued in the schedulers this shard owns.
     pub fn queued(&self) -> usize {
-        self.schedulers.borrow().values().map(|s| s.queue_len()).sum()
+        self.schedulers
+            .borrow()
+            .values()
+            .map(|s| s.queue_len())
+            .sum()
     }
 
     pub fn ring_occupancy(&self, to: ShardId) -> usize {

@@ -200,7 +200,8 @@ mod tests {
         assert_eq!(w[2], vec![8, 9]);
         let unknown = p.worker_cpus(|_| None);
         assert_eq!(unknown[0], vec![1, 8, 9]);
-        let unpinned = ShardPlan::build(&TuningProfile::default(), Some(2), false, &[0, 1]).unwrap();
+        let unpinned =
+            ShardPlan::build(&TuningProfile::default(), Some(2), false, &[0, 1]).unwrap();
         assert!(unpinned.worker_cpus(node).iter().all(Vec::is_empty));
     }
 
@@ -220,11 +221,6 @@ mod tests {
 /// the kernel does not say.
 pub fn numa_node_of_cpu(cpu: usize) -> Option<usize> {
     let dir = std::fs::read_dir(format!("/sys/devices/system/cpu/cpu{cpu}")).ok()?;
-    dir.filter_map(Result::ok).find_map(|e| {
-        e.file_name()
-            .to_str()?
-            .strip_prefix("node")?
-            .parse()
-            .ok()
-    })
+    dir.filter_map(Result::ok)
+        .find_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
 }

@@ -83,7 +83,12 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
         .collect::<InferResult<_>>()?;
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
     let method = req.method().clone();
-    let not_allowed = || InferError::invalid(format!("method {method} is not allowed on {path}"));
+    let not_allowed = || {
+        InferError::invalid(format!(
+            "method {method} is not allowed on {}",
+            crate::types::clip(&path)
+        ))
+    };
     match segs.as_slice() {
         ["v2"] | ["v2", ""] => {
             expect_get(&method).ok_or_else(not_allowed)?;
@@ -123,7 +128,8 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
             model_route(req, model, version, action).await
         }
         _ => Err(InferError::not_found(format!(
-            "no such endpoint: {method} {path}"
+            "no such endpoint: {method} {}",
+            crate::types::clip(&path)
         ))),
     }
 }
@@ -163,12 +169,15 @@ async fn model_route(
         }
         (["infer"], &Method::POST) => infer(req, model, version).await,
         (["stats"], &Method::GET) => stats_response(&table, model, version),
-        ([] | ["ready"] | ["config"] | ["infer"] | ["stats"], _) => Err(InferError::invalid(
-            format!("method {method} is not allowed on {}", req.uri().path()),
-        )),
+        ([] | ["ready"] | ["config"] | ["infer"] | ["stats"], _) => {
+            Err(InferError::invalid(format!(
+                "method {method} is not allowed on {}",
+                crate::types::clip(req.uri().path())
+            )))
+        }
         _ => Err(InferError::not_found(format!(
             "no such endpoint: {method} {}",
-            req.uri().path()
+            crate::types::clip(req.uri().path())
         ))),
     }
 }
@@ -297,7 +306,10 @@ fn percent_decode(segment: &str) -> InferResult<String> {
                 .and_then(|h| std::str::from_utf8(h).ok())
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
                 .ok_or_else(|| {
-                    InferError::invalid(format!("bad percent-escape in URL segment '{segment}'"))
+                    InferError::invalid(format!(
+                        "bad percent-escape in URL segment '{}'",
+                        crate::types::clip(segment)
+                    ))
                 })?;
             out.push(hex);
             i += 3;
@@ -306,8 +318,12 @@ fn percent_decode(segment: &str) -> InferResult<String> {
             i += 1;
         }
     }
-    String::from_utf8(out)
-        .map_err(|_| InferError::invalid(format!("URL segment '{segment}' is not UTF-8")))
+    String::from_utf8(out).map_err(|_| {
+        InferError::invalid(format!(
+            "URL segment '{}' is not UTF-8",
+            crate::types::clip(segment)
+        ))
+    })
 }
 
 #[cfg(test)]
