@@ -80,7 +80,7 @@ mod tests {
         })
         .join()
         .expect("thread");
-        assert!(inner >= 5.min(19), "nice in the thread: {inner}");
+        assert!(inner >= 5, "nice in the thread: {inner}");
         assert_eq!(current_nice().expect("getpriority"), before);
     }
 

@@ -157,6 +157,14 @@ impl fmt::Display for ShardPlan {
     }
 }
 
+/// The NUMA node of a logical CPU, from sysfs (`cpuN/nodeM`); `None` where
+/// the kernel does not say.
+pub fn numa_node_of_cpu(cpu: usize) -> Option<usize> {
+    let dir = std::fs::read_dir(format!("/sys/devices/system/cpu/cpu{cpu}")).ok()?;
+    dir.filter_map(Result::ok)
+        .find_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,12 +223,4 @@ mod tests {
         profile.shards.cpus = Some(vec![9]);
         assert!(ShardPlan::build(&profile, None, true, &[0, 1]).is_err());
     }
-}
-
-/// The NUMA node of a logical CPU, from sysfs (`cpuN/nodeM`); `None` where
-/// the kernel does not say.
-pub fn numa_node_of_cpu(cpu: usize) -> Option<usize> {
-    let dir = std::fs::read_dir(format!("/sys/devices/system/cpu/cpu{cpu}")).ok()?;
-    dir.filter_map(Result::ok)
-        .find_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
 }

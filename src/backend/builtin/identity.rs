@@ -35,7 +35,7 @@ fn execute_delay(config: &ModelConfig) -> anyhow::Result<Duration> {
 
 impl Backend for IdentityBackend {
     fn runs_inline(&self, config: &ModelConfig) -> bool {
-        execute_delay(config).map_or(false, |d| d.is_zero())
+        execute_delay(config).is_ok_and(|d| d.is_zero())
     }
 
     fn name(&self) -> &'static str {
