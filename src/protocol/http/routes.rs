@@ -212,10 +212,28 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
     };
     // Resolved for the decoder's shape checks only: a model that does not
     // resolve is answered by `scheduler::infer` as before.
+    let received = std::time::Instant::now();
     let target = model_table()?.resolve(model, version).ok().cloned();
+    let stats = target.as_ref().map(|m| m.stats.clone());
     let encoding = content_encoding(&headers)?;
     let request =
-        decode_request_body(body, encoding, header_length, model, version, target, limit).await?;
+        match decode_request_body(body, encoding, header_length, model, version, target, limit)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                // A request for a known model that fails its checks counts
+                // as that model's failure, as when `scheduler::infer`
+                // refuses it.
+                if let (Some(stats), Some(shard)) = (stats, shard::with_current(|s| s.id)) {
+                    stats.shard(shard).record_failure(
+                        crate::metrics::FailureReason::for_error(&e),
+                        received.elapsed(),
+                    );
+                }
+                return Err(e);
+            }
+        };
     let requested = request.outputs.clone();
     let parameters = request.parameters.clone();
     let response = scheduler::infer(request).await?;
