@@ -313,7 +313,7 @@ fn load_version(
     let mut executors = Vec::with_capacity(created.len());
     for (index, (name, instance)) in created.into_iter().enumerate() {
         executors.push(match place {
-            ExecutionPlace::Inline => InstanceExecutor::Inline { name, instance },
+            ExecutionPlace::Inline => InstanceExecutor::Inline(instance),
             ExecutionPlace::Worker => InstanceExecutor::spawn_worker(
                 name.clone(),
                 model.clone(),

@@ -5,7 +5,7 @@
 //! execution). Each compute worker records in a counter block of its own:
 //! a worker never writes a line a shard writes.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{
     batch::{batch_rows, merge_inputs, split_outputs},
@@ -20,16 +20,6 @@ use crate::{
     types::{InferResult, Tensor},
 };
 
-/// What one execution cost, for the statistics.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ExecReport {
-    pub rows: usize,
-    pub requests: usize,
-    pub input: Duration,
-    pub infer: Duration,
-    pub output: Duration,
-}
-
 /// Runs `jobs` as one execution, records it in `stats` and answers each
 /// of them.
 pub fn run_batch(
@@ -37,7 +27,7 @@ pub fn run_batch(
     model: &ModelVersion,
     stats: &ShardCounters,
     jobs: Vec<Job>,
-) -> ExecReport {
+) {
     let start = Instant::now();
     let rows: Vec<i64> = jobs.iter().map(|j| batch_rows(&j.request)).collect();
     let requested = requested_outputs(&jobs);
@@ -68,23 +58,21 @@ pub fn run_batch(
         Err(e) => jobs.iter().map(|_| Err(e.clone())).collect(),
     };
     let output_done = Instant::now();
-    let report = ExecReport {
-        rows: rows.iter().sum::<i64>().max(0) as usize,
-        requests: jobs.len(),
-        input: input_done - start,
-        infer: infer_done - input_done,
-        output: output_done - infer_done,
-    };
-    stats.record_execution(report.rows, report.input, report.infer, report.output);
-    for _ in 0..report.requests {
-        stats.compute_input.record(report.input);
-        stats.compute_infer.record(report.infer);
-        stats.compute_output.record(report.output);
+    let (input, infer, output) = (
+        input_done - start,
+        infer_done - input_done,
+        output_done - infer_done,
+    );
+    let total_rows = rows.iter().sum::<i64>().max(0) as usize;
+    stats.record_execution(total_rows, input, infer, output);
+    for _ in 0..jobs.len() {
+        stats.compute_input.record(input);
+        stats.compute_infer.record(infer);
+        stats.compute_output.record(output);
     }
     for (job, result) in jobs.into_iter().zip(results) {
         shard::reply(job.origin, job.reply, result);
     }
-    report
 }
 
 /// Outputs to produce for a batch: the union of what its requests asked

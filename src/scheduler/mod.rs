@@ -16,6 +16,5 @@ mod model_scheduler;
 mod output;
 
 pub use dispatch::infer;
-pub use execute::ExecReport;
 pub use job::{Job, Responder};
 pub use model_scheduler::{InstanceExecutor, ModelScheduler, DEFAULT_MAX_QUEUE_SIZE};

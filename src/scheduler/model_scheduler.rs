@@ -23,7 +23,7 @@ use futures::task::AtomicWaker;
 use super::{
     batch::{batch_rows, compatible},
     dynamic_batcher::{BatchQueue, BatcherPolicy, Decision, Pending},
-    execute::{run_batch, ExecReport},
+    execute::run_batch,
     Job,
 };
 use crate::{
@@ -41,17 +41,16 @@ use crate::{
 /// memory stays bounded under overload.
 pub const DEFAULT_MAX_QUEUE_SIZE: usize = 4096;
 
-/// A compute worker running batches of one model's instance.
-pub type InstanceWorker = ComputeWorker<Vec<Job>, ExecReport>;
+/// A compute worker running batches of one model's instance; it returns
+/// `()` per batch (the batch recorded and answered itself) so the
+/// scheduler knows the instance is free.
+pub type InstanceWorker = ComputeWorker<Vec<Job>, ()>;
 
 /// An instance as handed to its owner shard.
 pub enum InstanceExecutor {
     /// Executed synchronously on the owner shard (light built-in models:
     /// cheaper than a thread hop, measured).
-    Inline {
-        name: String,
-        instance: Box<dyn ModelInstance>,
-    },
+    Inline(Box<dyn ModelInstance>),
     /// Executed on its own compute thread.
     Worker(InstanceWorker),
 }
@@ -158,9 +157,7 @@ impl ModelScheduler {
             .into_iter()
             .map(|e| Instance {
                 exec: match e {
-                    InstanceExecutor::Inline { instance, .. } => {
-                        Exec::Inline(RefCell::new(instance))
-                    }
+                    InstanceExecutor::Inline(instance) => Exec::Inline(RefCell::new(instance)),
                     InstanceExecutor::Worker(w) => Exec::Worker(RefCell::new(w)),
                 },
                 busy: Cell::new(false),
@@ -376,6 +373,13 @@ impl ModelScheduler {
     fn expire(&self, now: Instant) {
         let mut queue = self.queue.borrow_mut();
         let (expired, cancelled) = match &mut *queue {
+            Queue::Fifo { jobs, .. }
+                if !jobs
+                    .iter()
+                    .any(|j| j.is_cancelled() || j.deadline.is_some_and(|d| d <= now)) =>
+            {
+                (Vec::new(), 0)
+            }
             Queue::Fifo { jobs, .. } => {
                 let before = jobs.len();
                 let mut expired = Vec::new();

@@ -214,7 +214,6 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
     // resolve is answered by `scheduler::infer` as before.
     let received = std::time::Instant::now();
     let target = model_table()?.resolve(model, version).ok().cloned();
-    let stats = target.as_ref().map(|m| m.stats.clone());
     let encoding = content_encoding(&headers)?;
     let request =
         match decode_request_body(body, encoding, header_length, model, version, target, limit)
@@ -224,13 +223,18 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
             Err(e) => {
                 // A request for a known model that fails its checks counts
                 // as that model's failure, as when `scheduler::infer`
-                // refuses it.
-                if let (Some(stats), Some(shard)) = (stats, shard::with_current(|s| s.id)) {
-                    stats.shard(shard).record_failure(
-                        crate::metrics::FailureReason::for_error(&e),
-                        received.elapsed(),
-                    );
-                }
+                // refuses it. Looked up again here so the success path
+                // clones nothing for it.
+                shard::with_current(|s| {
+                    s.with_table(|table| {
+                        if let Ok(m) = table.resolve(model, version) {
+                            m.stats.shard(s.id).record_failure(
+                                crate::metrics::FailureReason::for_error(&e),
+                                received.elapsed(),
+                            );
+                        }
+                    })
+                });
                 return Err(e);
             }
         };
