@@ -516,3 +516,18 @@ mod grpc {
         assert!(took < Duration::from_secs(5), "shutdown waited {took:?}");
     }
 }
+
+#[test]
+fn a_malformed_timeout_parameter_is_a_clear_error() {
+    let repo = TempRepo::new("badtimeout", &[("plain", slow_model("plain", 1, 1, 1, ""))]);
+    let server = start(&repo, 1, |_| {});
+    let r = post_json(
+        server.http_addr(),
+        "/v2/models/plain/infer",
+        &body(1, json!({"timeout": "soon"})),
+    );
+    assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
+    assert!(r.error().contains("'timeout'"), "{}", r.error());
+    assert_eq!(infer(server.http_addr(), "plain", 1).status, 200);
+    server.shutdown().expect("shutdown");
+}
