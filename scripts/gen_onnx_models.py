@@ -7,6 +7,17 @@ Writes (relative to the repository root):
   models/simple_onnx/1/model.onnx + config.pbtxt   the `simple` contract via ONNX Runtime
   models/mlp_onnx/1/model.onnx + config.pbtxt      FP32 MLP 256 -> 1024 -> 768 -> 256, no batcher
   models/mlp_onnx_dyna/1/model.onnx + config.pbtxt same graph, dynamic batcher
+  models/sequence_accumulator_onnx/1/model.onnx + config.pbtxt
+      implicit-state accumulator without initial state (sequence batcher, direct strategy):
+      controls START/READY (INT32), state INPUT_STATE -> OUTPUT_STATE (INT32 [1]);
+      OUTPUT_STATE = READY ? (START ? INPUT : INPUT + INPUT_STATE) : INPUT_STATE; OUTPUT = OUTPUT_STATE
+  models/sequence_accumulator_onnx_init/1/model.onnx + config.pbtxt
+      OUTPUT_STATE = OUTPUT = INPUT + INPUT_STATE, no controls; zero initial state, variable state
+      dims [-1] (oldest strategy)
+  models/sequence_accumulator_onnx_file/1/model.onnx + config.pbtxt + initial_state/initial_state_data
+      the same sum with the initial state read from a file (one INT32 = 100, so a sequence's first
+      OUTPUT is INPUT + 100); fixed state dims [1]; OUTPUT_STATE also listed as a config output so
+      clients may request it (direct strategy)
   tests/data/identity_all_types.onnx               Identity per KServe datatype (backend tests)
 
 Every file is a pure function of this script (fixed seeds, fixed producer
@@ -111,6 +122,120 @@ def identity_all_types():
     return finish(helper.make_graph(nodes, "identity_all_types", inputs, outputs))
 
 
+# ---- implicit-state (sequence batcher) accumulators, after Triton QA's
+# gen_qa_implicit_models.py: the server keeps OUTPUT_STATE between the
+# requests of a sequence and feeds it back as INPUT_STATE. ----
+
+
+def accumulator_without_initial_state():
+    # A start request gets whatever the batcher puts in INPUT_STATE, so the
+    # graph itself restarts the sum on START; a row that is not READY (an
+    # empty batch slot under the direct strategy) keeps its state.
+    i32 = lambda name: helper.make_tensor_value_info(name, TensorProto.INT32, ["batch", 1])
+    nodes = [
+        helper.make_node("Add", ["INPUT", "INPUT_STATE"], ["sum"], name="add"),
+        helper.make_node("Cast", ["START"], ["start"], name="start_bool", to=TensorProto.BOOL),
+        helper.make_node("Cast", ["READY"], ["ready"], name="ready_bool", to=TensorProto.BOOL),
+        helper.make_node("Where", ["start", "INPUT", "sum"], ["next"], name="restart"),
+        helper.make_node("Where", ["ready", "next", "INPUT_STATE"], ["OUTPUT_STATE"], name="keep"),
+        helper.make_node("Identity", ["OUTPUT_STATE"], ["OUTPUT"], name="output"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "sequence_accumulator_onnx",
+        [i32("INPUT"), i32("START"), i32("READY"), i32("INPUT_STATE")],
+        [i32("OUTPUT"), i32("OUTPUT_STATE")],
+    )
+    return finish(graph)
+
+
+def accumulator_with_initial_state(name, state_dim):
+    # The initial state (zeros or a file) makes a sequence's first request
+    # correct without a START control. `state_dim` is the state's dim after
+    # the batch dim: a symbol when the config's state dims are variable.
+    io = lambda n, dims: helper.make_tensor_value_info(n, TensorProto.INT32, ["batch"] + dims)
+    nodes = [
+        helper.make_node("Add", ["INPUT", "INPUT_STATE"], ["OUTPUT_STATE"], name="add"),
+        helper.make_node("Identity", ["OUTPUT_STATE"], ["OUTPUT"], name="output"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [io("INPUT", [1]), io("INPUT_STATE", [state_dim])],
+        [io("OUTPUT", [state_dim]), io("OUTPUT_STATE", [state_dim])],
+    )
+    return finish(graph)
+
+
+def sequence_config(name, comment, state_dims, initial_state, strategy, controls=True, state_output=False):
+    control = lambda n, kind: f"""    {{
+      name: "{n}"
+      control [ {{ kind: {kind}, int32_false_true: [ 0, 1 ] }} ]
+    }}"""
+    control_block = ""
+    if controls:
+        control_block = (
+            "  control_input [\n"
+            + control("START", "CONTROL_SEQUENCE_START")
+            + ",\n"
+            + control("READY", "CONTROL_SEQUENCE_READY")
+            + "\n  ]\n"
+        )
+    extra_output = ""
+    if state_output:
+        extra_output = f""",
+  {{
+    name: "OUTPUT_STATE"
+    data_type: TYPE_INT32
+    dims: {state_dims}
+  }}"""
+    return HEADER + f"""# {comment}
+name: "{name}"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [
+  {{
+    name: "INPUT"
+    data_type: TYPE_INT32
+    dims: [ 1 ]
+  }}
+]
+output [
+  {{
+    name: "OUTPUT"
+    data_type: TYPE_INT32
+    dims: {state_dims}
+  }}{extra_output}
+]
+sequence_batching {{
+  max_sequence_idle_microseconds: 5000000
+  {strategy}
+{control_block}  state [
+    {{
+      input_name: "INPUT_STATE"
+      output_name: "OUTPUT_STATE"
+      data_type: TYPE_INT32
+      dims: {state_dims}{initial_state}
+    }}
+  ]
+}}
+instance_group [ {{ count: 1, kind: KIND_CPU }} ]
+"""
+
+
+def initial_state(source):
+    return f"""
+      initial_state {{
+        data_type: TYPE_INT32
+        dims: [ 1 ]
+        {source}
+      }}"""
+
+
+# The `data_file` of an initial state lives in <model>/initial_state/.
+INITIAL_STATE_VALUE = 100
+
+
 HEADER = "# Generated by scripts/gen_onnx_models.py; edit the script, not this file.\n"
 
 SIMPLE_CONFIG = HEADER + """# The `simple` contract (CONTRACTS.md) through ONNX Runtime.
@@ -185,6 +310,41 @@ def outputs():
             "dynamic_batching {\n  preferred_batch_size: [ 16, 32, 64 ]\n"
             "  max_queue_delay_microseconds: 2000\n}\n",
         ).encode(),
+        "models/sequence_accumulator_onnx/1/model.onnx": accumulator_without_initial_state(),
+        "models/sequence_accumulator_onnx/config.pbtxt": sequence_config(
+            "sequence_accumulator_onnx",
+            "Implicit-state accumulator without initial state: START restarts the sum, READY 0 keeps the state.",
+            "[ 1 ]",
+            "",
+            "direct { }",
+        ).encode(),
+        "models/sequence_accumulator_onnx_init/1/model.onnx": accumulator_with_initial_state(
+            "sequence_accumulator_onnx_init", "state"
+        ),
+        "models/sequence_accumulator_onnx_init/config.pbtxt": sequence_config(
+            "sequence_accumulator_onnx_init",
+            "Implicit-state accumulator from a zero initial state, variable state dims, oldest strategy.",
+            "[ -1 ]",
+            initial_state('zero_data: true\n        name: "zero"'),
+            "oldest { max_candidate_sequences: 4, max_queue_delay_microseconds: 1000 }",
+            controls=False,
+        ).encode(),
+        "models/sequence_accumulator_onnx_file/1/model.onnx": accumulator_with_initial_state(
+            "sequence_accumulator_onnx_file", 1
+        ),
+        "models/sequence_accumulator_onnx_file/config.pbtxt": sequence_config(
+            "sequence_accumulator_onnx_file",
+            f"Implicit-state accumulator whose initial state ({INITIAL_STATE_VALUE}) is read from a file; "
+            "clients may request OUTPUT_STATE.",
+            "[ 1 ]",
+            initial_state('data_file: "initial_state_data"\n        name: "from_file"'),
+            "direct { }",
+            controls=False,
+            state_output=True,
+        ).encode(),
+        "models/sequence_accumulator_onnx_file/initial_state/initial_state_data": np.array(
+            [INITIAL_STATE_VALUE], dtype="<i4"
+        ).tobytes(),
         "tests/data/identity_all_types.onnx": identity_all_types(),
     }
 
