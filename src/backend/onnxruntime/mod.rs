@@ -21,9 +21,17 @@
 //! `dynamic_batching {}` is added unless a scheduler is configured. A
 //! configuration that lists I/O but no `max_batch_size` is taken literally:
 //! its dims are full shapes and the model is not batched.
+//!
+//! Stateful models (`sequence_batching`): the control inputs and implicit
+//! state inputs/outputs are graph tensors the configuration does not list
+//! (see [`sequence`]); auto-complete leaves them out, the load-time check
+//! requires them in the graph with the batcher's datatypes, and `execute`
+//! feeds every tensor it is given by name and returns the state outputs the
+//! batcher asks for like any other output.
 
 mod convert;
 pub mod runtime;
+mod sequence;
 
 use std::{borrow::Cow, path::PathBuf};
 
@@ -33,6 +41,7 @@ use ort::{
     value::{Outlet, ValueType},
 };
 
+use self::sequence::{Role, SequenceTensors};
 use super::{Backend, InstanceSpec, ModelFiles, ModelInstance};
 use crate::{
     proto::inference::{
@@ -84,6 +93,15 @@ impl Backend for OnnxRuntimeBackend {
         let model =
             ModelIo::from_session(&session).with_context(|| model_context(config, files))?;
         check(config, &model)?;
+        let sequence = SequenceTensors::from_config(config);
+        let graph_inputs = model
+            .inputs
+            .iter()
+            .map(|io| GraphInput {
+                name: io.name.clone(),
+                role: sequence.feeds(&io.name).map(|t| t.role),
+            })
+            .collect();
         tracing::debug!(
             instance = %spec.name,
             intra_threads = settings.intra_threads,
@@ -92,6 +110,7 @@ impl Backend for OnnxRuntimeBackend {
         Ok(Box::new(OnnxInstance {
             session,
             model: config.name.clone(),
+            graph_inputs,
         }))
     }
 }
@@ -246,7 +265,12 @@ impl ModelIo {
 
 /// Fills in what the configuration leaves out from the model's own
 /// description, leaving whatever the user set untouched.
+///
+/// Sequence control and implicit state inputs, and state outputs, are not
+/// added to `input`/`output`: the sequence batcher provides and consumes
+/// them (a state output the user wants clients to see is listed by hand).
 fn complete(config: &mut ModelConfig, model: &ModelIo) -> anyhow::Result<()> {
+    let sequence = SequenceTensors::from_config(config);
     if config.max_batch_size == 0
         && config.input.is_empty()
         && config.output.is_empty()
@@ -279,6 +303,7 @@ fn complete(config: &mut ModelConfig, model: &ModelIo) -> anyhow::Result<()> {
         config.input = model
             .inputs
             .iter()
+            .filter(|io| sequence.feeds(&io.name).is_none())
             .map(|io| ModelInput {
                 name: io.name.clone(),
                 data_type: io.dtype.to_config() as i32,
@@ -297,6 +322,7 @@ fn complete(config: &mut ModelConfig, model: &ModelIo) -> anyhow::Result<()> {
         config.output = model
             .outputs
             .iter()
+            .filter(|io| !sequence.is_state_output(&io.name))
             .map(|io| ModelOutput {
                 name: io.name.clone(),
                 data_type: io.dtype.to_config() as i32,
@@ -327,9 +353,12 @@ fn fill_missing(data_type: &mut i32, dims: &mut Vec<i64>, io: &IoInfo, model_dim
 
 /// Checks the configuration against the model: every configured tensor
 /// exists with the same datatype and compatible dims, every model input is
-/// configured, and batching is possible where asked for.
+/// configured or fed by the sequence batcher, every sequence control and
+/// state tensor exists with the datatype the batcher uses, and batching is
+/// possible where asked for.
 fn check(config: &ModelConfig, model: &ModelIo) -> anyhow::Result<()> {
     let name = &config.name;
+    let sequence = SequenceTensors::from_config(config);
     let batched = config.max_batch_size > 0;
     if batched && !model.supports_batching() {
         bail!(
@@ -378,17 +407,8 @@ fn check(config: &ModelConfig, model: &ModelIo) -> anyhow::Result<()> {
         // With a reshape the configured dims are the client's view; the
         // model's shape is the reshape's, which ORT itself will check.
         if !reshaped {
-            let model_dims = if batched {
-                io.dims.get(1..).unwrap_or_default()
-            } else {
-                &io.dims[..]
-            };
-            let compatible = model_dims.len() == dims.len()
-                && model_dims
-                    .iter()
-                    .zip(dims.iter())
-                    .all(|(&m, &c)| m == -1 || c == -1 || m == c);
-            if !compatible {
+            let model_dims = without_batch(io, batched);
+            if !dims_compatible(model_dims, dims) {
                 bail!(
                     "model '{name}': configuration {kind} '{tensor}' has dims {dims:?}, but the ONNX model's \
                      are {model_dims:?}{}",
@@ -397,26 +417,121 @@ fn check(config: &ModelConfig, model: &ModelIo) -> anyhow::Result<()> {
             }
         }
     }
-    if let Some(missing) = model
-        .inputs
-        .iter()
-        .find(|io| !config.input.iter().any(|i| i.name == io.name))
-    {
+    if let Some(missing) = model.inputs.iter().find(|io| {
+        !config.input.iter().any(|i| i.name == io.name) && sequence.feeds(&io.name).is_none()
+    }) {
         bail!(
             "model '{name}': the ONNX model's input '{}' is missing from the configuration",
             missing.name
         );
     }
+    for tensor in &sequence.tensors {
+        let role = tensor.role.describe();
+        let (ios, kind) = if tensor.role == Role::StateOutput {
+            (&model.outputs, "output")
+        } else {
+            (&model.inputs, "input")
+        };
+        let Some(io) = ios.iter().find(|io| io.name == tensor.name) else {
+            bail!(
+                "model '{name}': sequence_batching {role} '{}' is not an {kind} of the ONNX model \
+                 (its {kind}s: {})",
+                tensor.name,
+                names(ios)
+            );
+        };
+        if let Some(dtype) = tensor.dtype {
+            if dtype != io.dtype {
+                bail!(
+                    "model '{name}': sequence_batching {role} '{}' is {} ({}), but the ONNX model's \
+                     {kind} is {}",
+                    tensor.name,
+                    dtype.to_config().as_str_name(),
+                    tensor.dtype_source,
+                    io.dtype.to_config().as_str_name()
+                );
+            }
+        }
+        let model_dims = without_batch(io, batched);
+        if !dims_compatible(model_dims, &tensor.dims) {
+            bail!(
+                "model '{name}': sequence_batching {role} '{}' has dims {:?}, but the ONNX model's \
+                 {kind} has {model_dims:?}{}",
+                tensor.name,
+                tensor.dims,
+                if batched {
+                    " (without the batch dimension)"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
     Ok(())
+}
+
+/// A model tensor's dims as the configuration states them: without the
+/// batch dimension when the model is batched.
+fn without_batch(io: &IoInfo, batched: bool) -> &[i64] {
+    if batched {
+        io.dims.get(1..).unwrap_or_default()
+    } else {
+        &io.dims
+    }
+}
+
+/// Same rank, and equal wherever neither side is variable (`-1`).
+fn dims_compatible(model_dims: &[i64], dims: &[i64]) -> bool {
+    model_dims.len() == dims.len()
+        && model_dims
+            .iter()
+            .zip(dims)
+            .all(|(&m, &c)| m == -1 || c == -1 || m == c)
 }
 
 struct OnnxInstance {
     session: Session,
     model: String,
+    /// The graph's inputs, each of which `execute` must be given.
+    graph_inputs: Vec<GraphInput>,
+}
+
+struct GraphInput {
+    name: String,
+    /// Set for the inputs the sequence batcher feeds.
+    role: Option<Role>,
+}
+
+impl OnnxInstance {
+    /// A graph input missing from `inputs` is a caller's bug (validation
+    /// and the sequence batcher supply them all), reported by name rather
+    /// than as ORT's generic failure.
+    fn check_all_inputs_given(&self, inputs: &[Tensor]) -> InferResult<()> {
+        let Some(missing) = self
+            .graph_inputs
+            .iter()
+            .find(|g| !inputs.iter().any(|t| t.name == g.name))
+        else {
+            return Ok(());
+        };
+        Err(InferError::internal(match missing.role {
+            Some(role) => format!(
+                "model '{}': {} '{}' was not given; the sequence batcher must supply it",
+                self.model,
+                role.describe(),
+                missing.name
+            ),
+            None => format!(
+                "model '{}': input '{}' was not given",
+                self.model, missing.name
+            ),
+        }))
+    }
 }
 
 impl ModelInstance for OnnxInstance {
     fn execute(&mut self, inputs: &[Tensor], outputs: &[&str]) -> InferResult<Vec<Tensor>> {
+        self.check_all_inputs_given(inputs)?;
         let mut feeds: Vec<(Cow<'_, str>, SessionInputValue<'_>)> =
             Vec::with_capacity(inputs.len());
         for t in inputs {

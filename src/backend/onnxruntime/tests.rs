@@ -4,7 +4,10 @@ use bytes::Bytes;
 
 use super::*;
 use crate::{
-    proto::inference::{model_optimization_policy::Graph, ModelOptimizationPolicy, ModelParameter},
+    proto::inference::{
+        model_optimization_policy::Graph, model_sequence_batching::initial_state,
+        ModelOptimizationPolicy, ModelParameter,
+    },
     types::encode_bytes_elements,
 };
 
@@ -350,10 +353,28 @@ fn bad_input_data_is_an_invalid_argument_not_a_panic() {
 fn ort_failures_name_the_model() {
     let mut instance = identity_instance();
     let mut inputs = all_inputs(sample);
+    // Rank 3 where the graph declares rank 2: ORT refuses it.
+    inputs[0].shape = vec![2, 3, 1];
+    let err = instance.execute(&inputs, &[]).unwrap_err();
+    assert_eq!(err.kind, crate::types::ErrorKind::Internal, "{err}");
+    assert!(
+        err.message
+            .contains("model 'identity_all_types': ONNX Runtime failed"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_input_is_named() {
+    let mut instance = identity_instance();
+    let mut inputs = all_inputs(sample);
     inputs.pop();
     let err = instance.execute(&inputs, &[]).unwrap_err();
     assert_eq!(err.kind, crate::types::ErrorKind::Internal, "{err}");
-    assert!(err.message.contains("model 'identity_all_types'"), "{err}");
+    assert_eq!(
+        err.message,
+        "model 'identity_all_types': input 'IN_BYTES' was not given"
+    );
 }
 
 #[test]
@@ -450,4 +471,460 @@ fn mlp_onnx_latency() {
             lat[lat.len() * 99 / 100] * 1e6
         );
     }
+}
+
+// ---- stateful models: sequence control inputs and implicit state ----
+
+/// A configuration with the sequence batcher's tensors for [`seq_io`]:
+/// controls START/READY (`int32_false_true`), state INPUT_STATE ->
+/// OUTPUT_STATE, one config input INPUT and output OUTPUT.
+fn seq_config(extra: &str) -> ModelConfig {
+    crate::config::parse_model_config(&format!(
+        r#"
+name: "acc"
+max_batch_size: 8
+input [ {{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+sequence_batching {{
+  control_input [
+    {{ name: "START" control [ {{ kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "READY" control [ {{ kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] }} ] }}
+  ]
+  state [ {{ input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+  {extra}
+}}
+"#
+    ))
+    .unwrap()
+}
+
+fn seq_io() -> ModelIo {
+    let i32io = |n: &str| io(n, DataType::Int32, &[-1, 1]);
+    ModelIo {
+        inputs: ["INPUT", "START", "READY", "INPUT_STATE"]
+            .map(i32io)
+            .to_vec(),
+        outputs: ["OUTPUT", "OUTPUT_STATE"].map(i32io).to_vec(),
+    }
+}
+
+#[test]
+fn auto_complete_leaves_out_sequence_tensors() {
+    let mut config = seq_config("");
+    config.input.clear();
+    config.output.clear();
+    complete(&mut config, &seq_io()).unwrap();
+    let names = |v: Vec<&str>| v.join(",");
+    assert_eq!(
+        names(config.input.iter().map(|i| i.name.as_str()).collect()),
+        "INPUT"
+    );
+    assert_eq!(
+        names(config.output.iter().map(|o| o.name.as_str()).collect()),
+        "OUTPUT"
+    );
+    assert!(
+        matches!(
+            config.scheduling_choice,
+            Some(SchedulingChoice::SequenceBatching(_))
+        ),
+        "the sequence batcher is kept"
+    );
+    check(&config, &seq_io()).unwrap();
+
+    // Without max_batch_size either: the default batch size, no dynamic batcher.
+    let mut config = seq_config("");
+    config.max_batch_size = 0;
+    config.input.clear();
+    config.output.clear();
+    complete(&mut config, &seq_io()).unwrap();
+    assert_eq!(config.max_batch_size, DEFAULT_MAX_BATCH_SIZE);
+    assert!(matches!(
+        config.scheduling_choice,
+        Some(SchedulingChoice::SequenceBatching(_))
+    ));
+    assert_eq!(config.input.len(), 1);
+}
+
+#[test]
+fn check_accepts_sequence_inputs_and_requires_them_in_the_graph() {
+    check(&seq_config(""), &seq_io()).expect("controls and state need no config input");
+
+    // A state output the user lists in `output` for clients is fine too.
+    let mut listed = seq_config("");
+    listed.output.push(ModelOutput {
+        name: "OUTPUT_STATE".into(),
+        data_type: DataType::Int32.to_config() as i32,
+        dims: vec![1],
+        ..Default::default()
+    });
+    check(&listed, &seq_io()).unwrap();
+
+    let without = |name: &str| {
+        let mut m = seq_io();
+        m.inputs.retain(|io| io.name != name);
+        m.outputs.retain(|io| io.name != name);
+        check(&seq_config(""), &m).unwrap_err().to_string()
+    };
+    let err = without("START");
+    assert_eq!(
+        err,
+        "model 'acc': sequence_batching sequence control input 'START' is not an input of the \
+         ONNX model (its inputs: INPUT, READY, INPUT_STATE)"
+    );
+    let err = without("INPUT_STATE");
+    assert!(
+        err.contains("implicit state input 'INPUT_STATE' is not an input"),
+        "{err}"
+    );
+    let err = without("OUTPUT_STATE");
+    assert!(
+        err.contains("implicit state output 'OUTPUT_STATE' is not an output")
+            && err.contains("(its outputs: OUTPUT)"),
+        "{err}"
+    );
+    let err = without("INPUT");
+    assert!(err.contains("input 'INPUT' is not an input"), "{err}");
+
+    // A graph input that is neither configured nor fed by the batcher.
+    let mut extra = seq_io();
+    extra.inputs.push(io("OTHER", DataType::Int32, &[-1, 1]));
+    let err = check(&seq_config(""), &extra).unwrap_err().to_string();
+    assert!(err.contains("input 'OTHER' is missing"), "{err}");
+}
+
+#[test]
+fn check_compares_sequence_datatypes_and_dims() {
+    let mut fp32 = seq_config("");
+    if let Some(SchedulingChoice::SequenceBatching(s)) = &mut fp32.scheduling_choice {
+        let c = &mut s.control_input[0].control[0];
+        c.int32_false_true.clear();
+        c.fp32_false_true = vec![0.0, 1.0];
+    }
+    let err = check(&fp32, &seq_io()).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "model 'acc': sequence_batching sequence control input 'START' is TYPE_FP32 \
+         (fp32_false_true), but the ONNX model's input is TYPE_INT32"
+    );
+
+    let mut model = seq_io();
+    model.outputs[1].dtype = DataType::Int64;
+    let err = check(&seq_config(""), &model).unwrap_err().to_string();
+    assert!(
+        err.contains("implicit state output 'OUTPUT_STATE' is TYPE_INT32 (state data_type)")
+            && err.contains("TYPE_INT64"),
+        "{err}"
+    );
+
+    let mut model = seq_io();
+    model.inputs[3].dims = vec![-1, 4];
+    let err = check(&seq_config(""), &model).unwrap_err().to_string();
+    assert!(
+        err.contains("implicit state input 'INPUT_STATE' has dims [1]")
+            && err.contains("[4] (without the batch dimension)"),
+        "{err}"
+    );
+
+    // Controls are [b, 1]: a graph declaring them [batch] cannot take them.
+    let mut model = seq_io();
+    model.inputs[2].dims = vec![-1];
+    let err = check(&seq_config(""), &model).unwrap_err().to_string();
+    assert!(err.contains("control input 'READY' has dims [1]"), "{err}");
+
+    // A CORRID control is checked against its data_type.
+    let corrid = seq_config(
+        r#"control_input [ { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] } ]"#,
+    );
+    let mut model = seq_io();
+    model.inputs.push(io("CORRID", DataType::Uint64, &[-1, 1]));
+    check(&corrid, &model).unwrap();
+    model.inputs[4].dtype = DataType::Int64;
+    let err = check(&corrid, &model).unwrap_err().to_string();
+    assert!(
+        err.contains("'CORRID' is TYPE_UINT64 (CORRID data_type)"),
+        "{err}"
+    );
+}
+
+// ---- the generated accumulators (models/sequence_accumulator_onnx*), through ORT ----
+
+fn seq_model(name: &str) -> (ModelConfig, ModelFiles) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("models")
+        .join(name);
+    let text = std::fs::read_to_string(root.join("config.pbtxt")).unwrap();
+    let config = crate::config::parse_model_config(&text).unwrap();
+    let files = ModelFiles {
+        model_dir: root.clone(),
+        version_dir: root.join("1"),
+        version: 1,
+    };
+    (config, files)
+}
+
+/// An instance from the committed configuration as is (the strict path),
+/// after checking that auto-complete would leave it unchanged.
+fn seq_instance(name: &str) -> Box<dyn ModelInstance> {
+    let (config, files) = seq_model(name);
+    let mut completed = config.clone();
+    OnnxRuntimeBackend
+        .auto_complete(&mut completed, &files)
+        .unwrap();
+    assert_eq!(
+        completed, config,
+        "{name}: auto-complete changed the config"
+    );
+    // And from a configuration without I/O, auto-complete lists only the
+    // client-visible tensors.
+    let mut bare = config.clone();
+    bare.input.clear();
+    bare.output.clear();
+    OnnxRuntimeBackend.auto_complete(&mut bare, &files).unwrap();
+    assert_eq!(
+        bare.input
+            .iter()
+            .map(|i| i.name.as_str())
+            .collect::<Vec<_>>(),
+        ["INPUT"]
+    );
+    assert_eq!(
+        bare.output
+            .iter()
+            .map(|o| o.name.as_str())
+            .collect::<Vec<_>>(),
+        ["OUTPUT"]
+    );
+    let spec = InstanceSpec {
+        name: format!("{name}_0"),
+        index: 0,
+        intra_op_threads: 1,
+    };
+    OnnxRuntimeBackend
+        .create_instance(&config, &files, &spec)
+        .unwrap()
+}
+
+fn i32_tensor(name: &str, shape: Vec<i64>, values: &[i32]) -> Tensor {
+    let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    Tensor::new(name, DataType::Int32, shape, Bytes::from(data))
+}
+
+/// A `[b, 1]` INT32 tensor.
+fn column(name: &str, values: &[i32]) -> Tensor {
+    i32_tensor(name, vec![values.len() as i64, 1], values)
+}
+
+fn i32_values(t: &Tensor) -> Vec<i32> {
+    assert_eq!(t.datatype, DataType::Int32, "{}", t.name);
+    t.data
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Executes asking for OUTPUT and OUTPUT_STATE as the batcher does; returns
+/// (OUTPUT, the next state).
+fn step(instance: &mut Box<dyn ModelInstance>, inputs: &[Tensor]) -> (Vec<i32>, Tensor) {
+    let outputs = instance
+        .execute(inputs, &["OUTPUT", "OUTPUT_STATE"])
+        .unwrap();
+    assert_eq!(outputs.len(), 2);
+    let output = by_name(&outputs, "OUTPUT");
+    let mut state = by_name(&outputs, "OUTPUT_STATE").clone();
+    assert_eq!(output.shape, state.shape);
+    state.name = "INPUT_STATE".into();
+    (i32_values(output), state)
+}
+
+#[test]
+fn accumulator_without_initial_state_follows_start_and_ready() {
+    let mut instance = seq_instance("sequence_accumulator_onnx");
+    // Direct strategy, three slots: slot 0 starts a sequence, slot 1
+    // continues one whose state is 10, slot 2 is empty (READY 0, zero input)
+    // and must keep its state.
+    let (out, state) = step(
+        &mut instance,
+        &[
+            column("INPUT", &[5, 7, 0]),
+            column("START", &[1, 0, 0]),
+            column("READY", &[1, 1, 0]),
+            column("INPUT_STATE", &[-999, 10, 42]),
+        ],
+    );
+    assert_eq!(out, [5, 17, 42]);
+    assert_eq!(state.shape, [3, 1]);
+    assert_eq!(i32_values(&state), [5, 17, 42]);
+
+    // The output state fed back: 5 + 1 + 2 + 3 over one sequence, batch 1.
+    let mut state = column("INPUT_STATE", &[0]);
+    let mut seen = Vec::new();
+    for (i, x) in [5, 1, 2, 3].into_iter().enumerate() {
+        let (out, next) = step(
+            &mut instance,
+            &[
+                column("INPUT", &[x]),
+                column("START", &[i32::from(i == 0)]),
+                column("READY", &[1]),
+                state,
+            ],
+        );
+        seen.push(out[0]);
+        state = next;
+    }
+    assert_eq!(seen, [5, 6, 8, 11]);
+
+    // Only what is asked for comes back; the inputs may come in any order.
+    let outputs = instance
+        .execute(
+            &[
+                column("INPUT_STATE", &[1]),
+                column("READY", &[1]),
+                column("START", &[0]),
+                column("INPUT", &[2]),
+            ],
+            &["OUTPUT_STATE"],
+        )
+        .unwrap();
+    assert_eq!(outputs.len(), 1);
+    assert_eq!(i32_values(&outputs[0]), [3]);
+}
+
+#[test]
+fn accumulator_from_zero_initial_state_with_variable_state_dims() {
+    let mut instance = seq_instance("sequence_accumulator_onnx_init");
+    // Oldest strategy: every row ready; the batcher gives a start the zero
+    // initial state of dims [1], later requests the previous output state.
+    let mut state = column("INPUT_STATE", &[0, 0]);
+    let mut seen = Vec::new();
+    for x in [[1, 10], [2, 20], [3, 30]] {
+        let (out, next) = step(&mut instance, &[column("INPUT", &x), state]);
+        seen.push(out);
+        state = next;
+    }
+    assert_eq!(seen, [[1, 10], [3, 30], [6, 60]]);
+    // A wider state (variable dims) broadcasts against INPUT.
+    let (out, next) = step(
+        &mut instance,
+        &[
+            column("INPUT", &[1]),
+            i32_tensor("INPUT_STATE", vec![1, 3], &[1, 2, 3]),
+        ],
+    );
+    assert_eq!(out, [2, 3, 4]);
+    assert_eq!(next.shape, [1, 3]);
+}
+
+#[test]
+fn accumulator_from_initial_state_file() {
+    let (config, files) = seq_model("sequence_accumulator_onnx_file");
+    let Some(SchedulingChoice::SequenceBatching(seq)) = &config.scheduling_choice else {
+        panic!("no sequence_batching");
+    };
+    let Some(initial_state::StateData::DataFile(file)) = &seq.state[0].initial_state[0].state_data
+    else {
+        panic!("no data_file");
+    };
+    // Triton reads data_file from <model>/initial_state/.
+    let data = std::fs::read(files.model_dir.join("initial_state").join(file)).unwrap();
+    assert_eq!(data, 100i32.to_le_bytes());
+    let initial = Tensor::new(
+        "INPUT_STATE",
+        DataType::Int32,
+        vec![1, 1],
+        Bytes::from(data),
+    );
+
+    let mut instance = seq_instance("sequence_accumulator_onnx_file");
+    let (out, state) = step(&mut instance, &[column("INPUT", &[7]), initial]);
+    assert_eq!(out, [107]);
+    let (out, _) = step(&mut instance, &[column("INPUT", &[3]), state]);
+    assert_eq!(out, [110]);
+}
+
+#[test]
+fn missing_sequence_inputs_are_clear_errors() {
+    let mut instance = seq_instance("sequence_accumulator_onnx");
+    let err = instance
+        .execute(
+            &[
+                column("INPUT", &[1]),
+                column("START", &[1]),
+                column("READY", &[1]),
+            ],
+            &["OUTPUT", "OUTPUT_STATE"],
+        )
+        .unwrap_err();
+    assert_eq!(err.kind, crate::types::ErrorKind::Internal, "{err}");
+    assert_eq!(
+        err.message,
+        "model 'sequence_accumulator_onnx': implicit state input 'INPUT_STATE' was not given; \
+         the sequence batcher must supply it"
+    );
+    let err = instance
+        .execute(
+            &[
+                column("INPUT", &[1]),
+                column("READY", &[1]),
+                column("INPUT_STATE", &[1]),
+            ],
+            &[],
+        )
+        .unwrap_err();
+    assert!(
+        err.message
+            .contains("sequence control input 'START' was not given"),
+        "{err}"
+    );
+
+    // A state of the wrong datatype is ORT's to refuse, still not a panic.
+    let mut init = seq_instance("sequence_accumulator_onnx_init");
+    let wrong = Tensor::new(
+        "INPUT_STATE",
+        DataType::Int64,
+        vec![1, 1],
+        Bytes::from(0i64.to_le_bytes().to_vec()),
+    );
+    let err = init
+        .execute(&[column("INPUT", &[1]), wrong], &[])
+        .unwrap_err();
+    assert!(
+        err.message
+            .contains("model 'sequence_accumulator_onnx_init': ONNX Runtime failed"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sequence_model_whose_graph_lacks_the_state_fails_to_load() {
+    // simple_onnx's graph under a sequence_batching that names a state it
+    // does not have: a load error naming the model and the tensor.
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/simple_onnx");
+    let files = ModelFiles {
+        model_dir: root.clone(),
+        version_dir: root.join("1"),
+        version: 1,
+    };
+    let text = std::fs::read_to_string(root.join("config.pbtxt")).unwrap()
+        + r#"sequence_batching { state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] } ] }"#;
+    let config = crate::config::parse_model_config(&text).unwrap();
+    let spec = InstanceSpec {
+        name: "simple_onnx_0".into(),
+        index: 0,
+        intra_op_threads: 1,
+    };
+    let err = format!(
+        "{:#}",
+        OnnxRuntimeBackend
+            .create_instance(&config, &files, &spec)
+            .err()
+            .expect("must not load")
+    );
+    assert!(
+        err.contains(
+            "model 'simple_onnx': sequence_batching implicit state input 'STATE_IN' is not an \
+             input of the ONNX model (its inputs: INPUT0, INPUT1)"
+        ),
+        "{err}"
+    );
 }
