@@ -15,7 +15,6 @@ use crate::proto::inference::{
 /// Refused (each changes what a client observes, so ignoring it would be
 /// wrong):
 ///
-/// - `sequence_batching` (stateful models, sequence control inputs);
 /// - `dynamic_batching { preserve_ordering: true }` with more than one
 ///   instance (one instance answers in order by construction);
 /// - `platform: "ensemble"` and `ensemble_scheduling`;
@@ -36,7 +35,8 @@ use crate::proto::inference::{
 /// - `model_operations` (custom operator libraries).
 ///
 /// Accepted: the default scheduler, `dynamic_batching` with all of its
-/// fields, `instance_group` of `KIND_CPU` / `KIND_AUTO` / `KIND_MODEL`
+/// fields, `sequence_batching` (checked by `scheduler::sequence::spec`,
+/// which refuses `iterative_sequence`), `instance_group` of `KIND_CPU` / `KIND_AUTO` / `KIND_MODEL`
 /// (run on CPU), `version_policy`, `reshape`, `optional` inputs,
 /// `parameters`, `label_filename`, and fields that are purely advisory
 /// here: input `format`, `optimization.priority`, `optimization.graph`,
@@ -104,10 +104,7 @@ pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
     };
 
     match &config.scheduling_choice {
-        Some(SchedulingChoice::SequenceBatching(_)) => refuse(
-            "sequence_batching".into(),
-            Some("stateful sequence scheduling"),
-        ),
+        Some(SchedulingChoice::SequenceBatching(_)) => {}
         Some(SchedulingChoice::EnsembleScheduling(_)) => {
             refuse("ensemble_scheduling".into(), Some("ensemble models"))
         }
@@ -292,12 +289,11 @@ mod tests {
     }
 
     #[test]
-    fn sequence_batching_is_refused() {
-        let e = refusal("sequence_batching { max_sequence_idle_microseconds: 10 }");
-        assert_eq!(
-            e,
-            "model 'm': sequence_batching is not supported yet by shardserve (stateful sequence scheduling)"
-        );
+    fn sequence_batching_is_accepted() {
+        assert!(check_supported(&config(
+            "sequence_batching { max_sequence_idle_microseconds: 10 }"
+        ))
+        .is_ok());
     }
 
     #[test]
@@ -390,7 +386,7 @@ mod tests {
 
     #[test]
     fn every_refused_feature_is_named_in_one_message() {
-        let e = refusal("sequence_batching { } model_warmup [ { name: \"w\" } ] response_cache { enable: true }");
+        let e = refusal("ensemble_scheduling { } model_warmup [ { name: \"w\" } ] response_cache { enable: true }");
         assert!(
             e.starts_with(
                 "model 'm': these configuration features are not supported yet by shardserve: "
@@ -398,13 +394,13 @@ mod tests {
             "{e}"
         );
         assert!(
-            e.contains("sequence_batching")
+            e.contains("ensemble_scheduling")
                 && e.contains("model_warmup")
                 && e.contains("response_cache"),
             "{e}"
         );
         assert_eq!(
-            unsupported_features(&config("sequence_batching { } model_warmup [ { } ]")).len(),
+            unsupported_features(&config("ensemble_scheduling { } model_warmup [ { } ]")).len(),
             2
         );
     }

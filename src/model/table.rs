@@ -64,6 +64,8 @@ pub struct ModelVersion {
     /// per model, as in Triton), on its owner shard.
     pub scheduler: Target,
     pub instances: Vec<InstanceInfo>,
+    /// The sequence batcher's configuration, for a stateful model.
+    pub sequence: Option<crate::scheduler::sequence::SequenceSpec>,
     /// Statistics counters, one block per shard.
     pub stats: Arc<ModelStats>,
 }

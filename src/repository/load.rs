@@ -19,7 +19,10 @@ use crate::{
         VersionEntry,
     },
     proto::inference::ModelConfig,
-    scheduler::InstanceExecutor,
+    scheduler::{
+        sequence::{self, SequenceSpec},
+        InstanceExecutor,
+    },
     shard::{ShardControl, ShardId, Target},
 };
 
@@ -265,6 +268,8 @@ fn load_version(
     }
     config::validate(&config)?;
     config::fill_defaults(&mut config);
+    sequence::fill_defaults(&mut config);
+    let sequence = SequenceSpec::from_config(&config, &dir.path)?;
     let io = IoSpec::from_config(&config, &dir.path)?;
     let platform = if config.platform.is_empty() {
         config.backend.clone()
@@ -306,6 +311,7 @@ fn load_version(
                 place,
             })
             .collect(),
+        sequence,
         // One counter block per shard, then one per compute worker.
         stats: Arc::new(ModelStats::new(placement.shard_count + count, max_batch)),
     });

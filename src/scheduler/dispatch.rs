@@ -19,7 +19,11 @@ use futures::{
 use hyper::rt::Timer;
 use monoio_compat::hyper::MonoioTimer;
 
-use super::Job;
+use super::{
+    batch::batch_rows,
+    sequence::{sequence_flags, SequenceFlags},
+    Job,
+};
 use crate::{
     metrics::FailureReason,
     model::{validate_request, ModelVersion},
@@ -41,19 +45,24 @@ pub async fn infer(mut request: InferRequest) -> InferResult<InferResponse> {
     let (mut pending, target, timeout) = shard::with_current(|s| {
         s.with_table(|table| {
             let model = table.resolve(&request.model_name, &request.model_version)?;
-            if let Err(e) = validate_request(&model.io, &model.name, &mut request) {
-                record_outcome(s.id, model, received, Err(&e));
-                return Err(e);
+            let checked = validate_request(&model.io, &model.name, &mut request)
+                .and_then(|()| sequence_of(model, &request));
+            match checked {
+                Ok(sequence) => Ok((model.scheduler, sequence)),
+                Err(e) => {
+                    record_outcome(s.id, model, received, Err(&e));
+                    Err(e)
+                }
             }
-            Ok(model.scheduler)
         })
-        .map(|target| {
+        .map(|(target, sequence)| {
             let job = Job {
                 request,
                 reply: tx,
                 origin: s.id,
                 received,
                 deadline: None,
+                sequence,
             };
             (s.dispatch(target, job), target, s.request_timeout)
         })
@@ -98,6 +107,21 @@ pub async fn infer(mut request: InferRequest) -> InferResult<InferResponse> {
     });
     outcome.record(result.as_ref().map(|_| ()));
     result
+}
+
+/// A sequence model's request: batch size 1 and a correlation id, read
+/// here on the receiving shard so bad requests never cross a ring.
+fn sequence_of(model: &ModelVersion, request: &InferRequest) -> InferResult<Option<SequenceFlags>> {
+    let Some(spec) = &model.sequence else {
+        return Ok(None);
+    };
+    if spec.batched && batch_rows(request) > 1 {
+        return Err(InferError::invalid(format!(
+            "inference request to model '{}' must specify batch-size 1 due to requirements of sequence batcher",
+            model.name
+        )));
+    }
+    sequence_flags(&model.name, spec, &request.parameters).map(Some)
 }
 
 fn timeout_error(t: Duration) -> InferError {

@@ -10,6 +10,7 @@ use std::time::Instant;
 use super::{
     batch::{batch_rows, merge_inputs, split_outputs},
     output::build_response,
+    sequence::{absorb_states, build_inputs, RowControl, SequenceSpec, SlotStates},
     Job,
 };
 use crate::{
@@ -17,8 +18,56 @@ use crate::{
     metrics::ShardCounters,
     model::ModelVersion,
     shard,
-    types::{InferResult, Tensor},
+    types::{InferError, InferRequest, InferResult, Tensor},
 };
+
+/// One execution's worth of requests. `rows` is set for a sequence
+/// model: one entry per batch row (slot), padding rows included.
+pub struct Batch {
+    pub jobs: Vec<Job>,
+    pub rows: Option<Vec<RowControl>>,
+}
+
+impl From<Vec<Job>> for Batch {
+    fn from(jobs: Vec<Job>) -> Self {
+        Self { jobs, rows: None }
+    }
+}
+
+/// An instance together with what it keeps between executions: the
+/// implicit states of its sequence slots.
+pub struct Runner {
+    instance: Box<dyn ModelInstance>,
+    states: SlotStates,
+}
+
+impl Runner {
+    pub fn new(instance: Box<dyn ModelInstance>, model: &ModelVersion) -> Self {
+        let states = model
+            .sequence
+            .as_ref()
+            .map(SlotStates::new)
+            .unwrap_or_default();
+        Self { instance, states }
+    }
+
+    /// Runs `batch` as one execution, records it in `stats` and answers
+    /// each of its requests.
+    pub fn run(&mut self, model: &ModelVersion, stats: &ShardCounters, batch: Batch) {
+        match (batch.rows, &model.sequence) {
+            (Some(rows), Some(spec)) => run_sequence_batch(
+                self.instance.as_mut(),
+                &mut self.states,
+                spec,
+                model,
+                stats,
+                batch.jobs,
+                &rows,
+            ),
+            _ => run_batch(self.instance.as_mut(), model, stats, batch.jobs),
+        }
+    }
+}
 
 /// Runs `jobs` as one execution, records it in `stats` and answers each
 /// of them.
@@ -49,6 +98,87 @@ pub fn run_batch(
             split_outputs(outputs, &rows)
         }
     });
+    let total_rows = rows.iter().sum::<i64>().max(0) as usize;
+    finish(
+        model,
+        stats,
+        jobs,
+        per_job,
+        total_rows,
+        [start, input_done, infer_done],
+    );
+}
+
+/// A sequence execution: every slot row with its control and state
+/// tensors; state outputs are kept for each slot's next request.
+fn run_sequence_batch(
+    instance: &mut dyn ModelInstance,
+    states: &mut SlotStates,
+    spec: &SequenceSpec,
+    model: &ModelVersion,
+    stats: &ShardCounters,
+    jobs: Vec<Job>,
+    rows: &[RowControl],
+) {
+    let start = Instant::now();
+    let requests: Vec<&InferRequest> = jobs.iter().map(|j| &j.request).collect();
+    let mut requested = requested_outputs(&jobs);
+    if !spec.states.is_empty() {
+        if requested.is_empty() {
+            requested = model.io.outputs.iter().map(|o| o.name.as_str()).collect();
+        }
+        for s in &spec.states {
+            if !requested.contains(&s.output.as_str()) {
+                requested.push(&s.output);
+            }
+        }
+    }
+    let inputs = build_inputs(spec, rows, &requests, states);
+    let input_done = Instant::now();
+    let produced = inputs.and_then(|inputs| instance.execute(&inputs, &requested));
+    let infer_done = Instant::now();
+    let per_job = produced.and_then(|outputs| {
+        absorb_states(spec, rows, &outputs, states)?;
+        let per_row = if spec.batched {
+            split_outputs(outputs, &vec![1; rows.len()])?
+        } else {
+            vec![outputs]
+        };
+        let mut per_job: Vec<Option<Vec<Tensor>>> = vec![None; jobs.len()];
+        for (row, outputs) in rows.iter().zip(per_row) {
+            if let Some(slot) = row.job.and_then(|j| per_job.get_mut(j)) {
+                *slot = Some(outputs);
+            }
+        }
+        per_job
+            .into_iter()
+            .map(|o| {
+                o.ok_or_else(|| {
+                    InferError::internal("a sequence request had no row in its execution")
+                })
+            })
+            .collect::<InferResult<Vec<_>>>()
+    });
+    let total_rows = jobs.len();
+    finish(
+        model,
+        stats,
+        jobs,
+        per_job,
+        total_rows,
+        [start, input_done, infer_done],
+    );
+}
+
+/// Builds the responses, records the execution, then answers.
+fn finish(
+    model: &ModelVersion,
+    stats: &ShardCounters,
+    jobs: Vec<Job>,
+    per_job: InferResult<Vec<Vec<Tensor>>>,
+    total_rows: usize,
+    [start, input_done, infer_done]: [Instant; 3],
+) {
     let results: Vec<InferResult<_>> = match per_job {
         Ok(outs) => jobs
             .iter()
@@ -63,7 +193,6 @@ pub fn run_batch(
         infer_done - input_done,
         output_done - infer_done,
     );
-    let total_rows = rows.iter().sum::<i64>().max(0) as usize;
     stats.record_execution(total_rows, input, infer, output);
     for _ in 0..jobs.len() {
         stats.compute_input.record(input);

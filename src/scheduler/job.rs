@@ -2,6 +2,7 @@ use std::time::Instant;
 
 use futures::channel::oneshot;
 
+use super::sequence::SequenceFlags;
 use crate::{
     shard::ShardId,
     types::{InferRequest, InferResponse, InferResult},
@@ -21,6 +22,9 @@ pub struct Job {
     pub received: Instant,
     /// Leave the queue by then or be answered "Request timeout expired".
     pub deadline: Option<Instant>,
+    /// For a sequence model: the request's correlation id and flags,
+    /// checked on the shard that received it.
+    pub sequence: Option<SequenceFlags>,
 }
 
 impl Job {

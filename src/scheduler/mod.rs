@@ -4,8 +4,9 @@
 //! Each loaded model version has one [`ModelScheduler`] on one owner shard
 //! (FIFO for the default scheduler, the dynamic batcher otherwise) feeding
 //! its instances, which run inline (light built-in backends) or on compute
-//! worker threads. The sequence and ensemble schedulers are refused at
-//! load time by `config::check_supported`.
+//! worker threads. A sequence model's scheduler runs the sequence batcher
+//! (`sequence`) in the same place. Ensembles are refused at load time by
+//! `config::check_supported`.
 
 mod batch;
 mod dispatch;
@@ -14,6 +15,7 @@ mod execute;
 mod job;
 mod model_scheduler;
 mod output;
+pub mod sequence;
 
 pub use dispatch::infer;
 pub use job::{Job, Responder};

@@ -23,7 +23,8 @@ use futures::task::AtomicWaker;
 use super::{
     batch::{batch_rows, compatible},
     dynamic_batcher::{BatchQueue, BatcherPolicy, Decision, Pending},
-    execute::run_batch,
+    execute::{Batch, Runner},
+    sequence::{Entry, RowControl, SeqDecision, SequenceBatcher},
     Job,
 };
 use crate::{
@@ -44,7 +45,7 @@ pub const DEFAULT_MAX_QUEUE_SIZE: usize = 4096;
 /// A compute worker running batches of one model's instance; it returns
 /// `()` per batch (the batch recorded and answered itself) so the
 /// scheduler knows the instance is free.
-pub type InstanceWorker = ComputeWorker<Vec<Job>, ()>;
+pub type InstanceWorker = ComputeWorker<Batch, ()>;
 
 /// An instance as handed to its owner shard.
 pub enum InstanceExecutor {
@@ -62,26 +63,24 @@ impl InstanceExecutor {
         name: String,
         model: Arc<ModelVersion>,
         stats_block: usize,
-        mut instance: Box<dyn ModelInstance>,
+        instance: Box<dyn ModelInstance>,
         placement: WorkerPlacement,
         bell: Arc<AtomicWaker>,
     ) -> std::io::Result<Self> {
+        // The runner (and a sequence model's implicit states) lives on the
+        // worker thread.
+        let mut runner = Runner::new(instance, &model);
         // One batch at a time per instance; 2 leaves room for a race-free
         // hand-over without ever blocking.
-        let worker = ComputeWorker::spawn(name, placement, 2, bell, move |jobs: Vec<Job>| {
-            run_batch(
-                instance.as_mut(),
-                &model,
-                model.stats.shard(stats_block),
-                jobs,
-            )
+        let worker = ComputeWorker::spawn(name, placement, 2, bell, move |batch: Batch| {
+            runner.run(&model, model.stats.shard(stats_block), batch)
         })?;
         Ok(Self::Worker(worker))
     }
 }
 
 enum Exec {
-    Inline(RefCell<Box<dyn ModelInstance>>),
+    Inline(RefCell<Runner>),
     Worker(RefCell<InstanceWorker>),
 }
 
@@ -91,8 +90,17 @@ struct Instance {
 }
 
 enum Queue {
-    Fifo { jobs: VecDeque<Job>, max: usize },
+    Fifo {
+        jobs: VecDeque<Job>,
+        max: usize,
+    },
     Batched(BatchQueue<Job>),
+    /// Sequence batcher: slots per instance, a backlog, idle release.
+    Sequence {
+        batcher: Box<SequenceBatcher<Job>>,
+        /// When the next sequence may go idle.
+        idle_check: Option<Instant>,
+    },
 }
 
 impl Queue {
@@ -100,12 +108,13 @@ impl Queue {
         match self {
             Queue::Fifo { jobs, .. } => jobs.len(),
             Queue::Batched(q) => q.len(),
+            Queue::Sequence { batcher, .. } => batcher.len(),
         }
     }
 }
 
 enum Next {
-    Run(Vec<Job>),
+    Run(Batch),
     WaitUntil(Instant),
     Nothing,
 }
@@ -139,6 +148,20 @@ impl ModelScheduler {
         default_max_queue: usize,
     ) -> Rc<Self> {
         let queue = match &model.config.scheduling_choice {
+            _ if model.sequence.is_some() => {
+                let spec = model.sequence.as_ref().expect("checked");
+                Queue::Sequence {
+                    batcher: Box::new(SequenceBatcher::new(
+                        spec.strategy.clone(),
+                        executors.len(),
+                        spec.slots_per_instance,
+                        spec.max_batch_size,
+                        spec.idle,
+                        default_max_queue,
+                    )),
+                    idle_check: None,
+                }
+            }
             Some(SchedulingChoice::DynamicBatching(db)) if model.config.max_batch_size > 0 => {
                 let mut policy = BatcherPolicy::from_config(model.config.max_batch_size, db);
                 for level in &mut policy.levels {
@@ -157,7 +180,9 @@ impl ModelScheduler {
             .into_iter()
             .map(|e| Instance {
                 exec: match e {
-                    InstanceExecutor::Inline(instance) => Exec::Inline(RefCell::new(instance)),
+                    InstanceExecutor::Inline(instance) => {
+                        Exec::Inline(RefCell::new(Runner::new(instance, &model)))
+                    }
                     InstanceExecutor::Worker(w) => Exec::Worker(RefCell::new(w)),
                 },
                 busy: Cell::new(false),
@@ -215,6 +240,34 @@ impl ModelScheduler {
                         }
                     }
                 }
+            }
+            Queue::Sequence { batcher, .. } => {
+                let job = match request_timeout(&job) {
+                    Ok(deadline) => Job { deadline, ..job },
+                    Err(e) => {
+                        drop(queue);
+                        return self.reject(job, e);
+                    }
+                };
+                let Some(flags) = job.sequence.clone() else {
+                    drop(queue);
+                    let e = InferError::internal(
+                        "a sequence model's request reached its scheduler without sequence flags",
+                    );
+                    return self.reject(job, e);
+                };
+                let entry = Entry {
+                    id: flags.id,
+                    start: flags.start,
+                    end: flags.end,
+                    enqueued: job.received,
+                    item: job,
+                };
+                if let Err(refused) = batcher.enqueue(entry, &self.model.name, Instant::now()) {
+                    drop(queue);
+                    return self.reject(refused.item, refused.error);
+                }
+                None
             }
             Queue::Batched(q) => {
                 let (level, timeout) = match q.policy().classify(&job.request.parameters) {
@@ -301,12 +354,20 @@ impl ModelScheduler {
     /// Frees the instances whose worker finished a batch (the worker
     /// already recorded it).
     fn collect_done(&self) {
-        for inst in &self.instances {
+        for (index, inst) in self.instances.iter().enumerate() {
             if let Exec::Worker(w) = &inst.exec {
                 while w.borrow_mut().take_done().is_some() {
                     inst.busy.set(false);
+                    self.completed(index);
                 }
             }
+        }
+    }
+
+    /// A sequence batcher's slots executing on `instance` take new requests.
+    fn completed(&self, instance: usize) {
+        if let Queue::Sequence { batcher, .. } = &mut *self.queue.borrow_mut() {
+            batcher.completed(instance);
         }
     }
 
@@ -314,48 +375,95 @@ impl ModelScheduler {
     /// ran (the caller yields), and when to look again if nothing arrives.
     fn dispatch(&self, now: Instant) -> (bool, Option<Instant>) {
         self.expire(now);
-        loop {
-            let Some(free) = self.instances.iter().find(|i| !i.busy.get()) else {
-                return (false, self.next_deadline());
-            };
-            match self.next_batch(now) {
-                Next::Run(jobs) => {
-                    self.started(&jobs, now);
-                    match &free.exec {
-                        Exec::Inline(instance) => {
-                            run_batch(
-                                instance.borrow_mut().as_mut(),
-                                &self.model,
-                                self.model.stats.shard(self.shard),
-                                jobs,
-                            );
-                            return (true, None);
-                        }
-                        Exec::Worker(w) => {
-                            free.busy.set(true);
-                            if let Err(jobs) = w.borrow_mut().submit(jobs) {
-                                // Cannot happen with one batch per instance
-                                // in flight; answer rather than lose them.
-                                free.busy.set(false);
-                                for job in jobs {
-                                    self.reject(
-                                        job,
-                                        InferError::internal(format!(
-                                            "model '{}': compute worker refused a batch",
-                                            self.model.name
-                                        )),
-                                    );
+        let mut wait: Option<Instant> = None;
+        let mut earliest = |t: Instant| wait = Some(wait.map_or(t, |w: Instant| w.min(t)));
+        for (index, inst) in self.instances.iter().enumerate() {
+            // Sequence models batch per instance (their slots); the other
+            // queues feed whichever instance is free.
+            loop {
+                if inst.busy.get() {
+                    break;
+                }
+                match self.next_batch(index, now) {
+                    Next::Run(batch) => {
+                        self.started(&batch.jobs, now);
+                        match &inst.exec {
+                            Exec::Inline(runner) => {
+                                runner.borrow_mut().run(
+                                    &self.model,
+                                    self.model.stats.shard(self.shard),
+                                    batch,
+                                );
+                                self.completed(index);
+                                return (true, None);
+                            }
+                            Exec::Worker(w) => {
+                                inst.busy.set(true);
+                                if let Err(batch) = w.borrow_mut().submit(batch) {
+                                    // Cannot happen with one batch per
+                                    // instance in flight; answer rather
+                                    // than lose them.
+                                    inst.busy.set(false);
+                                    self.completed(index);
+                                    for job in batch.jobs {
+                                        self.reject(
+                                            job,
+                                            InferError::internal(format!(
+                                                "model '{}': compute worker refused a batch",
+                                                self.model.name
+                                            )),
+                                        );
+                                    }
                                 }
                             }
                         }
                     }
+                    Next::WaitUntil(t) => {
+                        earliest(t);
+                        break;
+                    }
+                    Next::Nothing => break,
                 }
-                Next::WaitUntil(t) => {
-                    return (false, Some(self.next_deadline().map_or(t, |d| d.min(t))))
-                }
-                Next::Nothing => return (false, self.next_deadline()),
+            }
+            if !self.per_instance_queues() && !inst.busy.get() {
+                // A shared queue that gave this free instance nothing has
+                // nothing for the others either.
+                break;
             }
         }
+        if let Some(d) = self.next_deadline() {
+            earliest(d);
+        }
+        self.reject_stranded(wait.is_none());
+        (false, wait)
+    }
+
+    /// Unloading or shutting down, a sequence waiting in the backlog for
+    /// a slot that no END will free would hold the drain forever: once
+    /// nothing runs or waits, what is left is answered.
+    fn reject_stranded(&self, nothing_pending: bool) {
+        let flush = self.stopped.get() || self.draining.get();
+        if !flush || !nothing_pending || self.busy_count() > 0 {
+            return;
+        }
+        let stranded = match &mut *self.queue.borrow_mut() {
+            Queue::Sequence { batcher, .. } if !batcher.is_empty() => {
+                batcher.remove_where(|_| true)
+            }
+            _ => return,
+        };
+        self.dequeued(stranded.len());
+        for job in stranded {
+            let e = InferError::unavailable(format!(
+                "model '{}' is unloading or the server is shutting down: the sequence never got a batch slot",
+                self.model.name
+            ));
+            self.reject(job, e);
+        }
+    }
+
+    fn per_instance_queues(&self) -> bool {
+        matches!(&*self.queue.borrow(), Queue::Sequence { .. })
     }
 
     fn started(&self, jobs: &[Job], now: Instant) {
@@ -402,6 +510,19 @@ impl ModelScheduler {
                 let cancelled = q.remove_where(Job::is_cancelled).len();
                 (q.expire(now), cancelled)
             }
+            Queue::Sequence {
+                batcher,
+                idle_check,
+            } => {
+                if idle_check.is_none_or(|t| t <= now) {
+                    *idle_check = batcher.reap_idle(now);
+                }
+                let gone = batcher
+                    .remove_where(|j| j.is_cancelled() || j.deadline.is_some_and(|d| d <= now));
+                let (cancelled, expired): (Vec<Job>, Vec<Job>) =
+                    gone.into_iter().partition(Job::is_cancelled);
+                (expired, cancelled.len())
+            }
         };
         drop(queue);
         if cancelled > 0 {
@@ -421,15 +542,33 @@ impl ModelScheduler {
         match &*self.queue.borrow() {
             Queue::Fifo { jobs, .. } => jobs.iter().filter_map(|j| j.deadline).min(),
             Queue::Batched(q) => q.next_deadline(),
+            Queue::Sequence {
+                batcher,
+                idle_check,
+            } => batcher
+                .items()
+                .filter_map(|j| j.deadline)
+                .chain(*idle_check)
+                .min(),
         }
     }
 
-    fn next_batch(&self, now: Instant) -> Next {
+    fn next_batch(&self, instance: usize, now: Instant) -> Next {
         let mut queue = self.queue.borrow_mut();
         match &mut *queue {
             Queue::Fifo { jobs, .. } => jobs
                 .pop_front()
-                .map_or(Next::Nothing, |j| Next::Run(vec![j])),
+                .map_or(Next::Nothing, |j| Next::Run(vec![j].into())),
+            Queue::Sequence { batcher, .. } => {
+                let flush = self.stopped.get() || self.draining.get();
+                match batcher.next_batch(instance, now, flush, |a, b| {
+                    compatible(&a.request, &b.request)
+                }) {
+                    SeqDecision::Execute(rows) => Next::Run(sequence_batch(rows)),
+                    SeqDecision::WaitUntil(t) => Next::WaitUntil(t),
+                    SeqDecision::Idle => Next::Nothing,
+                }
+            }
             Queue::Batched(q) => {
                 let flush = self.stopped.get() || self.draining.get();
                 // Unloading or shutting down: run what is left at once.
@@ -440,7 +579,7 @@ impl ModelScheduler {
                 };
                 match q.decide(at, |a, b| compatible(&a.request, &b.request)) {
                     Decision::Execute(batch) => {
-                        Next::Run(batch.into_iter().map(|p| p.item).collect())
+                        Next::Run(batch.into_iter().map(|p| p.item).collect::<Vec<_>>().into())
                     }
                     Decision::WaitUntil(_) if flush => Next::Nothing,
                     Decision::WaitUntil(t) => Next::WaitUntil(t),
@@ -483,6 +622,38 @@ impl ModelScheduler {
             }
             None => woken.await,
         }
+    }
+}
+
+/// Turns a sequence batcher's rows into the executor's batch: the jobs in
+/// row order, and each row's slot and controls.
+fn sequence_batch(rows: Vec<crate::scheduler::sequence::Row<Job>>) -> Batch {
+    let mut jobs = Vec::with_capacity(rows.len());
+    let controls = rows
+        .into_iter()
+        .map(|row| match row.entry {
+            Some(e) => {
+                jobs.push(e.item);
+                RowControl {
+                    job: Some(jobs.len() - 1),
+                    slot: row.slot,
+                    start: e.start,
+                    end: e.end,
+                    id: Some(e.id),
+                }
+            }
+            None => RowControl {
+                job: None,
+                slot: row.slot,
+                start: false,
+                end: false,
+                id: None,
+            },
+        })
+        .collect();
+    Batch {
+        jobs,
+        rows: Some(controls),
     }
 }
 
