@@ -4,5 +4,6 @@ mod health;
 mod server;
 mod service;
 mod status;
+mod stream;
 
 pub use server::serve;

@@ -1,13 +1,15 @@
 //! `inference.GRPCInferenceService`. RPCs not listed here answer
-//! UNIMPLEMENTED through the generated default methods.
+//! UNIMPLEMENTED through the generated default methods; `ModelStreamInfer`
+//! lives in `stream`.
 
 use std::sync::Arc;
 
-use tonic::{Request, Response, Status};
+use tonic::{codegen::BoxStream, Request, Response, Status, Streaming};
 
 use super::{
     codec::{decode_model_infer_request_for, encode_model_infer_response, typed_contents_size},
     status::to_status,
+    stream::InferStream,
 };
 use crate::{
     metrics::statistics,
@@ -17,13 +19,14 @@ use crate::{
         grpc_inference_service_server::GrpcInferenceService, model_metadata_response,
         ModelConfigRequest, ModelConfigResponse, ModelInferRequest, ModelInferResponse,
         ModelMetadataRequest, ModelMetadataResponse, ModelReadyRequest, ModelReadyResponse,
-        ModelStatisticsRequest, ModelStatisticsResponse, ServerLiveRequest, ServerLiveResponse,
-        ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
+        ModelStatisticsRequest, ModelStatisticsResponse, ModelStreamInferResponse,
+        ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse,
+        ServerReadyRequest, ServerReadyResponse,
     },
     scheduler,
     server::{state, EXTENSIONS},
     shard,
-    types::{clip, InferError},
+    types::{clip, InferError, InferRequest},
 };
 
 /// The longest model name a repository can hold: a model is a directory,
@@ -33,13 +36,49 @@ const MAX_MODEL_NAME: usize = 255;
 
 /// NOT_FOUND, in Triton's words, for a name no model can have.
 fn check_name_length(name: &str) -> Result<(), Status> {
+    check_model_name(name).map_err(to_status)
+}
+
+fn check_model_name(name: &str) -> Result<(), InferError> {
     if name.len() <= MAX_MODEL_NAME {
         return Ok(());
     }
-    Err(to_status(InferError::not_found(format!(
+    Err(InferError::not_found(format!(
         "Request for unknown model: '{}' is not found",
         clip(name)
-    ))))
+    )))
+}
+
+/// The model name a response may echo: whole when a model can have it,
+/// else clipped, so a 10 MB name never comes back.
+pub(super) fn echoed_model_name(name: &str) -> String {
+    if name.len() <= MAX_MODEL_NAME {
+        name.to_string()
+    } else {
+        clip(name).into_owned()
+    }
+}
+
+/// Decodes a `ModelInferRequest` for `scheduler::infer`, as unary
+/// `ModelInfer` and every message of `ModelStreamInfer` need it. Raw
+/// contents move into tensors for free; only typed contents large enough
+/// to matter are packed off the shard, after their shapes were checked
+/// against the model. A small request is decoded in the future's first
+/// poll.
+pub(super) async fn decode_infer_request(
+    msg: ModelInferRequest,
+) -> Result<InferRequest, InferError> {
+    check_model_name(&msg.model_name)?;
+    if typed_contents_size(&msg) <= offload::BODY_THRESHOLD {
+        return decode_model_infer_request_for(msg, None);
+    }
+    let model = shard::with_current(|s| s.table())
+        .ok_or_else(|| InferError::internal("gRPC call outside a shard"))?
+        .resolve(&msg.model_name, &msg.model_version)
+        .ok()
+        .cloned();
+    offload::run(move || decode_model_infer_request_for(msg, model.as_deref().map(|m| &m.io)))
+        .await?
 }
 
 #[derive(Clone, Copy)]
@@ -148,26 +187,17 @@ impl GrpcInferenceService for InferenceService {
         &self,
         req: Request<ModelInferRequest>,
     ) -> Result<Response<ModelInferResponse>, Status> {
-        let msg = req.into_inner();
-        check_name_length(&msg.model_name)?;
-        // Raw contents move into tensors for free; only typed contents
-        // large enough to matter are packed off the shard, after their
-        // shapes were checked against the model.
-        let request = if typed_contents_size(&msg) > offload::BODY_THRESHOLD {
-            let model = table()?
-                .resolve(&msg.model_name, &msg.model_version)
-                .ok()
-                .cloned();
-            offload::run(move || {
-                decode_model_infer_request_for(msg, model.as_deref().map(|m| &m.io))
-            })
+        let request = decode_infer_request(req.into_inner())
             .await
-            .map_err(|e| to_status(e.into()))?
-        } else {
-            decode_model_infer_request_for(msg, None)
-        }
-        .map_err(to_status)?;
+            .map_err(to_status)?;
         let response = scheduler::infer(request).await.map_err(to_status)?;
         Ok(Response::new(encode_model_infer_response(response)))
+    }
+
+    async fn model_stream_infer(
+        &self,
+        req: Request<Streaming<ModelInferRequest>>,
+    ) -> Result<Response<BoxStream<ModelStreamInferResponse>>, Status> {
+        Ok(Response::new(Box::pin(InferStream::new(req.into_inner()))))
     }
 }

@@ -1,0 +1,280 @@
+//! `ModelStreamInfer` for non-decoupled models: one
+//! `ModelStreamInferResponse` per `ModelInferRequest` read from the
+//! stream, sent as each completes.
+//!
+//! Requests are decoded exactly as unary `ModelInfer` does and dispatched
+//! to `scheduler::infer` in the order they arrive (a stateful sequence
+//! depends on it): each request's future is polled once as soon as it is
+//! read, which validates and queues it, before the next message is read.
+//! A request whose typed contents are decoded on the offload pool holds
+//! back the messages behind it until it has been dispatched.
+//!
+//! At most [`MAX_IN_FLIGHT`] requests are in flight per stream; at the
+//! bound the stream stops reading, so HTTP/2 flow control pushes back on
+//! the client instead of the server buffering without limit.
+//!
+//! A request that fails is answered on the stream with `error_message`
+//! (and its model, version and id), and the stream goes on. When the
+//! client half-closes, what is in flight is answered and the stream ends
+//! OK. When the inbound stream fails (reset, connection lost, a message
+//! that cannot be read), the requests in flight are dropped, which
+//! cancels their queued work. A reset response stream is dropped by hyper
+//! with everything in it, to the same effect.
+
+use std::{
+    collections::VecDeque,
+    future::Future,
+    pin::Pin,
+    task::{Context, Poll},
+};
+
+use futures::{stream::FuturesUnordered, Stream, StreamExt};
+use tonic::{Code, Status, Streaming};
+
+use super::{
+    codec::encode_model_infer_response,
+    service::{decode_infer_request, echoed_model_name},
+};
+use crate::{
+    proto::inference::{
+        infer_parameter::ParameterChoice, InferParameter, ModelInferRequest, ModelInferResponse,
+        ModelStreamInferResponse,
+    },
+    scheduler,
+    shard::InFlight,
+    types::{clip, clip_to, InferError, InferRequest, InferResponse, MESSAGE_BYTES},
+};
+
+/// Requests in flight on one stream (read, not yet answered) before it
+/// stops reading.
+pub const MAX_IN_FLIGHT: usize = 1024;
+
+/// Request parameter: every response carries [`FINAL_RESPONSE`].
+const ENABLE_EMPTY_FINAL_RESPONSE: &str = "triton_enable_empty_final_response";
+/// Response parameter: whether this is the request's last response (always
+/// true for a non-decoupled model: one response per request).
+const FINAL_RESPONSE: &str = "triton_final_response";
+
+type Answer = Pin<Box<dyn Future<Output = ModelStreamInferResponse> + Send>>;
+type Decoding = Pin<Box<dyn Future<Output = Result<InferRequest, InferError>> + Send>>;
+
+/// What a request's response needs from the request once it has been
+/// consumed: who it was for, and whether it asked for the final flag.
+struct Ticket {
+    model_name: String,
+    model_version: String,
+    id: String,
+    final_flag: bool,
+}
+
+impl Ticket {
+    fn of(msg: &ModelInferRequest) -> Self {
+        let final_flag = matches!(
+            msg.parameters
+                .get(ENABLE_EMPTY_FINAL_RESPONSE)
+                .and_then(|p| p.parameter_choice.as_ref()),
+            Some(ParameterChoice::BoolParam(true))
+        );
+        Self {
+            model_name: echoed_model_name(&msg.model_name),
+            model_version: clip(&msg.model_version).into_owned(),
+            id: msg.id.clone(),
+            final_flag,
+        }
+    }
+
+    fn answer(self, result: Result<InferResponse, InferError>) -> ModelStreamInferResponse {
+        let (error_message, mut response) = match result {
+            Ok(response) => (String::new(), encode_model_infer_response(response)),
+            // Triton sends the failed request's id back so that the client
+            // knows which one failed.
+            Err(e) => (
+                clip_to(&e.message, MESSAGE_BYTES).into_owned(),
+                ModelInferResponse {
+                    model_name: self.model_name,
+                    model_version: self.model_version,
+                    id: self.id,
+                    ..Default::default()
+                },
+            ),
+        };
+        if self.final_flag {
+            response.parameters.insert(
+                FINAL_RESPONSE.to_string(),
+                InferParameter {
+                    parameter_choice: Some(ParameterChoice::BoolParam(true)),
+                },
+            );
+        }
+        ModelStreamInferResponse {
+            error_message,
+            infer_response: Some(response),
+        }
+    }
+}
+
+/// Runs one decoded request; counted in flight on the shard (graceful
+/// shutdown waits for it) for as long as it lives.
+async fn run(ticket: Ticket, request: InferRequest) -> ModelStreamInferResponse {
+    let _in_flight = InFlight::enter();
+    ticket.answer(scheduler::infer(request).await)
+}
+
+enum Inbound {
+    Open(Streaming<ModelInferRequest>),
+    /// The client half-closed: answer what is in flight, then end OK.
+    Closed,
+    /// The inbound stream failed: one error response, then this status.
+    Failed(Option<Status>),
+}
+
+/// The response stream of one `ModelStreamInfer` call.
+pub struct InferStream {
+    inbound: Inbound,
+    /// A request being decoded off the shard; nothing behind it is read
+    /// until it has been dispatched.
+    decoding: Option<(Ticket, Decoding)>,
+    in_flight: FuturesUnordered<Answer>,
+    /// Answers that are already known (failed decoding or validation),
+    /// in arrival order.
+    ready: VecDeque<ModelStreamInferResponse>,
+}
+
+impl InferStream {
+    pub fn new(inbound: Streaming<ModelInferRequest>) -> Self {
+        Self {
+            inbound: Inbound::Open(inbound),
+            decoding: None,
+            in_flight: FuturesUnordered::new(),
+            ready: VecDeque::new(),
+        }
+    }
+
+    /// Requests read and not yet answered to the client.
+    fn pending(&self) -> usize {
+        self.in_flight.len() + self.ready.len() + usize::from(self.decoding.is_some())
+    }
+
+    /// Reads and dispatches requests while the bound allows and the
+    /// inbound stream has messages ready.
+    fn pump(&mut self, cx: &mut Context<'_>) {
+        loop {
+            if let Some((_, decoding)) = &mut self.decoding {
+                let Poll::Ready(decoded) = decoding.as_mut().poll(cx) else {
+                    return;
+                };
+                if let Some((ticket, _)) = self.decoding.take() {
+                    self.dispatch(ticket, decoded, cx);
+                }
+            }
+            if self.pending() >= MAX_IN_FLIGHT {
+                return;
+            }
+            let Inbound::Open(inbound) = &mut self.inbound else {
+                return;
+            };
+            match inbound.poll_next_unpin(cx) {
+                Poll::Pending => return,
+                Poll::Ready(Some(Ok(msg))) => self.accept(msg, cx),
+                Poll::Ready(None) => self.inbound = Inbound::Closed,
+                Poll::Ready(Some(Err(status))) => self.fail(status),
+            }
+        }
+    }
+
+    /// Starts one request: decoded now if small, else on the offload pool
+    /// (holding back the messages behind it).
+    fn accept(&mut self, msg: ModelInferRequest, cx: &mut Context<'_>) {
+        let ticket = Ticket::of(&msg);
+        let mut decoding: Decoding = Box::pin(decode_infer_request(msg));
+        match decoding.as_mut().poll(cx) {
+            Poll::Ready(decoded) => self.dispatch(ticket, decoded, cx),
+            Poll::Pending => self.decoding = Some((ticket, decoding)),
+        }
+    }
+
+    /// Sends a decoded request to its scheduler now: the first poll of
+    /// `scheduler::infer` validates and queues it, so requests reach their
+    /// schedulers in stream order.
+    fn dispatch(
+        &mut self,
+        ticket: Ticket,
+        decoded: Result<InferRequest, InferError>,
+        cx: &mut Context<'_>,
+    ) {
+        let request = match decoded {
+            Ok(request) => request,
+            Err(e) => {
+                self.ready.push_back(ticket.answer(Err(e)));
+                return;
+            }
+        };
+        let mut answer: Answer = Box::pin(run(ticket, request));
+        match answer.as_mut().poll(cx) {
+            Poll::Ready(response) => self.ready.push_back(response),
+            Poll::Pending => self.in_flight.push(answer),
+        }
+    }
+
+    /// The inbound stream failed: whatever the cause (the client reset
+    /// the stream or lost its connection, or sent a message that cannot
+    /// be read: tonic's decoder cannot find the next message after that),
+    /// the call is over, as gRPC ends a call whose message it cannot
+    /// receive. What is in flight is dropped, which cancels its queued
+    /// work; answers already known are still sent, then one error
+    /// response and the status, for a client that is still there.
+    fn fail(&mut self, status: Status) {
+        tracing::debug!(code = ?status.code(), message = status.message(), "grpc: stream inbound failed");
+        self.in_flight = FuturesUnordered::new();
+        self.decoding = None;
+        let status = match status.code() {
+            Code::OutOfRange | Code::ResourceExhausted => Status::new(
+                status.code(),
+                format!(
+                    "{} (the server's --grpc-max-message-size)",
+                    status.message()
+                ),
+            ),
+            _ => status,
+        };
+        let message = format!(
+            "the stream's next request could not be read: {}; the stream ends and its \
+             requests in flight are cancelled",
+            status.message()
+        );
+        self.ready.push_back(ModelStreamInferResponse {
+            error_message: clip_to(&message, MESSAGE_BYTES).into_owned(),
+            infer_response: None,
+        });
+        self.inbound = Inbound::Failed(Some(status));
+    }
+}
+
+impl Stream for InferStream {
+    type Item = Result<ModelStreamInferResponse, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        this.pump(cx);
+        if let Some(response) = this.ready.pop_front() {
+            return Poll::Ready(Some(Ok(response)));
+        }
+        if !this.in_flight.is_empty() {
+            // `None` cannot come from a non-empty set; Pending registered
+            // the wake-ups of every request in it.
+            return match this.in_flight.poll_next_unpin(cx) {
+                Poll::Ready(Some(response)) => Poll::Ready(Some(Ok(response))),
+                Poll::Ready(None) | Poll::Pending => Poll::Pending,
+            };
+        }
+        if this.decoding.is_some() {
+            return Poll::Pending;
+        }
+        match &mut this.inbound {
+            // `pump` left the inbound's wake-up registered.
+            Inbound::Open(_) => Poll::Pending,
+            Inbound::Closed => Poll::Ready(None),
+            Inbound::Failed(status) => Poll::Ready(status.take().map(Err)),
+        }
+    }
+}
