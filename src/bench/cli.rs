@@ -173,6 +173,29 @@ pub struct Options {
     /// gRPC bidirectional streaming (ModelStreamInfer), for decoupled models.
     #[arg(long = "streaming")]
     pub streaming: bool,
+    /// Sequence models: base number of requests per sequence (default 20; with a
+    /// --input-data file and no --sequence-length, the file's entry count).
+    #[arg(long = "sequence-length", allow_hyphen_values = true)]
+    pub sequence_length: Option<i64>,
+    /// Sequence models: each sequence's length varies within ±this percent of
+    /// --sequence-length.
+    #[arg(
+        long = "sequence-length-variation",
+        default_value_t = 20.0,
+        allow_hyphen_values = true
+    )]
+    pub sequence_length_variation: f64,
+    /// Sequence models: correlation ids start[:end] (end excluded). Default 1
+    /// with no end (perf_analyzer wraps after 2^32 - 1 ids).
+    #[arg(long = "sequence-id-range")]
+    pub sequence_id_range: Option<String>,
+    /// Sequence models with --request-rate-range: sequences kept live at once.
+    #[arg(long = "num-of-sequences", default_value_t = 4)]
+    pub num_of_sequences: u32,
+    /// Sequence models with --request-rate-range: at most one request in flight per
+    /// sequence (an arrival waits for a sequence whose last request completed).
+    #[arg(long = "serial-sequences")]
+    pub serial_sequences: bool,
     /// Accepted for perf_analyzer compatibility; see --threads.
     #[arg(long = "max-threads")]
     pub max_threads: Option<usize>,
@@ -202,6 +225,28 @@ pub struct Options {
     pub quiet: bool,
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
+}
+
+/// perf_analyzer's default sequence length.
+pub const DEFAULT_SEQUENCE_LENGTH: u64 = 20;
+/// perf_analyzer's id range when no end is given: 2^32 - 1 ids, then wrap.
+pub const DEFAULT_SEQUENCE_ID_RANGE: u64 = u32::MAX as u64;
+
+/// The sequence flags as numbers (used only when the model is a sequence model).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SequenceFlags {
+    /// Requests per sequence before variation.
+    pub length: u64,
+    /// Whether --sequence-length was given (with a --input-data file it
+    /// decides between this length and the file's entry count).
+    pub length_specified: bool,
+    pub variation_percent: f64,
+    pub start_id: u64,
+    /// Ids in [start_id, start_id + id_range).
+    pub id_range: u64,
+    /// Whether an end was given (then a range smaller than the live
+    /// sequences is an error, as in perf_analyzer).
+    pub id_end_given: bool,
 }
 
 /// One server to load.
@@ -302,6 +347,67 @@ impl Options {
         })
     }
 
+    /// The sequence flags, checked. Like perf_analyzer, a non-positive
+    /// --sequence-length warns and keeps the default, and a start id of 0
+    /// (which means "no sequence" to Triton) becomes 1.
+    pub fn sequence_flags(&self) -> anyhow::Result<SequenceFlags> {
+        let length = match self.sequence_length {
+            None => DEFAULT_SEQUENCE_LENGTH,
+            Some(l) if l > 0 => l as u64,
+            Some(l) => {
+                tracing::warn!(
+                    "--sequence-length {l}: must be > 0; using {DEFAULT_SEQUENCE_LENGTH} for sequence models"
+                );
+                DEFAULT_SEQUENCE_LENGTH
+            }
+        };
+        let v = self.sequence_length_variation;
+        if !(v >= 0.0 && v.is_finite()) {
+            return Err(usage(format!(
+                "--sequence-length-variation: {v} must be >= 0"
+            )));
+        }
+        let (mut start_id, id_range, id_end_given) = match self.sequence_id_range.as_deref() {
+            None => (1, DEFAULT_SEQUENCE_ID_RANGE, false),
+            Some(spec) => parse_sequence_id_range(spec)?,
+        };
+        if start_id == 0 {
+            tracing::warn!("--sequence-id-range: sequence id 0 means no sequence; starting at 1");
+            start_id = 1;
+        }
+        // gRPC carries ids as int64_param.
+        if start_id
+            .checked_add(id_range - 1)
+            .is_none_or(|last| last > i64::MAX as u64)
+        {
+            return Err(usage("--sequence-id-range: ids must stay below 2^63"));
+        }
+        Ok(SequenceFlags {
+            length,
+            length_specified: self.sequence_length.is_some(),
+            variation_percent: v,
+            start_id,
+            id_range,
+            id_end_given,
+        })
+    }
+
+    /// Most sequences live at once in this sweep: the largest concurrency
+    /// (closed loop) or --num-of-sequences (open loop).
+    pub fn max_live_sequences(&self) -> anyhow::Result<u64> {
+        Ok(match self.load_steps()?.as_slice() {
+            [Load::Rate(_), ..] => u64::from(self.num_of_sequences),
+            steps => steps
+                .iter()
+                .map(|l| match l {
+                    Load::Concurrency(c) => u64::from(*c),
+                    Load::Rate(_) => 0,
+                })
+                .max()
+                .unwrap_or(1),
+        })
+    }
+
     /// Checks what clap cannot: combinations and values.
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.endpoint == Endpoint::Infer && self.model.as_deref().unwrap_or("").is_empty() {
@@ -327,7 +433,46 @@ impl Options {
         self.load_steps()?;
         self.shape_overrides()?;
         self.cpus()?;
+        if self.num_of_sequences == 0 {
+            return Err(usage("--num-of-sequences must be > 0"));
+        }
+        let seq = self.sequence_flags()?;
+        // perf_analyzer refuses a bounded range that live sequences could
+        // exhaust, whatever the model (ids would collide).
+        let live = self.max_live_sequences()?;
+        if seq.id_end_given && seq.id_range < live {
+            return Err(usage(format!(
+                "--sequence-id-range holds {} ids, fewer than the {live} sequences that can be live at once: sequence ids would collide",
+                seq.id_range
+            )));
+        }
         Ok(())
+    }
+}
+
+/// `start[:end]`, end excluded: (start, number of ids, end given).
+pub fn parse_sequence_id_range(spec: &str) -> anyhow::Result<(u64, u64, bool)> {
+    let num = |t: &str| {
+        t.trim().parse::<u64>().map_err(|_| {
+            usage(format!(
+                "--sequence-id-range: '{t}' is not a non-negative integer in '{spec}' (expected start[:end])"
+            ))
+        })
+    };
+    match spec.split(':').collect::<Vec<_>>().as_slice() {
+        [start] => Ok((num(start)?, DEFAULT_SEQUENCE_ID_RANGE, false)),
+        [start, end] => {
+            let (start, end) = (num(start)?, num(end)?);
+            if end <= start {
+                return Err(usage(format!(
+                    "--sequence-id-range: end must be greater than start in '{spec}'"
+                )));
+            }
+            Ok((start, end - start, true))
+        }
+        _ => Err(usage(format!(
+            "--sequence-id-range: expected start[:end], got '{spec}'"
+        ))),
     }
 }
 
@@ -565,6 +710,137 @@ mod tests {
         assert_eq!(parse_cpu_list("1,3-5").unwrap(), vec![1, 3, 4, 5]);
         assert!(parse_cpu_list("5-3").is_err());
         assert!(parse_cpu_list("x").is_err());
+    }
+
+    #[test]
+    fn sequence_flags_as_perf_analyzer() {
+        let d = opts(&["-m", "m"]).sequence_flags().unwrap();
+        assert_eq!(
+            d,
+            SequenceFlags {
+                length: 20,
+                length_specified: false,
+                variation_percent: 20.0,
+                start_id: 1,
+                id_range: u64::from(u32::MAX),
+                id_end_given: false,
+            }
+        );
+        assert_eq!(opts(&["-m", "m"]).num_of_sequences, 4);
+        assert!(!opts(&["-m", "m"]).serial_sequences);
+        let o = opts(&[
+            "-m",
+            "m",
+            "--sequence-length",
+            "5",
+            "--sequence-length-variation",
+            "0",
+            "--sequence-id-range",
+            "10:20",
+            "--num-of-sequences",
+            "8",
+            "--serial-sequences",
+            "--request-rate-range",
+            "100",
+        ]);
+        o.validate().unwrap();
+        let f = o.sequence_flags().unwrap();
+        assert_eq!(
+            (f.length, f.length_specified, f.variation_percent),
+            (5, true, 0.0)
+        );
+        assert_eq!((f.start_id, f.id_range, f.id_end_given), (10, 10, true));
+        assert_eq!((o.num_of_sequences, o.serial_sequences), (8, true));
+        assert_eq!(o.max_live_sequences().unwrap(), 8);
+        // Start only: unbounded (perf_analyzer's 2^32 - 1 ids).
+        assert_eq!(
+            parse_sequence_id_range("7").unwrap(),
+            (7, u64::from(u32::MAX), false)
+        );
+        for bad in ["5:5", "9:3", "1:2:3", "-1", "a:b", ""] {
+            assert!(parse_sequence_id_range(bad).is_err(), "{bad}");
+        }
+        // perf_analyzer warns and keeps 20 for a non-positive length, and
+        // turns start id 0 into 1.
+        let z = opts(&[
+            "-m",
+            "m",
+            "--sequence-length",
+            "0",
+            "--sequence-id-range",
+            "0:4",
+        ]);
+        let f = z.sequence_flags().unwrap();
+        assert_eq!((f.length, f.start_id, f.id_range), (20, 1, 4));
+        let neg = opts(&["-m", "m", "--sequence-length", "-3"]);
+        assert_eq!(neg.sequence_flags().unwrap().length, 20);
+        let bad_var = opts(&["-m", "m", "--sequence-length-variation", "-1"]);
+        assert!(bad_var.validate().is_err());
+        assert!(Options::try_parse_from(["b", "-m", "m", "--num-of-sequences", "x"]).is_err());
+        assert!(opts(&["-m", "m", "--num-of-sequences", "0"])
+            .validate()
+            .is_err());
+        let huge = opts(&[
+            "-m",
+            "m",
+            "--sequence-id-range",
+            "9223372036854775807:18446744073709551615",
+        ]);
+        assert!(huge.validate().is_err(), "gRPC ids are int64");
+    }
+
+    #[test]
+    fn sequence_id_range_must_cover_the_live_sequences() {
+        // Closed loop: the largest concurrency of the sweep.
+        let small = opts(&[
+            "-m",
+            "m",
+            "--sequence-id-range",
+            "1:8",
+            "--concurrency-range",
+            "1:16:15",
+        ]);
+        let e = small.validate().unwrap_err();
+        assert!(e.downcast_ref::<UsageError>().is_some());
+        assert!(e.to_string().contains("collide"), "{e}");
+        let enough = opts(&[
+            "-m",
+            "m",
+            "--sequence-id-range",
+            "1:17",
+            "--concurrency-range",
+            "1:16:15",
+        ]);
+        enough.validate().unwrap();
+        // Open loop: --num-of-sequences (default 4).
+        let rate = opts(&[
+            "-m",
+            "m",
+            "--sequence-id-range",
+            "1:4",
+            "--request-rate-range",
+            "10",
+        ]);
+        assert!(rate.validate().is_err());
+        let rate = opts(&[
+            "-m",
+            "m",
+            "--sequence-id-range",
+            "1:5",
+            "--request-rate-range",
+            "10",
+        ]);
+        rate.validate().unwrap();
+        // Start only: no bound to check.
+        let open = opts(&[
+            "-m",
+            "m",
+            "--sequence-id-range",
+            "3",
+            "--concurrency-range",
+            "1000",
+        ]);
+        open.validate().unwrap();
     }
 
     #[test]

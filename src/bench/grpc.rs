@@ -13,6 +13,7 @@ use prost::Message;
 
 use super::{
     request::Prepared,
+    sequence::Spliced,
     wire::{BenchBody, RawH2, H2},
 };
 use crate::proto::inference::ModelStreamInferResponse;
@@ -138,7 +139,7 @@ pub async fn unary_response(
 pub async fn raw_unary(
     sender: &mut RawH2,
     prepared: &Prepared,
-    body: Bytes,
+    payload: Spliced,
 ) -> Result<Bytes, String> {
     let mut req = http::Request::new(());
     *req.method_mut() = prepared.method.clone();
@@ -147,8 +148,14 @@ pub async fn raw_unary(
     let (response, mut send) = sender
         .send_request(req, false)
         .map_err(|e| format!("gRPC request failed: {e}"))?;
-    send.send_data(body, true)
-        .map_err(|e| format!("gRPC request failed: {e}"))?;
+    let failed = |e: h2::Error| format!("gRPC request failed: {e}");
+    match payload.tail {
+        None => send.send_data(payload.head, true).map_err(failed)?,
+        Some(tail) => {
+            send.send_data(payload.head, false).map_err(failed)?;
+            send.send_data(tail, true).map_err(failed)?;
+        }
+    }
     let resp = response
         .await
         .map_err(|e| format!("gRPC request failed: {e}"))?;
@@ -222,7 +229,7 @@ impl GrpcStream {
         self.broken
     }
 
-    pub async fn call(&mut self, message: Bytes) -> Result<(), String> {
+    pub async fn call(&mut self, message: Spliced) -> Result<(), String> {
         let r = self.call_inner(message).await;
         if r.is_err() && self.body.is_none() {
             self.broken = true;
@@ -230,10 +237,13 @@ impl GrpcStream {
         r
     }
 
-    async fn call_inner(&mut self, message: Bytes) -> Result<(), String> {
-        if self.tx.unbounded_send(message).is_err() {
-            self.broken = true;
-            return Err("gRPC stream closed".into());
+    async fn call_inner(&mut self, message: Spliced) -> Result<(), String> {
+        // The body is a byte stream: a message may span two chunks.
+        for part in std::iter::once(message.head).chain(message.tail) {
+            if self.tx.unbounded_send(part).is_err() {
+                self.broken = true;
+                return Err("gRPC stream closed".into());
+            }
         }
         // Servers may send response headers only with the first message.
         if let Some(fut) = self.response.take() {

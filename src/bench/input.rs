@@ -25,6 +25,51 @@ pub struct ModelInfo {
     pub max_batch_size: i64,
     pub inputs: Vec<TensorInfo>,
     pub outputs: Vec<TensorInfo>,
+    /// The config has `sequence_batching`: requests go out in sequences.
+    pub sequence: Option<SequenceControl>,
+}
+
+/// What the bench needs of a model's sequence batcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SequenceControl {
+    /// The CONTROL_SEQUENCE_CORRID control input is TYPE_STRING: the server
+    /// expects string correlation ids.
+    pub string_ids: bool,
+}
+
+impl SequenceControl {
+    /// From Triton's config JSON (`sequence_batching` is present only when
+    /// the model uses the sequence batcher).
+    pub fn from_config_json(config: &Value) -> Option<Self> {
+        let sb = config.get("sequence_batching").filter(|v| v.is_object())?;
+        let string_ids = sb
+            .get("control_input")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|ci| ci.get("control").and_then(Value::as_array))
+            .flatten()
+            .any(|c| {
+                c.get("kind").and_then(Value::as_str) == Some("CONTROL_SEQUENCE_CORRID")
+                    && c.get("data_type").and_then(Value::as_str) == Some("TYPE_STRING")
+            });
+        Some(Self { string_ids })
+    }
+
+    /// From the gRPC ModelConfig.
+    pub fn from_config(config: &crate::proto::inference::ModelConfig) -> Option<Self> {
+        use crate::proto::inference::{
+            model_config::SchedulingChoice, model_sequence_batching::control::Kind, DataType,
+        };
+        let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice else {
+            return None;
+        };
+        let string_ids = sb.control_input.iter().flat_map(|ci| &ci.control).any(|c| {
+            c.kind == Kind::ControlSequenceCorrid as i32
+                && c.data_type == DataType::TypeString as i32
+        });
+        Some(Self { string_ids })
+    }
 }
 
 impl ModelInfo {
@@ -64,6 +109,7 @@ impl ModelInfo {
                 .unwrap_or(0),
             inputs: tensors("inputs")?,
             outputs: tensors("outputs")?,
+            sequence: config.and_then(SequenceControl::from_config_json),
         })
     }
 }

@@ -4,7 +4,7 @@
 //! times; latency counts from the intended time (no coordinated omission).
 
 use std::{
-    cell::Cell,
+    cell::{Cell, RefCell},
     future::Future,
     pin::Pin,
     rc::Rc,
@@ -17,11 +17,13 @@ use std::{
     time::{Duration, Instant},
 };
 
+use futures::{channel::mpsc, StreamExt};
 use monoio::{FusionDriver, RuntimeBuilder};
 
 use super::{
     cli::{Distribution, Load, Target},
     request::{send, Prepared},
+    sequence::{SeqStep, SequenceGen, Slot},
     stats::{dur_ns, SplitMix64},
     wire::Pool,
 };
@@ -33,6 +35,8 @@ pub struct WindowBuf {
     pub latencies: Vec<u64>,
     pub errors: u64,
     pub first_error: Option<String>,
+    /// Sequences whose last request succeeded (perf_analyzer's count).
+    pub sequences: u64,
 }
 
 /// Shared by one worker (writer) and the coordinator (takes per window).
@@ -45,9 +49,17 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn record(&self, result: Result<u64, String>) {
+        self.record_request(result, false);
+    }
+
+    /// Records a request; `ends_sequence` when it carried `sequence_end`.
+    pub fn record_request(&self, result: Result<u64, String>, ends_sequence: bool) {
         let mut b = self.buf.lock().unwrap_or_else(|e| e.into_inner());
         match result {
-            Ok(ns) => b.latencies.push(ns),
+            Ok(ns) => {
+                b.latencies.push(ns);
+                b.sequences += u64::from(ends_sequence);
+            }
             Err(e) => {
                 b.errors += 1;
                 if b.first_error.is_none() {
@@ -83,6 +95,39 @@ pub struct WorkerSpec {
     pub cpu: Option<usize>,
     pub stop: Arc<AtomicBool>,
     pub recorder: Arc<Recorder>,
+    /// Sequence models: this worker's sequences.
+    pub sequence: Option<WorkerSequences>,
+}
+
+/// A worker's part of a sequence run.
+pub struct WorkerSequences {
+    pub gen: SequenceGen,
+    /// Requests per sequence when the input data fixes it.
+    pub fixed_length: Option<u64>,
+    /// Open loop: sequences this worker keeps live.
+    pub live: usize,
+    /// Open loop: one request in flight per sequence (--serial-sequences).
+    pub serial: bool,
+    /// Where the worker leaves its next id ordinal, so the next step
+    /// continues after the ids this one used.
+    pub next_ordinal: Arc<AtomicU64>,
+}
+
+/// The sequences of one worker thread, shared by its tasks (one thread:
+/// a `RefCell` never borrowed across an await).
+struct Sequences {
+    gen: RefCell<SequenceGen>,
+    fixed_length: Option<u64>,
+}
+
+impl Sequences {
+    fn next(&self, slot: &mut Slot) -> Result<SeqStep, String> {
+        slot.next_step(&mut self.gen.borrow_mut(), self.fixed_length)
+            .ok_or_else(|| {
+                "no free sequence id: --sequence-id-range is smaller than the live sequences"
+                    .to_string()
+            })
+    }
 }
 
 /// Starts a worker thread; it runs until `stop` is set.
@@ -107,7 +152,16 @@ pub fn spawn(spec: WorkerSpec) -> std::io::Result<JoinHandle<()>> {
         })
 }
 
-async fn run(spec: WorkerSpec) {
+async fn run(mut spec: WorkerSpec) {
+    let seq_spec = spec.sequence.take();
+    let next_ordinal = seq_spec.as_ref().map(|s| s.next_ordinal.clone());
+    let (live, serial) = seq_spec.as_ref().map_or((0, false), |s| (s.live, s.serial));
+    let sequences = seq_spec.map(|s| {
+        Rc::new(Sequences {
+            gen: RefCell::new(s.gen),
+            fixed_length: s.fixed_length,
+        })
+    });
     let spec = Rc::new(spec);
     let pool = Rc::new(
         Pool::new(&spec.target, spec.prepared.wire, spec.connections)
@@ -125,16 +179,30 @@ async fn run(spec: WorkerSpec) {
                     spec.stop.clone(),
                     spec.recorder.clone(),
                     i as usize,
+                    sequences.clone(),
                 ))
             })
             .collect::<Vec<_>>(),
-        Load::Rate(_) => vec![monoio::spawn(open_loop(pool.clone(), spec.clone()))],
+        Load::Rate(_) => match &sequences {
+            Some(seq) => vec![monoio::spawn(open_loop_sequences(
+                pool.clone(),
+                spec.clone(),
+                seq.clone(),
+                live.max(1),
+                serial,
+            ))],
+            None => vec![monoio::spawn(open_loop(pool.clone(), spec.clone()))],
+        },
     };
     while !spec.stop.load(Ordering::Relaxed) {
         monoio::time::sleep(Duration::from_millis(2)).await;
     }
-    // A request stuck on a hung server must not keep the step from ending.
+    // A request stuck on a hung server must not keep the step from ending
+    // (this bound also covers ending the open sequences).
     let _ = monoio::time::timeout(Duration::from_secs(2), futures::future::join_all(handles)).await;
+    if let (Some(seq), Some(out)) = (sequences, next_ordinal) {
+        out.fetch_max(seq.gen.borrow().next_ordinal(), Ordering::Relaxed);
+    }
 }
 
 async fn closed_loop(
@@ -143,19 +211,37 @@ async fn closed_loop(
     stop: Arc<AtomicBool>,
     recorder: Arc<Recorder>,
     task: usize,
+    sequences: Option<Rc<Sequences>>,
 ) {
     let mut i = task;
+    // A sequence model: this task runs its sequences back to back.
+    let mut slot = Slot::default();
     while !stop.load(Ordering::Relaxed) {
+        let step = match &sequences {
+            Some(seq) => match seq.next(&mut slot) {
+                Ok(step) => Some(step),
+                Err(e) => {
+                    recorder.record(Err(e));
+                    return;
+                }
+            },
+            None => None,
+        };
         let t0 = Instant::now();
-        let r = send(&pool, &prepared, i).await;
+        let r = send(&pool, &prepared, i, step.as_ref()).await;
         let elapsed = dur_ns(t0.elapsed());
         let failed_to_connect = matches!(&r, Err(e) if e.starts_with("cannot connect"));
-        recorder.record(r.map(|()| elapsed));
+        recorder.record_request(r.map(|()| elapsed), step.is_some_and(|s| s.end));
         if failed_to_connect {
             // Do not spin on a refused connection.
             monoio::time::sleep(Duration::from_millis(10)).await;
         }
         i = i.wrapping_add(1);
+    }
+    // As perf_analyzer: end the open sequence so the server frees its
+    // state now rather than at its idle timeout. Not measured.
+    if let Some(end) = slot.finish() {
+        let _ = send(&pool, &prepared, i, Some(&end)).await;
     }
 }
 
@@ -258,13 +344,109 @@ async fn open_loop(pool: Rc<Pool>, spec: Rc<WorkerSpec>) {
             outstanding.clone(),
         );
         monoio::spawn(async move {
-            let r = send(&pool, &prepared, i).await;
+            let r = send(&pool, &prepared, i, None).await;
             // From the intended time: a late send is latency the user would see.
             recorder.record(r.map(|()| dur_ns(intended.elapsed())));
             outstanding.set(outstanding.get() - 1);
         });
         i = i.wrapping_add(1);
     }
+}
+
+/// The open loop for a sequence model: `live` sequences stay open; each
+/// arrival goes to one of them, picked at random (perf_analyzer's default,
+/// several requests of a sequence may be in flight), or with `serial` to
+/// the sequence that has waited longest with nothing in flight, the
+/// arrival waiting for one if all are busy. Latency still counts from the
+/// intended time, so that wait shows as latency.
+async fn open_loop_sequences(
+    pool: Rc<Pool>,
+    spec: Rc<WorkerSpec>,
+    seq: Rc<Sequences>,
+    live: usize,
+    serial: bool,
+) {
+    let Load::Rate(rate) = spec.load else { return };
+    let mut schedule = Schedule::new(
+        Instant::now() + spec.phase,
+        rate,
+        spec.distribution,
+        spec.seed,
+    );
+    let slots = Rc::new(RefCell::new(vec![Slot::default(); live]));
+    // Serial mode: sequences with nothing in flight, oldest first.
+    let (free_tx, mut free_rx) = mpsc::unbounded::<usize>();
+    if serial {
+        for s in 0..live {
+            let _ = free_tx.unbounded_send(s);
+        }
+    }
+    // Its own stream, so the arrivals (Poisson) and the picks do not correlate.
+    let mut pick = SplitMix64::new(spec.seed ^ 0x5e9_5e9_5e9);
+    let outstanding = Rc::new(Cell::new(0usize));
+    'arrivals: while !spec.stop.load(Ordering::Relaxed) {
+        let intended = schedule.next_send();
+        wait_until(intended).await;
+        if outstanding.get() >= spec.max_outstanding {
+            spec.recorder.record(Err(format!(
+                "dropped: {} requests outstanding (--max-outstanding)",
+                spec.max_outstanding
+            )));
+            continue;
+        }
+        let s = if serial {
+            loop {
+                if spec.stop.load(Ordering::Relaxed) {
+                    break 'arrivals;
+                }
+                // Bounded waits so a stop is noticed while all are busy.
+                match monoio::time::timeout(Duration::from_millis(5), free_rx.next()).await {
+                    Ok(Some(s)) => break s,
+                    Ok(None) => break 'arrivals,
+                    Err(_) => {}
+                }
+            }
+        } else {
+            (pick.next_u64() % live as u64) as usize
+        };
+        let step = match seq.next(&mut slots.borrow_mut()[s]) {
+            Ok(step) => step,
+            Err(e) => {
+                spec.recorder.record(Err(e));
+                return;
+            }
+        };
+        outstanding.set(outstanding.get() + 1);
+        let (pool, prepared, recorder, outstanding, free_tx) = (
+            pool.clone(),
+            spec.prepared.clone(),
+            spec.recorder.clone(),
+            outstanding.clone(),
+            free_tx.clone(),
+        );
+        monoio::spawn(async move {
+            let r = send(&pool, &prepared, 0, Some(&step)).await;
+            recorder.record_request(r.map(|()| dur_ns(intended.elapsed())), step.end);
+            outstanding.set(outstanding.get() - 1);
+            if serial {
+                let _ = free_tx.unbounded_send(s);
+            }
+        });
+    }
+    // End the open sequences once nothing is in flight (the caller bounds
+    // the whole wait), as perf_analyzer does at the end of a step.
+    while outstanding.get() > 0 {
+        monoio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let ends: Vec<SeqStep> = slots
+        .borrow_mut()
+        .iter_mut()
+        .filter_map(Slot::finish)
+        .collect();
+    let sends = ends
+        .iter()
+        .map(|end| send(&pool, &spec.prepared, 0, Some(end)));
+    futures::future::join_all(sends).await;
 }
 
 #[cfg(test)]

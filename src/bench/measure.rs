@@ -4,7 +4,10 @@
 
 use std::{
     io::Write,
-    sync::{atomic::AtomicBool, atomic::Ordering, Arc},
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc,
+    },
     time::{Duration, Instant},
 };
 
@@ -13,9 +16,10 @@ use serde::Serialize;
 
 use super::{
     cli::{Distribution, Load, MeasurementMode, Protocol, Target},
-    load::{self, Recorder, WorkerSpec},
+    load::{self, Recorder, WorkerSequences, WorkerSpec},
     probe::{self, ServerCounters},
     request::Prepared,
+    sequence::{share, SequenceGen, SequenceOptions},
     stats::{us, LatencySummary},
 };
 
@@ -40,6 +44,10 @@ pub struct Plan {
     pub cpus: Option<Vec<usize>>,
     pub workers: usize,
     pub progress: bool,
+    /// Sequence models, open loop: sequences live at once (--num-of-sequences).
+    pub num_of_sequences: u32,
+    /// Sequence models, open loop: one request in flight per sequence.
+    pub serial_sequences: bool,
 }
 
 /// What a target needs besides the load: its request and, when it has the
@@ -49,6 +57,11 @@ pub struct TargetRun {
     pub target: Target,
     pub prepared: Arc<Prepared>,
     pub stats_model: Option<(String, String)>,
+    /// The model uses the sequence batcher.
+    pub sequence: Option<SequenceOptions>,
+    /// Next id ordinal per worker: steps continue through the id range
+    /// instead of reusing the ids the previous step just ended.
+    pub next_ordinal: Arc<AtomicU64>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -87,6 +100,10 @@ pub struct StepResult {
     pub throughput: f64,
     pub requests_per_second: f64,
     pub requests: u64,
+    /// Sequence models: sequences completed (their last request succeeded)
+    /// in the measured windows, and per second (perf_analyzer's seq/sec).
+    pub sequences: u64,
+    pub sequences_per_second: Option<f64>,
     pub errors: u64,
     pub first_error: Option<String>,
     pub measured_seconds: f64,
@@ -101,6 +118,7 @@ struct Window {
     latencies: Vec<u64>,
     errors: u64,
     first_error: Option<String>,
+    sequences: u64,
     server: Option<ServerCounters>,
     summary: LatencySummary,
 }
@@ -155,21 +173,33 @@ pub async fn run_step(
     batch: u32,
 ) -> anyhow::Result<StepResult> {
     let stop = Arc::new(AtomicBool::new(false));
-    let n = plan.workers.max(1);
+    let mut n = plan.workers.max(1);
+    // Threads with nothing to do are not started: with fewer concurrent
+    // requests (or open-loop sequences) than threads, one each.
+    match (load, &run.sequence) {
+        (Load::Concurrency(c), _) => n = n.min(c.max(1) as usize),
+        (Load::Rate(_), Some(_)) => n = n.min(plan.num_of_sequences.max(1) as usize),
+        (Load::Rate(_), None) => {}
+    }
+    let base_ordinal = run.next_ordinal.load(Ordering::Relaxed);
     let mut recorders = Vec::with_capacity(n);
     let mut threads = Vec::with_capacity(n);
     for i in 0..n {
-        let share = match load {
-            Load::Concurrency(c) => {
-                let c = c as usize;
-                let mine = c / n + usize::from(i < c % n);
-                if mine == 0 {
-                    continue;
-                }
-                Load::Concurrency(mine as u32)
-            }
+        let worker_load = match load {
+            Load::Concurrency(c) => Load::Concurrency(share(u64::from(c), i, n) as u32),
             Load::Rate(r) => Load::Rate(r / n as f64),
         };
+        let seed = plan
+            .seed
+            .wrapping_add(i as u64)
+            .wrapping_add(load.value().to_bits());
+        let sequence = run.sequence.as_ref().map(|o| WorkerSequences {
+            gen: SequenceGen::new(o, i, n, base_ordinal, seed),
+            fixed_length: o.fixed_length,
+            live: share(u64::from(plan.num_of_sequences), i, n) as usize,
+            serial: plan.serial_sequences,
+            next_ordinal: run.next_ordinal.clone(),
+        });
         let phase = match load {
             Load::Rate(r) => Duration::from_secs_f64(i as f64 / r),
             Load::Concurrency(_) => Duration::ZERO,
@@ -180,18 +210,16 @@ pub async fn run_step(
             index: i,
             target: run.target.clone(),
             prepared: run.prepared.clone(),
-            load: share,
+            load: worker_load,
             phase,
             distribution: plan.distribution,
-            seed: plan
-                .seed
-                .wrapping_add(i as u64)
-                .wrapping_add(load.value().to_bits()),
+            seed,
             max_outstanding: plan.max_outstanding,
             connections: plan.connections,
             cpu: plan.cpus.as_ref().map(|c| c[i % c.len()]),
             stop: stop.clone(),
             recorder,
+            sequence,
         };
         match load::spawn(spec) {
             Ok(t) => threads.push(t),
@@ -253,11 +281,13 @@ async fn measure(
         let t1 = Instant::now();
         let mut latencies = Vec::new();
         let mut errors = 0;
+        let mut sequences = 0;
         let mut first_error = None;
         for r in recorders {
             let b = r.take();
             latencies.extend_from_slice(&b.latencies);
             errors += b.errors;
+            sequences += b.sequences;
             if first_error.is_none() {
                 first_error = b.first_error;
             }
@@ -274,6 +304,7 @@ async fn measure(
             latencies,
             errors,
             first_error,
+            sequences,
             server,
             summary,
         };
@@ -349,6 +380,11 @@ fn summarise(
         throughput: rps * f64::from(batch),
         requests_per_second: rps,
         requests,
+        sequences: used.iter().map(|w| w.sequences).sum(),
+        sequences_per_second: run
+            .sequence
+            .as_ref()
+            .map(|_| used.iter().map(|w| w.sequences).sum::<u64>() as f64 / secs.max(1e-9)),
         errors: used.iter().map(|w| w.errors).sum(),
         first_error: used.iter().find_map(|w| w.first_error.clone()),
         measured_seconds: secs,
@@ -380,6 +416,7 @@ mod tests {
             latencies,
             errors: 0,
             first_error: None,
+            sequences: 0,
             server: None,
             summary,
         }

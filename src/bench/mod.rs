@@ -12,6 +12,7 @@ pub mod measure;
 pub mod probe;
 pub mod report;
 pub mod request;
+pub mod sequence;
 pub mod stats;
 pub mod wire;
 
@@ -24,6 +25,7 @@ use monoio::{FusionDriver, RuntimeBuilder};
 use cli::{Endpoint, Load, MeasurementMode, Options, Protocol, TensorFormat, UsageError};
 use input::{build_inputs, encode_grpc, encode_http, InputOptions};
 use measure::{Plan, StepResult, TargetRun};
+use sequence::SequenceOptions;
 
 /// Everything a run produced.
 #[derive(Debug)]
@@ -98,6 +100,8 @@ async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::R
             target,
             prepared: Arc::new(prepared),
             stats_model: None,
+            sequence: None,
+            next_ordinal: Arc::default(),
         });
     }
     let info = probe::model_info(&target, &model, &opts.model_version).await?;
@@ -120,7 +124,25 @@ async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::R
             seed: opts.seed,
         },
     )?;
-    let prepared = match target.protocol {
+    // perf_analyzer turns sequences on from the model's config alone.
+    let sequence = match info.sequence {
+        Some(control) => {
+            let flags = opts.sequence_flags()?;
+            let from_file = !matches!(opts.input_data.as_str(), "random" | "zero");
+            Some(SequenceOptions {
+                start_id: flags.start_id,
+                id_range: flags.id_range,
+                length: flags.length,
+                variation_percent: flags.variation_percent,
+                string_ids: control.string_ids,
+                // Without --sequence-length, a data file's entries are one
+                // sequence's steps, in order.
+                fixed_length: (from_file && !flags.length_specified).then_some(sets.len() as u64),
+            })
+        }
+        None => None,
+    };
+    let mut prepared = match target.protocol {
         Protocol::Http => {
             let binary_in = opts.input_format == TensorFormat::Binary;
             let binary_out = opts.output_format == TensorFormat::Binary;
@@ -153,6 +175,24 @@ async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::R
             request::grpc_prepared(&target.authority, method, bodies, opts.streaming)?
         }
     };
+    if let Some(seq) = &sequence {
+        prepared.template = Some(match target.protocol {
+            Protocol::Http => {
+                let header_len = prepared
+                    .headers
+                    .get("inference-header-content-length")
+                    .and_then(|v| v.to_str().ok()?.parse().ok());
+                sequence::Template::http(&prepared.bodies, header_len)?
+            }
+            Protocol::Grpc => sequence::Template::grpc(&prepared.bodies)?,
+        });
+        prepared.string_ids = seq.string_ids;
+        tracing::info!(
+            target = %target.label,
+            string_ids = seq.string_ids,
+            "sequence model: requests carry sequence_id/sequence_start/sequence_end"
+        );
+    }
     let stats_model = probe::server_counters(&target, &model, &opts.model_version)
         .await
         .map(|_| (model.clone(), opts.model_version.clone()));
@@ -164,6 +204,8 @@ async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::R
         target,
         prepared: Arc::new(prepared),
         stats_model,
+        sequence,
+        next_ordinal: Arc::default(),
     })
 }
 
@@ -195,7 +237,10 @@ async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
         cpus: opts.cpus()?,
         workers,
         progress: !opts.no_progress && !opts.quiet && std::io::stderr().is_terminal(),
+        num_of_sequences: opts.num_of_sequences,
+        serial_sequences: opts.serial_sequences,
     };
+    let sequences = runs.iter().any(|r| r.sequence.is_some());
     let multi = runs.len() > 1;
     if !opts.quiet {
         println!(
@@ -213,7 +258,30 @@ async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
                     format!("{} requests", opts.measurement_request_count),
             }
         );
-        println!("{}", report::table_header(multi, rate));
+        if let Some(seq) = runs.iter().find_map(|r| r.sequence.as_ref()) {
+            let length = match seq.fixed_length {
+                Some(n) => format!("{n} requests (the input data's entries)"),
+                None => format!("{} ±{}% requests", seq.length, seq.variation_percent),
+            };
+            let live = if rate {
+                format!(
+                    "{} live sequence(s){}",
+                    opts.num_of_sequences,
+                    if opts.serial_sequences {
+                        ", serial"
+                    } else {
+                        ""
+                    }
+                )
+            } else {
+                "one live sequence per concurrent request".to_string()
+            };
+            println!(
+                "*** sequence model: sequences of {length}; ids from {}; {live} ***",
+                seq.start_id
+            );
+        }
+        println!("{}", report::table_header(multi, rate, sequences));
     }
     let mut results = Vec::with_capacity(steps.len() * runs.len());
     // Interleave: every target at this load before the next load, so a
@@ -253,7 +321,7 @@ async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
     };
     let target_json: Vec<serde_json::Value> = runs
         .iter()
-        .map(|r| serde_json::json!({"label": r.target.label, "address": r.target.addr.to_string(), "protocol": r.target.protocol, "statistics": r.stats_model.is_some()}))
+        .map(|r| serde_json::json!({"label": r.target.label, "address": r.target.addr.to_string(), "protocol": r.target.protocol, "statistics": r.stats_model.is_some(), "sequence_model": r.sequence.is_some()}))
         .collect();
     let json = report::json_report(&info, &target_json, &results, &ratios);
     if let Some(path) = &opts.csv {

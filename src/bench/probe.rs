@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::{
     cli::{Protocol, Target},
     grpc,
-    input::{ModelInfo, TensorInfo},
+    input::{ModelInfo, SequenceControl, TensorInfo},
     request::{http_error, http_prepared},
     wire::{connect_h1, connect_h2, BenchBody},
 };
@@ -107,14 +107,14 @@ pub async fn model_info(target: &Target, model: &str, version: &str) -> anyhow::
                     })
                     .collect()
             };
+            let config = config.and_then(|c| c.config);
             Ok(ModelInfo {
                 name: meta.name.clone(),
                 version: version.to_string(),
-                max_batch_size: config
-                    .and_then(|c| c.config)
-                    .map_or(0, |c| i64::from(c.max_batch_size)),
+                max_batch_size: config.as_ref().map_or(0, |c| i64::from(c.max_batch_size)),
                 inputs: tensors(&meta.inputs),
                 outputs: tensors(&meta.outputs),
+                sequence: config.as_ref().and_then(SequenceControl::from_config),
             })
         }
     }

@@ -28,9 +28,10 @@ pub const CSV_COLUMNS: [&str; 16] = [
     "response wait",
 ];
 
-pub fn table_header(multi: bool, rate: bool) -> String {
+/// `sequences`: a sequence model, with a Seq/s column after Infer/s.
+pub fn table_header(multi: bool, rate: bool, sequences: bool) -> String {
     format!(
-        "{}{:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9}  {}",
+        "{}{:>11} {:>11}{} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9}  {}",
         if multi {
             format!("{:<24}", "Target")
         } else {
@@ -38,6 +39,11 @@ pub fn table_header(multi: bool, rate: bool) -> String {
         },
         if rate { "Rate" } else { "Concurrency" },
         "Infer/s",
+        if sequences {
+            format!(" {:>9}", "Seq/s")
+        } else {
+            String::new()
+        },
         "Avg us",
         "p50 us",
         "p90 us",
@@ -59,7 +65,7 @@ pub fn table_row(r: &StepResult, multi: bool) -> String {
         )
     });
     let mut row = format!(
-        "{}{:>11} {:>11.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>9} {:>9}  {}",
+        "{}{:>11} {:>11.1}{} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>9} {:>9}  {}",
         if multi {
             format!("{:<24}", truncate(&r.target, 23))
         } else {
@@ -67,6 +73,8 @@ pub fn table_row(r: &StepResult, multi: bool) -> String {
         },
         fmt_load(r.load),
         r.throughput,
+        r.sequences_per_second
+            .map_or(String::new(), |s| format!(" {s:>9.1}")),
         l.avg,
         l.p50,
         l.p90,
@@ -401,6 +409,8 @@ mod tests {
             throughput: thr,
             requests_per_second: thr,
             requests: 10,
+            sequences: 0,
+            sequences_per_second: None,
             errors: 0,
             first_error: None,
             measured_seconds: 1.0,

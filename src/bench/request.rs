@@ -6,6 +6,7 @@ use http_body_util::BodyExt;
 
 use super::{
     grpc,
+    sequence::{SeqStep, Spliced, Template},
     wire::{BenchBody, Lane, Pool, Wire},
 };
 
@@ -17,6 +18,11 @@ pub struct Prepared {
     pub uri: Uri,
     pub headers: HeaderMap,
     pub bodies: Vec<Bytes>,
+    /// Sequence models: `bodies` split for splicing in each request's id
+    /// and flags.
+    pub template: Option<Template>,
+    /// Sequence ids go out as strings (the model's correlation id is TYPE_STRING).
+    pub string_ids: bool,
 }
 
 impl Prepared {
@@ -30,6 +36,29 @@ impl Prepared {
 
     pub fn body(&self, i: usize) -> Bytes {
         self.bodies[i % self.bodies.len()].clone()
+    }
+
+    /// The bytes of request `i`, or of a sequence request.
+    pub fn payload(&self, i: usize, step: Option<&SeqStep>) -> Spliced {
+        match (step, &self.template) {
+            (Some(step), Some(t)) => t.encode(step, self.string_ids),
+            _ => Spliced {
+                head: self.body(i),
+                tail: None,
+                header_len: None,
+            },
+        }
+    }
+
+    /// The request carrying `payload` (its own header length where the
+    /// spliced JSON header changed it).
+    pub fn request_with(&self, payload: Spliced) -> Request<BenchBody> {
+        let mut req = self.request(BenchBody::Parts(Some(payload.head), payload.tail));
+        if let Some(n) = payload.header_len {
+            req.headers_mut()
+                .insert("inference-header-content-length", HeaderValue::from(n));
+        }
+        req
     }
 }
 
@@ -67,6 +96,8 @@ pub fn http_prepared(
             .map_err(|e| anyhow::anyhow!("bad path '{path}': {e}"))?,
         headers,
         bodies,
+        template: None,
+        string_ids: false,
     })
 }
 
@@ -89,31 +120,36 @@ pub fn grpc_prepared(
             .map_err(|e| anyhow::anyhow!("bad URI '{uri}': {e}"))?,
         headers: grpc::request_headers(),
         bodies,
+        template: None,
+        string_ids: false,
     })
 }
 
-/// Sends one request and waits for its whole response. The error string is
-/// what the report shows (the server's message where there is one).
-pub async fn send(pool: &Pool, prepared: &Prepared, i: usize) -> Result<(), String> {
+/// Sends one request (a sequence request when `step` is given) and waits
+/// for its whole response. The error string is what the report shows (the
+/// server's message where there is one).
+pub async fn send(
+    pool: &Pool,
+    prepared: &Prepared,
+    i: usize,
+    step: Option<&SeqStep>,
+) -> Result<(), String> {
     let mut lane = pool.acquire(prepared).await.map_err(|e| format!("{e:#}"))?;
+    let payload = prepared.payload(i, step);
     let result = match &mut lane {
         Lane::H1(sender) => {
             if let Err(e) = sender.ready().await {
                 return Err(format!("connection lost: {e}"));
             }
-            let req = prepared.request(BenchBody::Once(Some(prepared.body(i))));
-            send_http(sender.send_request(req)).await
+            send_http(sender.send_request(prepared.request_with(payload))).await
         }
         Lane::H2(sender) => {
-            let req = prepared.request(BenchBody::Once(Some(prepared.body(i))));
-            grpc::unary_response(sender.send_request(req))
+            grpc::unary_response(sender.send_request(prepared.request_with(payload)))
                 .await
                 .map(drop)
         }
-        Lane::Raw(sender) => grpc::raw_unary(sender, prepared, prepared.body(i))
-            .await
-            .map(drop),
-        Lane::Stream(stream) => stream.call(prepared.body(i)).await,
+        Lane::Raw(sender) => grpc::raw_unary(sender, prepared, payload).await.map(drop),
+        Lane::Stream(stream) => stream.call(payload).await,
     };
     pool.release(lane);
     result

@@ -25,6 +25,9 @@ use super::{cli::Target, grpc::GrpcStream, request::Prepared};
 /// no copy) or, for gRPC streaming, messages pushed through a channel.
 pub enum BenchBody {
     Once(Option<Bytes>),
+    /// A sequence request: the freshly written head (id and flags) and the
+    /// shared pre-encoded rest, sent as two frames without a copy.
+    Parts(Option<Bytes>, Option<Bytes>),
     Channel(mpsc::UnboundedReceiver<Bytes>),
 }
 
@@ -38,6 +41,11 @@ impl Body for BenchBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match self.get_mut() {
             BenchBody::Once(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            BenchBody::Parts(head, tail) => Poll::Ready(
+                head.take()
+                    .or_else(|| tail.take())
+                    .map(|b| Ok(Frame::data(b))),
+            ),
             BenchBody::Channel(rx) => rx
                 .poll_next_unpin(cx)
                 .map(|m| m.map(|b| Ok(Frame::data(b)))),
@@ -45,13 +53,20 @@ impl Body for BenchBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        matches!(self, BenchBody::Once(None))
+        matches!(self, BenchBody::Once(None) | BenchBody::Parts(None, None))
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             BenchBody::Once(Some(b)) => SizeHint::with_exact(b.len() as u64),
             BenchBody::Once(None) => SizeHint::with_exact(0),
+            BenchBody::Parts(head, tail) => SizeHint::with_exact(
+                [head, tail]
+                    .into_iter()
+                    .flatten()
+                    .map(|b| b.len() as u64)
+                    .sum(),
+            ),
             BenchBody::Channel(_) => SizeHint::default(),
         }
     }
