@@ -16,8 +16,9 @@ use crate::{
 
 pub struct IdentityBackend;
 
-/// The `execute_delay_ms` parameter of a config (0 when absent).
-fn execute_delay(config: &ModelConfig) -> anyhow::Result<Duration> {
+/// The `execute_delay_ms` parameter of a config (0 when absent). The
+/// sequence models honour it too.
+pub(super) fn execute_delay(config: &ModelConfig) -> anyhow::Result<Duration> {
     let Some(p) = config.parameters.get("execute_delay_ms") else {
         return Ok(Duration::ZERO);
     };

@@ -5,14 +5,27 @@
 mod arithmetic;
 mod identity;
 mod io;
+mod sequence_accumulator;
+mod sequence_io;
+mod simple_sequence;
 mod string_arithmetic;
+mod string_sequence;
 
 use std::sync::Arc;
 
 use super::Backend;
 
 /// Backend names this module provides.
-pub const NAMES: &[&str] = &["simple", "simple_int8", "simple_string", "identity"];
+pub const NAMES: &[&str] = &[
+    "simple",
+    "simple_int8",
+    "simple_string",
+    "identity",
+    "simple_sequence",
+    "simple_dyna_sequence",
+    "simple_string_dyna_sequence",
+    "sequence_accumulator",
+];
 
 /// The built-in backend called `name`, if there is one.
 pub fn backend(name: &str) -> Option<Arc<dyn Backend>> {
@@ -21,6 +34,10 @@ pub fn backend(name: &str) -> Option<Arc<dyn Backend>> {
         "simple_int8" => Arc::new(arithmetic::SimpleBackend::int8()),
         "simple_string" => Arc::new(string_arithmetic::SimpleStringBackend),
         "identity" => Arc::new(identity::IdentityBackend),
+        "simple_sequence" => Arc::new(simple_sequence::SimpleSequenceBackend::direct()),
+        "simple_dyna_sequence" => Arc::new(simple_sequence::SimpleSequenceBackend::dyna()),
+        string_sequence::NAME => Arc::new(string_sequence::StringDynaSequenceBackend),
+        sequence_accumulator::NAME => Arc::new(sequence_accumulator::SequenceAccumulatorBackend),
         _ => return None,
     })
 }
