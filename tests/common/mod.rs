@@ -171,3 +171,37 @@ pub fn i32s(v: &serde_json::Value) -> Vec<i64> {
         .map(|x| x.as_i64().expect("integer"))
         .collect()
 }
+
+/// A model repository in a temporary folder, removed on drop: each model a
+/// `config.pbtxt` and an empty version folder `1/`.
+pub struct TempRepo {
+    pub root: PathBuf,
+}
+
+impl TempRepo {
+    pub fn new(tag: &str, models: &[(&str, String)]) -> Self {
+        let root = std::env::temp_dir().join(format!("shardserve-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for (name, config) in models {
+            std::fs::create_dir_all(root.join(name).join("1")).expect("model dir");
+            std::fs::write(root.join(name).join("config.pbtxt"), config).expect("config");
+        }
+        Self { root }
+    }
+}
+
+impl Drop for TempRepo {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Sum of `shardserve_forwarded_requests_total` (requests that crossed
+/// shards) from a metrics page.
+pub fn forwarded_requests(metrics_addr: SocketAddr) -> u64 {
+    let page = String::from_utf8(get(metrics_addr, "/metrics").body).expect("utf-8 metrics");
+    page.lines()
+        .filter(|l| l.starts_with("shardserve_forwarded_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
