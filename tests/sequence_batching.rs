@@ -242,7 +242,9 @@ fn implicit_state_and_per_slot_state_keep_their_sequences_apart() {
     // Interleave four sequences on each accumulator: per-slot model state
     // (direct), implicit state in ONNX Runtime (direct and oldest), and the
     // built-in string-id accumulator in implicit state (oldest).
-    let models: [(&str, fn(u64) -> Value, i32); 4] = [
+    // (model, correlation id of sequence s, initial state)
+    type Case = (&'static str, fn(u64) -> Value, i32);
+    let models: [Case; 4] = [
         ("sequence_accumulator", |s| json!(s), 0),
         ("sequence_accumulator_onnx", |s| json!(s), 0),
         (

@@ -242,14 +242,14 @@ impl ModelScheduler {
                 }
             }
             Queue::Sequence { batcher, .. } => {
-                let job = match request_timeout(&job) {
+                let mut job = match request_timeout(&job) {
                     Ok(deadline) => Job { deadline, ..job },
                     Err(e) => {
                         drop(queue);
                         return self.reject(job, e);
                     }
                 };
-                let Some(flags) = job.sequence.clone() else {
+                let Some(flags) = job.sequence.take() else {
                     drop(queue);
                     let e = InferError::internal(
                         "a sequence model's request reached its scheduler without sequence flags",
