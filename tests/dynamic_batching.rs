@@ -29,37 +29,9 @@ fn stats(addr: SocketAddr, model: &str) -> serde_json::Value {
     r.json()["model_stats"][0].clone()
 }
 
-/// Copies the example model into a temporary repository with `config`.
-fn repo_with(name: &str, config: &str) -> tempdir::TempRepo {
-    tempdir::TempRepo::new(name, config)
-}
-
-mod tempdir {
-    use std::path::PathBuf;
-
-    pub struct TempRepo {
-        pub root: PathBuf,
-    }
-
-    impl TempRepo {
-        pub fn new(name: &str, config: &str) -> Self {
-            let root = std::env::temp_dir().join(format!(
-                "shardserve-test-{}-{}",
-                name,
-                std::process::id()
-            ));
-            let _ = std::fs::remove_dir_all(&root);
-            std::fs::create_dir_all(root.join(name).join("1")).unwrap();
-            std::fs::write(root.join(name).join("config.pbtxt"), config).unwrap();
-            Self { root }
-        }
-    }
-
-    impl Drop for TempRepo {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.root);
-        }
-    }
+/// A temporary repository holding one model `name` with `config`.
+fn repo_with(name: &str, config: &str) -> TempRepo {
+    TempRepo::new(name, &[(name, config.to_string())])
 }
 
 #[test]

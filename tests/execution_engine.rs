@@ -11,7 +11,6 @@ mod common;
 
 use std::{
     net::SocketAddr,
-    path::PathBuf,
     sync::{Arc, Barrier},
     thread,
     time::{Duration, Instant},
@@ -20,29 +19,6 @@ use std::{
 use common::*;
 use serde_json::json;
 use shardserve::server::{ServerHandle, ServerOptions};
-
-struct TempRepo {
-    root: PathBuf,
-}
-
-impl TempRepo {
-    fn new(tag: &str, models: &[(&str, String)]) -> Self {
-        let root =
-            std::env::temp_dir().join(format!("shardserve-engine-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        for (name, config) in models {
-            std::fs::create_dir_all(root.join(name).join("1")).expect("model dir");
-            std::fs::write(root.join(name).join("config.pbtxt"), config).expect("config");
-        }
-        Self { root }
-    }
-}
-
-impl Drop for TempRepo {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
 
 /// An identity model whose every execution takes `delay_ms`.
 fn slow_model(name: &str, delay_ms: u64, max_batch: u32, instances: u32, extra: &str) -> String {
