@@ -485,12 +485,24 @@ def test_concurrent_sequences_hop_connections_and_shards(server, model):
             for _, c in clients:
                 c.close()
 
+    http = httpclient.InferenceServerClient(server.http_url)
+    stats = lambda: http.get_inference_statistics(model)["model_stats"][0]
+    stats_before = stats()
     before = _forwarded_total(server)
     with concurrent.futures.ThreadPoolExecutor(N_CONCURRENT) as pool:
         got = dict(pool.map(one, seqs))
     check(model, seqs, got)
     after = _forwarded_total(server)
     assert after > before, "no request crossed shards: the sequences never left their home shard?"
+    stats_after = stats()
+    http.close()
+    requests = sum(len(v) for _, v in seqs)
+    assert stats_after["inference_count"] - stats_before["inference_count"] == requests
+    executions = stats_after["execution_count"] - stats_before["execution_count"]
+    assert 1 <= executions <= requests
+    if model in ("simple_dyna_sequence", "simple_string_dyna_sequence"):
+        # oldest strategy, 10 ms max_queue_delay: concurrent sequences share executions
+        assert executions < requests, (executions, requests)
 
 
 @pytest.mark.asyncio
@@ -819,3 +831,74 @@ def test_triton_sequence_example(server, script, dyna):
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
     assert re.search(r"^PASS", p.stdout, re.M), out
+
+
+def test_output_state_can_be_requested_where_listed(server):
+    """sequence_accumulator_onnx_file lists OUTPUT_STATE as an output: a
+    client may request it (equal to OUTPUT); sequence_accumulator_onnx does
+    not list it, and asking for it is a request error."""
+    model = "sequence_accumulator_onnx_file"
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        cid = new_id("string", model)
+        values = [7, 7, -20]
+        exp = expected(model, values, cid)
+        for i, v in enumerate(values):
+            requested = [grpcclient.InferRequestedOutput("OUTPUT_STATE")] + (
+                [grpcclient.InferRequestedOutput("OUTPUT")] if i % 2 else [])
+            r = c.infer(model, make_inputs(grpcclient, v), outputs=requested, **seq_kwargs(cid, i, len(values)))
+            names = [o.name for o in r.get_response().outputs]
+            assert sorted(names) == sorted(o.name() for o in requested), names
+            assert int(r.as_numpy("OUTPUT_STATE")[0][0]) == exp[i]
+            if i % 2:
+                assert value_of(r) == exp[i]
+        cid = new_id("uint64", model)
+        r = c.infer(model, make_inputs(grpcclient, 1), sequence_id=cid, sequence_start=True, sequence_end=True)
+        assert sorted(o.name for o in r.get_response().outputs) == ["OUTPUT", "OUTPUT_STATE"]
+        with pytest.raises(InferenceServerException, match="unexpected inference output 'OUTPUT_STATE'"):
+            c.infer("sequence_accumulator_onnx", make_inputs(grpcclient, 1),
+                    outputs=[grpcclient.InferRequestedOutput("OUTPUT_STATE")], sequence_id=cid,
+                    sequence_start=True, sequence_end=True)
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("model", ["sequence_accumulator", "simple_string_dyna_sequence", "sequence_accumulator_onnx"])
+def test_sequence_outlives_the_stream_that_started_it(server, model):
+    """A sequence belongs to its correlation id, not to a connection: started
+    on a stream that is then closed, continued over HTTP and gRPC aio, ended
+    on a new stream."""
+    cid = new_id("string", model)
+    values = [3, 4, 5, 6]
+    exp = expected(model, values, cid)
+
+    def on_stream(i):
+        c = grpcclient.InferenceServerClient(server.grpc_url)
+        q = queue.Queue()
+        try:
+            c.start_stream(callback=lambda result, error: q.put((result, error)))
+            c.async_stream_infer(model, make_inputs(grpcclient, values[i]), request_id=f"r{i}",
+                                 **seq_kwargs(cid, i, len(values)))
+            result, error = q.get(timeout=TIMEOUT_S)
+            assert error is None, error
+            c.stop_stream()
+            return value_of(result)
+        finally:
+            c.close()
+
+    async def aio(i):
+        c = grpcaio.InferenceServerClient(server.grpc_url)
+        try:
+            return value_of(await c.infer(model, make_inputs(grpcaio, values[i]), **seq_kwargs(cid, i, len(values))))
+        finally:
+            await c.close()
+
+    h = httpclient.InferenceServerClient(server.http_url)
+    try:
+        got = [on_stream(0)]
+        got.append(value_of(h.infer(model, make_inputs(httpclient, values[1]), **seq_kwargs(cid, 1, len(values)))))
+        got.append(asyncio.run(aio(2)))
+        got.append(on_stream(3))
+    finally:
+        h.close()
+    assert got == exp
