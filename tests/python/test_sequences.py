@@ -325,14 +325,14 @@ def test_string_id_refused_by_uint64_corrid(server, transport):
 
 def test_uint64_ids_beyond_32_and_63_bits(server):
     """int32(CORRID) is the low 32 bits of the id (simple_dyna_sequence);
-    gRPC's uint64_param and a JSON number carry ids up to 2**64 - 1."""
+    a JSON number carries ids up to 2**64 - 1."""
     model = "simple_dyna_sequence"
     base = next(_ids)
     for cid in (2**32 + 5, 2**33 - 3, 2**62 + base):
         seqs = [(cid, [4, 6])]
         check(model, seqs, run_grpc_sync(server, model, seqs))
         check(model, seqs, run_http_sync(server, model, seqs))
-    # Over 2**63: tritonclient's gRPC client only sends int64_param, so raw.
+    # Over 2**63: tritonclient's HTTP client would send it too, raw JSON here.
     big = 2**64 - 1 - base
     for start, end, value in ((True, False, 10), (False, True, 20)):
         body = {"parameters": {"sequence_id": big, "sequence_start": start, "sequence_end": end},
@@ -340,16 +340,40 @@ def test_uint64_ids_beyond_32_and_63_bits(server):
         status, resp = _http_json(server, model, body)
         assert status == 200, resp
         assert resp["outputs"][0]["data"] == [expected(model, [10, 20], big)[0 if start else 1]], resp
+
+
+@pytest.mark.parametrize("model", ["sequence_accumulator", "simple_dyna_sequence"])
+def test_grpc_negative_int64_sequence_id_is_the_uint64_id(server, model):
+    """Triton's gRPC front end reads `sequence_id` from int64_param and hands
+    it to TRITONSERVER_InferenceRequestSetCorrelationId(uint64_t): a negative
+    int64 is the uint64 with the same bits. That is how Triton's C++ client
+    (and perf_analyzer) send uint64 ids >= 2**63 (set_int64_param(uint64)),
+    so a sequence started over HTTP with id 2**64 - k continues over gRPC
+    with int64_param -k."""
+    k = 1000 + next(_ids) % 1000
+    big = 2**64 - k
+    body = {"parameters": {"sequence_id": big, "sequence_start": True},
+            "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [10]}]}
+    status, resp = _http_json(server, model, body)
+    assert status == 200, resp
+    values = [10, 5, 7]
+    exp = expected(model, values, big)
+    assert resp["outputs"][0]["data"] == [exp[0]]
     channel, stub = _stub(server)
     try:
-        for start, end, value in ((True, False, 3), (False, True, 8)):
-            req = _raw_grpc_request(model, value)
-            req.parameters["sequence_id"].uint64_param = big - 1
-            req.parameters["sequence_start"].bool_param = start
-            req.parameters["sequence_end"].bool_param = end
-            resp = stub.ModelInfer(req, timeout=TIMEOUT_S)
+        for i in (1, 2):
+            req = _raw_grpc_request(model, values[i])
+            req.parameters["sequence_id"].int64_param = -k
+            req.parameters["sequence_end"].bool_param = i == 2
+            try:
+                resp = stub.ModelInfer(req, timeout=TIMEOUT_S)
+            except grpc.RpcError as e:
+                # End the sequence over HTTP so that it does not hold a slot.
+                body["parameters"] = {"sequence_id": big, "sequence_end": True}
+                _http_json(server, model, body)
+                pytest.fail(f"int64_param sequence_id {-k} (uint64 {big}) refused: {e.code()} {e.details()}")
             got = int(np.frombuffer(resp.raw_output_contents[0], dtype=np.int32)[0])
-            assert got == expected(model, [3, 8], big - 1)[0 if start else 1]
+            assert got == exp[i], (i, got, exp)
     finally:
         channel.close()
 
@@ -674,7 +698,7 @@ def test_missing_or_zero_correlation_id_is_refused(server, model):
         assert status == 400 and msg in resp.get("error", ""), (sid, status, resp)
     channel, stub = _stub(server)
     try:
-        for field, sid in (("uint64_param", 0), ("int64_param", 0), ("string_param", "")):
+        for field, sid in (("int64_param", 0), ("string_param", "")):
             req = _raw_grpc_request(model, 1)
             setattr(req.parameters["sequence_id"], field, sid)
             req.parameters["sequence_start"].bool_param = True
