@@ -796,9 +796,9 @@ def test_idle_sequences_are_released(server):
         time.sleep(max(0.0, t0 + 3.0 - time.monotonic()))
         for m, (a, b) in ids.items():
             assert value_of(c.infer(m, make_inputs(grpcclient, 4), sequence_id=b)) == expected(m, [3, 4, 0], b)[1]
-        last_a = time.monotonic()
+        last_b = time.monotonic()
         time.sleep(max(0.0, t0 + 5.6 - time.monotonic()))
-        assert time.monotonic() - last_a < 5.0, "B's check came too late to prove anything"
+        assert time.monotonic() - last_b < 5.0, "B's check came too late to prove anything"
         for m, (a, b) in ids.items():
             with pytest.raises(InferenceServerException) as e:
                 c.infer(m, make_inputs(grpcclient, 1), sequence_id=a, sequence_end=True)
