@@ -299,6 +299,82 @@ async fn responses_arrive_while_the_stream_stays_open() {
     server.shutdown().expect("shutdown");
 }
 
+fn param(choice: ParameterChoice) -> InferParameter {
+    InferParameter {
+        parameter_choice: Some(choice),
+    }
+}
+
+/// One step of a `sequence_accumulator` sequence.
+fn sequence_step(seq: i64, step: i32, last: bool, value: i32) -> ModelInferRequest {
+    let mut r = ModelInferRequest {
+        model_name: "sequence_accumulator".into(),
+        id: format!("{seq}-{step}"),
+        inputs: vec![InferInputTensor {
+            name: "INPUT".into(),
+            datatype: "INT32".into(),
+            shape: vec![1, 1],
+            ..Default::default()
+        }],
+        raw_input_contents: vec![int32_bytes([value])],
+        ..Default::default()
+    };
+    r.parameters.insert(
+        "sequence_id".into(),
+        param(ParameterChoice::Int64Param(seq)),
+    );
+    r.parameters.insert(
+        "sequence_start".into(),
+        param(ParameterChoice::BoolParam(step == 0)),
+    );
+    r.parameters.insert(
+        "sequence_end".into(),
+        param(ParameterChoice::BoolParam(last)),
+    );
+    r
+}
+
+/// Stateful sequences depend on the stream's order: interleaved
+/// sequences sent back to back on one stream (all in flight at once)
+/// reach the sequence batcher in stream order, so every running sum is
+/// right.
+#[tokio::test]
+async fn requests_reach_the_scheduler_in_stream_order() {
+    // Two shards: the model's owner may be the other one (the ring).
+    let server = start_server(2);
+    let mut c = client(server.grpc_addr()).await;
+    let (seqs, steps) = (3i64, 40i32);
+    let value = |seq: i64, step: i32| (seq as i32) * 100 + step;
+    let mut requests = Vec::new();
+    for step in 0..steps {
+        for seq in 1..=seqs {
+            requests.push(sequence_step(
+                seq,
+                step,
+                step == steps - 1,
+                value(seq, step),
+            ));
+        }
+    }
+    let (responses, end) = stream_all(&mut c, requests).await;
+    end.expect("stream ends OK");
+    assert_eq!(responses.len(), (seqs as usize) * (steps as usize));
+    for r in &responses {
+        assert!(r.error_message.is_empty(), "{}", r.error_message);
+        let id = response_id(r);
+        let (seq, step) = id.split_once('-').expect("our id");
+        let (seq, step): (i64, i32) = (seq.parse().expect("seq"), step.parse().expect("step"));
+        let expected: i32 = (0..=step).map(|s| value(seq, s)).sum();
+        let resp = r.infer_response.as_ref().expect("response");
+        assert_eq!(
+            decode_i32(&resp.raw_output_contents[0]),
+            vec![expected],
+            "running sum of sequence {seq} at step {step}"
+        );
+    }
+    server.shutdown().expect("shutdown");
+}
+
 /// A model repository in a temporary directory, removed on drop.
 struct TempRepo {
     root: PathBuf,
@@ -417,8 +493,9 @@ async fn half_close_answers_everything_in_flight_then_ends_ok() {
     server.shutdown().expect("shutdown");
 }
 
-/// Dropping the call resets the stream (RST_STREAM): what it had queued
-/// is cancelled, not executed, and the server goes on serving streams.
+/// A client that drops its call (both halves): tonic's client resets the
+/// stream (RST_STREAM CANCEL) and what it had queued is cancelled, not
+/// executed; the server goes on serving streams.
 #[tokio::test]
 async fn a_client_that_drops_the_stream_cancels_its_queued_work() {
     let repo = TempRepo::slow("reset", 200);
@@ -586,5 +663,47 @@ async fn an_unreadable_message_is_answered_and_the_server_stays_healthy() {
     let (responses, end) = stream_all(&mut c, vec![simple_request("next", 5)]).await;
     end.expect("a new stream works");
     assert_simple_sum(&responses[0], 5);
+    server.shutdown().expect("shutdown");
+}
+
+/// A stream stops reading at 1024 requests in flight: the rest wait in
+/// the client's and the transport's buffers (HTTP/2 flow control), not in
+/// the server's memory or its queues.
+#[test]
+fn a_stream_holds_at_most_1024_requests_in_flight() {
+    let repo = TempRepo::slow("bound", 2000);
+    let server = repo.start(1);
+    let addr = server.grpc_addr();
+    let in_flight = || gauge_sum(&metrics(&server), "shardserve_shard_in_flight_requests");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
+    rt.block_on(async {
+        let mut c = client(addr).await;
+        let requests: Vec<_> = (0..1500)
+            .map(|i| slow_request(&format!("b{i}"), i))
+            .collect();
+        let inbound = stream::iter(requests).chain(stream::pending());
+        // Never read nor closed until the runtime, and the connection
+        // with it, goes.
+        let _responses = c
+            .model_stream_infer(inbound)
+            .await
+            .expect("stream opens")
+            .into_inner();
+        eventually("the stream to fill its bound", || in_flight() >= 1024.0).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(in_flight(), 1024.0, "requests in flight on one stream");
+    });
+    drop(rt);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while in_flight() > 0.0 || gauge_sum(&metrics(&server), "shardserve_shard_queue_depth") > 0.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the lost stream's requests were not cancelled"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
     server.shutdown().expect("shutdown");
 }

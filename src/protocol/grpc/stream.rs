@@ -49,6 +49,11 @@ use crate::{
 /// stops reading.
 pub const MAX_IN_FLIGHT: usize = 1024;
 
+/// Messages read in one poll before the stream yields to the shard's
+/// other tasks (a client with many buffered messages would otherwise hold
+/// the shard for up to [`MAX_IN_FLIGHT`] decodes).
+const READ_BUDGET: usize = 64;
+
 /// Request parameter: every response carries [`FINAL_RESPONSE`].
 const ENABLE_EMPTY_FINAL_RESPONSE: &str = "triton_enable_empty_final_response";
 /// Response parameter: whether this is the request's last response (always
@@ -120,17 +125,13 @@ async fn run(ticket: Ticket, request: InferRequest) -> ModelStreamInferResponse 
     ticket.answer(scheduler::infer(request).await)
 }
 
-enum Inbound {
-    Open(Streaming<ModelInferRequest>),
-    /// The client half-closed: answer what is in flight, then end OK.
-    Closed,
-    /// The inbound stream failed: one error response, then this status.
-    Failed(Option<Status>),
-}
-
 /// The response stream of one `ModelStreamInfer` call.
 pub struct InferStream {
-    inbound: Inbound,
+    /// `None` once the client half-closed or the stream failed.
+    inbound: Option<Streaming<ModelInferRequest>>,
+    /// Why the inbound stream failed: the call's status, sent after the
+    /// answers already known.
+    failure: Option<Status>,
     /// A request being decoded off the shard; nothing behind it is read
     /// until it has been dispatched.
     decoding: Option<(Ticket, Decoding)>,
@@ -143,7 +144,8 @@ pub struct InferStream {
 impl InferStream {
     pub fn new(inbound: Streaming<ModelInferRequest>) -> Self {
         Self {
-            inbound: Inbound::Open(inbound),
+            inbound: Some(inbound),
+            failure: None,
             decoding: None,
             in_flight: FuturesUnordered::new(),
             ready: VecDeque::new(),
@@ -158,6 +160,7 @@ impl InferStream {
     /// Reads and dispatches requests while the bound allows and the
     /// inbound stream has messages ready.
     fn pump(&mut self, cx: &mut Context<'_>) {
+        let mut budget = READ_BUDGET;
         loop {
             if let Some((_, decoding)) = &mut self.decoding {
                 let Poll::Ready(decoded) = decoding.as_mut().poll(cx) else {
@@ -170,13 +173,19 @@ impl InferStream {
             if self.pending() >= MAX_IN_FLIGHT {
                 return;
             }
-            let Inbound::Open(inbound) = &mut self.inbound else {
+            let Some(inbound) = &mut self.inbound else {
                 return;
             };
+            if budget == 0 {
+                // Polled again at once, after the shard's other tasks.
+                cx.waker().wake_by_ref();
+                return;
+            }
+            budget -= 1;
             match inbound.poll_next_unpin(cx) {
                 Poll::Pending => return,
                 Poll::Ready(Some(Ok(msg))) => self.accept(msg, cx),
-                Poll::Ready(None) => self.inbound = Inbound::Closed,
+                Poll::Ready(None) => self.inbound = None,
                 Poll::Ready(Some(Err(status))) => self.fail(status),
             }
         }
@@ -226,7 +235,6 @@ impl InferStream {
     fn fail(&mut self, status: Status) {
         tracing::debug!(code = ?status.code(), message = status.message(), "grpc: stream inbound failed");
         self.in_flight = FuturesUnordered::new();
-        self.decoding = None;
         let status = match status.code() {
             Code::OutOfRange | Code::ResourceExhausted => Status::new(
                 status.code(),
@@ -246,7 +254,8 @@ impl InferStream {
             error_message: clip_to(&message, MESSAGE_BYTES).into_owned(),
             infer_response: None,
         });
-        self.inbound = Inbound::Failed(Some(status));
+        self.inbound = None;
+        self.failure = Some(status);
     }
 }
 
@@ -270,11 +279,11 @@ impl Stream for InferStream {
         if this.decoding.is_some() {
             return Poll::Pending;
         }
-        match &mut this.inbound {
+        if this.inbound.is_some() {
             // `pump` left the inbound's wake-up registered.
-            Inbound::Open(_) => Poll::Pending,
-            Inbound::Closed => Poll::Ready(None),
-            Inbound::Failed(status) => Poll::Ready(status.take().map(Err)),
+            return Poll::Pending;
         }
+        // Half-closed: the end, OK; failed: the status, then the end.
+        Poll::Ready(this.failure.take().map(Err))
     }
 }
