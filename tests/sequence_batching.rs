@@ -222,7 +222,7 @@ fn bad_sequence_requests_get_tritons_errors_and_the_server_keeps_serving() {
         (
             json!({"parameters": {"sequence_id": 9, "sequence_start": "yes"},
                    "inputs": [{"name": "INPUT", "datatype": "INT32", "shape": [1, 1], "data": [1]}]}),
-            "inference request to model 'rec': parameter 'sequence_start' must be a boolean, got String(\"yes\")",
+            "inference request to model 'rec': invalid value type for 'sequence_start' parameter, expected a boolean",
         ),
     ];
     for (body, want) in cases {
@@ -307,6 +307,28 @@ fn implicit_state_and_per_slot_state_keep_their_sequences_apart() {
     server.shutdown().unwrap();
 }
 
+/// Polls the metrics until `model` has `n` requests queued.
+fn wait_for_pending(metrics: std::net::SocketAddr, model: &str, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let prefix = format!("nv_inference_pending_request_count{{model=\"{model}\"");
+    loop {
+        let page = String::from_utf8(get(metrics, "/metrics").body).unwrap();
+        let pending: u64 = page
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        if pending == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{model} never had {n} pending: {pending}"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// An accumulator with one slot and a short idle time.
 fn one_slot_accumulator(name: &str, idle_us: u64) -> String {
     let base =
@@ -343,6 +365,8 @@ fn a_backlogged_sequence_runs_when_a_slot_frees_and_idle_sequences_are_released(
         let r = infer(addr, "acc1", &seq_body(10, json!(2), true, false));
         (output(&r, "OUTPUT"), t.elapsed())
     });
+    // Once the server holds it, it waits at least 100 ms for the slot.
+    wait_for_pending(server.metrics_addr(), "acc1", 1);
     thread::sleep(Duration::from_millis(100));
     assert!(!waiting.is_finished(), "sequence 2 must wait for a slot");
     assert_eq!(

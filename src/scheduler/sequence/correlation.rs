@@ -52,12 +52,10 @@ pub fn sequence_flags(
         None => return Err(missing()),
         Some(ParamValue::Uint(0)) | Some(ParamValue::Int(0)) => return Err(missing()),
         Some(ParamValue::Uint(v)) => CorrelationId::Uint(*v),
-        Some(ParamValue::Int(v)) => CorrelationId::Uint(u64::try_from(*v).map_err(|_| {
-            InferError::invalid(format!(
-                "inference request to model '{}': sequence_id must be an unsigned integer or a string, got {v}",
-                clip(model)
-            ))
-        })?),
+        // gRPC carries ids as int64_param: Triton's C++ client (and
+        // perf_analyzer) sends a uint64 id >= 2^63 as a negative int64,
+        // and Triton takes the same 64 bits as the id.
+        Some(ParamValue::Int(v)) => CorrelationId::Uint(*v as u64),
         Some(ParamValue::String(s)) if s.is_empty() => return Err(missing()),
         Some(ParamValue::String(s)) => {
             if s.len() > MAX_STRING_ID {
@@ -68,9 +66,9 @@ pub fn sequence_flags(
             }
             CorrelationId::Str(s.as_str().into())
         }
-        Some(other) => {
+        Some(_) => {
             return Err(InferError::invalid(format!(
-                "inference request to model '{}': sequence_id must be an unsigned integer or a string, got {other:?}",
+                "inference request to model '{}': invalid value type for 'sequence_id' parameter, expected an integer or a string",
                 clip(model)
             )))
         }
@@ -96,8 +94,8 @@ fn flag(model: &str, params: &Parameters, key: &str) -> Result<bool, InferError>
     match params.get(key) {
         None => Ok(false),
         Some(ParamValue::Bool(b)) => Ok(*b),
-        Some(other) => Err(InferError::invalid(format!(
-            "inference request to model '{}': parameter '{key}' must be a boolean, got {other:?}",
+        Some(_) => Err(InferError::invalid(format!(
+            "inference request to model '{}': invalid value type for '{key}' parameter, expected a boolean",
             clip(model)
         ))),
     }
@@ -181,7 +179,19 @@ mod tests {
                 .message,
             "sequence batching control 'CORRID' data-type is 'BYTES', but model 'm' expects 'UINT64'"
         );
-        assert!(sequence_flags("m", &s, &params(&[("sequence_id", ParamValue::Int(-3))])).is_err());
+        // A negative int64 is the uint64 id with the same bits (gRPC).
+        assert_eq!(
+            sequence_flags("m", &s, &params(&[("sequence_id", ParamValue::Int(-1))]))
+                .unwrap()
+                .id,
+            CorrelationId::Uint(u64::MAX)
+        );
+        assert!(sequence_flags(
+            "m",
+            &s,
+            &params(&[("sequence_id", ParamValue::Double(1.5))])
+        )
+        .is_err());
         assert!(sequence_flags(
             "m",
             &s,
