@@ -191,17 +191,8 @@ fn rejected_requests_are_counted_as_errors() {
         "{r:?}"
     );
 
-    // Our server does not implement ModelStreamInfer yet: every request is an error, cleanly.
-    let r = &run(&["-m", "simple", "-i", "grpc", "-u", &grpc, "--streaming"])[0];
-    assert_eq!(r.requests, 0);
-    assert!(r.errors > 0);
-    assert!(
-        r.first_error
-            .as_deref()
-            .unwrap_or_default()
-            .contains("gRPC"),
-        "{r:?}"
-    );
+    // ModelStreamInfer: the streaming mode measures like unary calls.
+    check_sane(&run(&["-m", "simple", "-i", "grpc", "-u", &grpc, "--streaming"])[0]);
 
     // The server stays healthy and the bench still measures it.
     check_sane(&run(&["-m", "simple", "-u", &http])[0]);
@@ -416,4 +407,115 @@ fn unknown_model_unreachable_server_and_bad_flags() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// A model with `sequence_batching` (the repository's `sequence_accumulator`)
+/// switches the bench to sequences, as perf_analyzer: every request carries
+/// sequence_id/sequence_start/sequence_end, the server accepts all of them
+/// (a missing START or a reused live id would be an error), and completed
+/// sequences are counted.
+#[test]
+fn sequence_model_runs_sequences() {
+    let server = common::start_server(1);
+    let http = server.http_addr().to_string();
+    let grpc = server.grpc_addr().to_string();
+    let cases: [&[&str]; 4] = [
+        &["-i", "http", "-u", &http],
+        // Two threads sharing an id range exactly as large as the concurrency.
+        &[
+            "-i",
+            "http",
+            "-u",
+            &http,
+            "--threads",
+            "2",
+            "--sequence-id-range",
+            "10:14",
+            "--input-tensor-format",
+            "json",
+        ],
+        &["-i", "grpc", "-u", &grpc],
+        &["-i", "grpc", "-u", &grpc, "--streaming"],
+    ];
+    for case in cases {
+        let mut a = vec![
+            "-m",
+            "sequence_accumulator",
+            "--concurrency-range",
+            "1,4",
+            "--sequence-length",
+            "4",
+            "--sequence-length-variation",
+            "0",
+        ];
+        a.extend_from_slice(case);
+        for r in run(&a) {
+            check_sane(&r);
+            let sps = r.sequences_per_second.expect("a sequence model");
+            assert!(r.sequences > 0, "{case:?}: {r:?}");
+            // Every sequence has 4 requests: completions track requests / 4,
+            // up to the sequences cut by the window edges.
+            let expected = r.requests as f64 / 4.0;
+            assert!(
+                (r.sequences as f64 - expected).abs() <= 2.0 * r.load + 1.0,
+                "{case:?}: {} sequences for {} requests",
+                r.sequences,
+                r.requests
+            );
+            assert!((sps - r.sequences as f64 / r.measured_seconds).abs() < 1e-6);
+        }
+    }
+
+    // Open loop: three live sequences, one request in flight each.
+    let open = run(&[
+        "-m",
+        "sequence_accumulator",
+        "-u",
+        &http,
+        "--request-rate-range",
+        "200",
+        "--num-of-sequences",
+        "3",
+        "--serial-sequences",
+        "--sequence-length",
+        "5",
+    ]);
+    check_sane(&open[0]);
+    assert!(open[0].sequences_per_second.is_some());
+    // And perf_analyzer's default: each arrival to a random live sequence.
+    let random = run(&[
+        "-m",
+        "sequence_accumulator",
+        "-i",
+        "grpc",
+        "-u",
+        &grpc,
+        "--request-rate-range",
+        "200",
+    ]);
+    check_sane(&random[0]);
+
+    // A plain model has no sequence throughput.
+    assert!(run(&["-m", "simple", "-u", &http])[0]
+        .sequences_per_second
+        .is_none());
+
+    // A bounded id range smaller than the live sequences is refused (exit 2).
+    let out = Command::new(BIN)
+        .args([
+            "-m",
+            "sequence_accumulator",
+            "-u",
+            &http,
+            "--sequence-id-range",
+            "1:3",
+            "--concurrency-range",
+            "4",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("collide"), "{err}");
+    server.shutdown().expect("server stops");
 }
