@@ -5,6 +5,7 @@ pub mod backend;
 pub mod bench;
 pub mod compute;
 pub mod config;
+pub mod error_texts;
 pub mod metrics;
 pub mod model;
 pub mod offload;

@@ -121,6 +121,9 @@ struct Cli {
     /// (default: the profile's, else auto).
     #[arg(long)]
     io_driver: Option<IoDriver>,
+    /// The name server metadata reports (clients written for Triton expect "triton").
+    #[arg(long, default_value = shardserve::protocol::identity::DEFAULT_SERVER_NAME)]
+    server_name: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -213,12 +216,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         intra_op_threads: profile.onnxruntime.intra_op_threads.unwrap_or(1),
         io_driver: cli.io_driver.or(profile.runtime.driver).unwrap_or_default(),
         tuning: profile,
+        server_name: cli.server_name,
         ..ServerOptions::new(cli.model_repository)
     };
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
     ])?;
+    tracing::info!(
+        version = shardserve::protocol::identity::VERSION,
+        server_name = %options.server_name,
+        "starting shardserve"
+    );
     let handle = server::start(options)?;
     if let Some(sig) = signals.forever().next() {
         tracing::info!(

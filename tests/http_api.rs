@@ -27,7 +27,7 @@ fn server_metadata_and_health() {
     let server = start_server(1);
     let addr = server.http_addr();
     let meta = get(addr, "/v2").json();
-    assert_eq!(meta["name"], "shardserve");
+    assert_eq!(meta["name"], "triton");
     let exts: Vec<&str> = meta["extensions"]
         .as_array()
         .unwrap()

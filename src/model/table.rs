@@ -68,6 +68,8 @@ pub struct ModelVersion {
     pub sequence: Option<crate::scheduler::sequence::SequenceSpec>,
     /// Statistics counters, one block per shard.
     pub stats: Arc<ModelStats>,
+    /// For an ensemble: its compiled steps (it has no scheduler).
+    pub ensemble: Option<Arc<crate::scheduler::ensemble::EnsemblePlan>>,
 }
 
 #[derive(Debug, Clone)]
@@ -131,7 +133,8 @@ impl ModelTable {
                 "Request for unknown model: '{name}' version {version} is not found"
             ))
         };
-        let v: i64 = version.parse().map_err(|_| not_found())?;
+        // Triton's texts for a version that is not a non-negative integer.
+        let v = crate::error_texts::parse_model_version(version)?.ok_or_else(not_found)?;
         let entry = entry.versions.get(&v).ok_or_else(not_found)?;
         match (&entry.state, &entry.loaded) {
             (ModelState::Ready, Some(loaded)) => Ok(loaded),

@@ -6,4 +6,5 @@ pub mod classification;
 pub mod compression;
 pub mod grpc;
 pub mod http;
+pub mod identity;
 pub mod transport;

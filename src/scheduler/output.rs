@@ -5,6 +5,7 @@
 
 use crate::{
     model::ModelVersion,
+    protocol::classification::classify,
     types::{InferError, InferRequest, InferResponse, InferResult, Tensor},
 };
 
@@ -53,11 +54,4 @@ pub fn build_response(
         outputs,
         parameters: Default::default(),
     })
-}
-
-// TEMPORARY until protocol::classification lands (being written in parallel).
-fn classify(_: &Tensor, _: usize, _: Option<&[String]>, _: bool) -> InferResult<Tensor> {
-    Err(InferError::unsupported(
-        "classification is not available yet",
-    ))
 }

@@ -7,8 +7,12 @@ use crate::tuning::{IoDriver, TuningProfile};
 pub enum ModelControlMode {
     /// Load everything at start-up; no changes afterwards.
     None,
-    /// Load only `--load-model` models at start-up.
+    /// Load only `--load-model` models at start-up (`*`: all); load and
+    /// unload through the repository API afterwards.
     Explicit,
+    /// Load everything at start-up, then follow the repository's changes
+    /// every `--repository-poll-secs`.
+    Poll,
 }
 
 /// Everything `start` needs; the command line fills it in.
@@ -29,6 +33,8 @@ pub struct ServerOptions {
     pub strict_model_config: bool,
     pub model_control_mode: ModelControlMode,
     pub load_models: Vec<String>,
+    /// `--repository-poll-secs` in poll mode.
+    pub repository_poll: Duration,
     pub exit_timeout: Duration,
     /// `--request-timeout-ms`: an inference request not answered by then
     /// gets "Request timeout expired" and its queued work is dropped.
@@ -71,6 +77,8 @@ pub struct ServerOptions {
     /// Placement and defaults; its ring capacity and ONNX Runtime threads
     /// apply where the command line did not set them.
     pub tuning: TuningProfile,
+    /// The server metadata name (`--server-name`; Triton's "triton" by default).
+    pub server_name: String,
 }
 
 impl ServerOptions {
@@ -88,6 +96,7 @@ impl ServerOptions {
             pin_threads: true,
             strict_model_config: false,
             model_control_mode: ModelControlMode::None,
+            repository_poll: Duration::from_secs(15),
             load_models: Vec::new(),
             exit_timeout: Duration::from_secs(30),
             request_timeout: None,
@@ -107,6 +116,7 @@ impl ServerOptions {
             intra_op_threads: 1,
             io_driver: IoDriver::Auto,
             tuning: TuningProfile::default(),
+            server_name: crate::protocol::identity::DEFAULT_SERVER_NAME.to_string(),
         }
     }
 

@@ -24,7 +24,7 @@ use crate::{
         ServerReadyRequest, ServerReadyResponse,
     },
     scheduler,
-    server::{state, EXTENSIONS},
+    server::state,
     shard,
     types::{clip, InferError, InferRequest},
 };
@@ -132,9 +132,12 @@ impl GrpcInferenceService for InferenceService {
         _: Request<ServerMetadataRequest>,
     ) -> Result<Response<ServerMetadataResponse>, Status> {
         Ok(Response::new(ServerMetadataResponse {
-            name: "shardserve".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            extensions: EXTENSIONS.iter().map(|e| (*e).to_string()).collect(),
+            name: crate::protocol::identity::server_name(),
+            version: crate::protocol::identity::VERSION.into(),
+            extensions: crate::protocol::identity::extensions()
+                .iter()
+                .map(|e| (*e).to_string())
+                .collect(),
         }))
     }
 

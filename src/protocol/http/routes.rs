@@ -22,7 +22,7 @@ use crate::{
         transport,
     },
     scheduler,
-    server::{state, ServerState, EXTENSIONS},
+    server::{state, ServerState},
     shard::{self, InFlight},
     types::{InferError, InferResult},
 };
@@ -93,9 +93,9 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
         ["v2"] | ["v2", ""] => {
             expect_get(&method).ok_or_else(not_allowed)?;
             Ok(json_ok(&json!({
-                "name": "shardserve",
-                "version": env!("CARGO_PKG_VERSION"),
-                "extensions": EXTENSIONS,
+                "name": crate::protocol::identity::server_name(),
+                "version": crate::protocol::identity::VERSION,
+                "extensions": crate::protocol::identity::extensions(),
             })))
         }
         ["v2", "health", "live"] => {

@@ -90,6 +90,10 @@ async fn serve_connection<H, F>(
                 resp.headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
+            resp.headers_mut().insert(
+                header::SERVER,
+                crate::protocol::identity::server_header(),
+            );
             drop(active);
             Ok::<_, std::convert::Infallible>(resp)
         }

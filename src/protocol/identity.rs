@@ -1,0 +1,48 @@
+//! What the server says it is. Clients and Triton's own examples compare
+//! the server metadata name with "triton", so that is the default name
+//! (`--server-name` overrides it); the version field, the HTTP `Server`
+//! header and the start-up log line say shardserve and its version, so
+//! nobody mistakes it for a Triton build.
+
+use http::HeaderValue;
+
+use crate::server::{state, EXTENSIONS};
+
+/// The server metadata name when `--server-name` is not given.
+pub const DEFAULT_SERVER_NAME: &str = "triton";
+
+/// The server metadata version field.
+pub const VERSION: &str = concat!("shardserve-", env!("CARGO_PKG_VERSION"));
+
+/// The HTTP `Server` header value (product/version, RFC 9110).
+pub const SERVER_HEADER: &str = concat!("shardserve/", env!("CARGO_PKG_VERSION"));
+
+/// The configured server name (the default outside a running server).
+pub fn server_name() -> String {
+    state::current().map_or_else(
+        || DEFAULT_SERVER_NAME.to_string(),
+        |s| s.options.server_name.clone(),
+    )
+}
+
+/// The extensions `GET /v2` and ServerMetadata list.
+pub fn extensions() -> &'static [&'static str] {
+    EXTENSIONS
+}
+
+pub fn server_header() -> HeaderValue {
+    HeaderValue::from_static(SERVER_HEADER)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_strings() {
+        assert_eq!(server_name(), "triton");
+        assert!(VERSION.starts_with("shardserve-"));
+        assert!(SERVER_HEADER.starts_with("shardserve/"));
+        assert!(server_header().to_str().is_ok());
+    }
+}
