@@ -4,6 +4,9 @@
 
 pub mod builtin;
 pub mod onnxruntime;
+mod response_sender;
+
+pub use response_sender::{ReceiverGone, ResponseSender, ResponseSink};
 
 use std::{path::PathBuf, sync::Arc};
 
@@ -83,6 +86,31 @@ pub trait ModelInstance: Send {
     /// `max_batch_size > 0`, data sizes). `outputs` names the outputs to
     /// produce; producing others too is allowed (the caller filters).
     fn execute(&mut self, inputs: &[Tensor], outputs: &[&str]) -> InferResult<Vec<Tensor>>;
+
+    /// Executes one request of a decoupled model
+    /// (`model_transaction_policy { decoupled: true }`): any number of
+    /// responses through `sender`, then its final flag, now or later from
+    /// another thread. The next request is handed over once this returns,
+    /// whatever `sender` still has to send. Only decoupled models are
+    /// called this way, always on a compute worker. The default answers
+    /// with `execute`'s one response, so an ordinary backend also serves
+    /// a decoupled configuration.
+    fn execute_decoupled(
+        &mut self,
+        inputs: &[Tensor],
+        outputs: &[&str],
+        mut sender: ResponseSender,
+    ) {
+        match self.execute(inputs, outputs) {
+            Ok(produced) => {
+                // A client that went away needs no final flag either.
+                if sender.send(produced).is_ok() {
+                    sender.finish();
+                }
+            }
+            Err(e) => sender.fail(e),
+        }
+    }
 }
 
 /// Picks the backend a configuration names, by `backend` or else `platform`.

@@ -21,6 +21,7 @@ use monoio_compat::hyper::MonoioTimer;
 
 use super::{
     batch::batch_rows,
+    decoupled::{is_decoupled, ResponseTx, DECOUPLED_ON_MODEL_INFER},
     sequence::{sequence_flags, SequenceFlags},
     Job,
 };
@@ -38,24 +39,65 @@ const RING_FULL_RETRY: Duration = Duration::from_micros(50);
 /// Validates `request`, queues it on its model's scheduler and waits for
 /// the answer, at most the server's request timeout. Dropping the future
 /// (the client went away) cancels the queued work and counts the request
-/// as cancelled.
-pub async fn infer(mut request: InferRequest) -> InferResult<InferResponse> {
+/// as cancelled. A decoupled model is refused with Triton's error: its
+/// responses only travel on a stream (`infer_decoupled`).
+pub async fn infer(request: InferRequest) -> InferResult<InferResponse> {
+    let Submitted {
+        answer: rx,
+        mut outcome,
+        timeout,
+    } = submit(request, None).await?;
+    let answer = match timeout {
+        None => rx.await,
+        Some(t) => match select(rx, pin!(MonoioTimer.sleep(t))).await {
+            Either::Left((answer, _)) => answer,
+            Either::Right(((), rx)) => {
+                // Dropping the receiver marks the queued job cancelled.
+                drop(rx);
+                let e = timeout_error(t);
+                outcome.record(Err(&e));
+                return Err(e);
+            }
+        },
+    };
+    let result = answer.unwrap_or_else(|_| Err(scheduler_gone()));
+    outcome.record(result.as_ref().map(|_| ()));
+    result
+}
+
+/// A request handed to its scheduler: where its answer (for a decoupled
+/// model: its final flag) arrives, and its outcome still to record.
+pub(super) struct Submitted {
+    pub answer: oneshot::Receiver<InferResult<InferResponse>>,
+    pub outcome: Outcome,
+    pub timeout: Option<Duration>,
+}
+
+/// Validates `request` and sends it to its model's scheduler. `responses`
+/// is the channel of a decoupled request's responses: a decoupled model
+/// needs one, any other model must not get one.
+pub(super) async fn submit(
+    mut request: InferRequest,
+    responses: Option<ResponseTx>,
+) -> InferResult<Submitted> {
     let received = Instant::now();
     let (tx, rx) = oneshot::channel();
+    let streaming = responses.is_some();
     let (mut pending, target, timeout) = shard::with_current(|s| {
         s.with_table(|table| {
             let model = table.resolve(&request.model_name, &request.model_version)?;
-            let checked = validate_request(&model.io, &model.name, &mut request)
+            let checked = check_transaction_policy(model, streaming)
+                .and_then(|()| validate_request(&model.io, &model.name, &mut request))
                 .and_then(|()| sequence_of(model, &request));
             match checked {
-                Ok(sequence) => Ok((model.scheduler, sequence)),
+                Ok(sequence) => Ok((model.scheduler, sequence, model.ensemble.clone())),
                 Err(e) => {
                     record_outcome(s.id, model, received, Err(&e));
                     Err(e)
                 }
             }
         })
-        .map(|(target, sequence)| {
+        .map(|(target, sequence, ensemble)| {
             let job = Job {
                 request,
                 reply: tx,
@@ -63,8 +105,15 @@ pub async fn infer(mut request: InferRequest) -> InferResult<InferResponse> {
                 received,
                 deadline: None,
                 sequence,
+                responses,
             };
-            (s.dispatch(target, job), target, s.request_timeout)
+            // An ensemble runs here, on the receiving shard; its steps go
+            // to their models' schedulers.
+            let pending = match ensemble {
+                Some(plan) => super::ensemble::start(plan, job),
+                None => s.dispatch(target, job),
+            };
+            (pending, target, s.request_timeout)
         })
     })
     .ok_or_else(not_on_shard)??;
@@ -87,26 +136,31 @@ pub async fn infer(mut request: InferRequest) -> InferResult<InferResponse> {
         MonoioTimer.sleep(RING_FULL_RETRY).await;
         pending = shard::with_current(|s| s.dispatch(target, job)).ok_or_else(not_on_shard)?;
     }
-    let answer = match timeout {
-        None => rx.await,
-        Some(t) => match select(rx, pin!(MonoioTimer.sleep(t))).await {
-            Either::Left((answer, _)) => answer,
-            Either::Right(((), rx)) => {
-                // Dropping the receiver marks the queued job cancelled.
-                drop(rx);
-                let e = timeout_error(t);
-                outcome.record(Err(&e));
-                return Err(e);
-            }
-        },
-    };
-    let result = answer.unwrap_or_else(|_| {
-        Err(InferError::unavailable(
-            "the model's scheduler stopped before answering (model unloaded or server shutting down)",
-        ))
-    });
-    outcome.record(result.as_ref().map(|_| ()));
-    result
+    Ok(Submitted {
+        answer: rx,
+        outcome,
+        timeout,
+    })
+}
+
+/// A decoupled model answers only on a stream; the unary paths get
+/// Triton's gRPC refusal (HTTP `/infer` words it its own way before
+/// calling `infer`, see `refuse_decoupled_http`).
+fn check_transaction_policy(model: &ModelVersion, streaming: bool) -> InferResult<()> {
+    match (is_decoupled(&model.config), streaming) {
+        (true, false) => Err(InferError::unsupported(DECOUPLED_ON_MODEL_INFER)),
+        (false, true) => Err(InferError::internal(format!(
+            "model '{}' is not decoupled but was sent a response channel",
+            model.name
+        ))),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn scheduler_gone() -> InferError {
+    InferError::unavailable(
+        "the model's scheduler stopped before answering (model unloaded or server shutting down)",
+    )
 }
 
 /// A sequence model's request: batch size 1 and a correlation id, read
@@ -133,14 +187,14 @@ fn timeout_error(t: Duration) -> InferError {
 
 /// Records a request's end exactly once on the shard that received it; if
 /// the request's future is dropped first, it counts as cancelled.
-struct Outcome {
+pub(super) struct Outcome {
     key: u64,
     received: Instant,
     recorded: bool,
 }
 
 impl Outcome {
-    fn record(&mut self, outcome: Result<(), &InferError>) {
+    pub fn record(&mut self, outcome: Result<(), &InferError>) {
         self.recorded = true;
         let (key, received) = (self.key, self.received);
         shard::with_current(|s| s.with_model(key, |m| record_outcome(s.id, m, received, outcome)));

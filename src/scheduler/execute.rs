@@ -5,10 +5,11 @@
 //! execution). Each compute worker records in a counter block of its own:
 //! a worker never writes a line a shard writes.
 
-use std::time::Instant;
+use std::{sync::Arc, time::Instant};
 
 use super::{
     batch::{batch_rows, merge_inputs, split_outputs},
+    decoupled::{is_decoupled, run_decoupled},
     output::build_response,
     sequence::{absorb_states, build_inputs, RowControl, SequenceSpec, SlotStates},
     Job,
@@ -53,7 +54,10 @@ impl Runner {
 
     /// Runs `batch` as one execution, records it in `stats` and answers
     /// each of its requests.
-    pub fn run(&mut self, model: &ModelVersion, stats: &ShardCounters, batch: Batch) {
+    pub fn run(&mut self, model: &Arc<ModelVersion>, stats: &ShardCounters, batch: Batch) {
+        if is_decoupled(&model.config) {
+            return run_decoupled(self.instance.as_mut(), model, stats, batch.jobs);
+        }
         match (batch.rows, &model.sequence) {
             (Some(rows), Some(spec)) => run_sequence_batch(
                 self.instance.as_mut(),

@@ -2,7 +2,7 @@ use std::time::Instant;
 
 use futures::channel::oneshot;
 
-use super::sequence::SequenceFlags;
+use super::{decoupled::ResponseTx, sequence::SequenceFlags};
 use crate::{
     shard::ShardId,
     types::{InferRequest, InferResponse, InferResult},
@@ -25,6 +25,9 @@ pub struct Job {
     /// For a sequence model: the request's correlation id and flags,
     /// checked on the shard that received it.
     pub sequence: Option<SequenceFlags>,
+    /// For a decoupled model: where its responses go (the final flag or
+    /// error still goes through `reply`). `None` for every other model.
+    pub responses: Option<ResponseTx>,
 }
 
 impl Job {

@@ -5,9 +5,12 @@
 mod arithmetic;
 mod identity;
 mod io;
+mod repeat;
+mod responder;
 mod sequence_accumulator;
 mod sequence_io;
 mod simple_sequence;
+mod square;
 mod string_arithmetic;
 mod string_sequence;
 
@@ -25,7 +28,11 @@ pub const NAMES: &[&str] = &[
     "simple_dyna_sequence",
     "simple_string_dyna_sequence",
     "sequence_accumulator",
+    repeat::NAME,
+    square::NAME,
 ];
+
+pub use responder::responses_sent;
 
 /// The built-in backend called `name`, if there is one.
 pub fn backend(name: &str) -> Option<Arc<dyn Backend>> {
@@ -38,6 +45,8 @@ pub fn backend(name: &str) -> Option<Arc<dyn Backend>> {
         "simple_dyna_sequence" => Arc::new(simple_sequence::SimpleSequenceBackend::dyna()),
         string_sequence::NAME => Arc::new(string_sequence::StringDynaSequenceBackend),
         sequence_accumulator::NAME => Arc::new(sequence_accumulator::SequenceAccumulatorBackend),
+        repeat::NAME => Arc::new(repeat::RepeatBackend),
+        square::NAME => Arc::new(square::SquareBackend),
         _ => return None,
     })
 }

@@ -1,0 +1,291 @@
+//! Decoupled models (`model_transaction_policy { decoupled: true }`): a
+//! request gets zero, one or many responses, then a final flag, whenever
+//! the backend sends them (also after its `execute_decoupled` returned),
+//! interleaved with other requests' responses.
+//!
+//! Path of a decoupled request: `infer_stream` validates and queues it
+//! like any request, but its `Job` carries the sending half of a bounded
+//! channel (one per request: the non-decoupled path stays lock-free and
+//! channel-free). The executor wraps that sender in a [`ChannelSink`] and
+//! hands the backend a `ResponseSender`; each response is built (requested
+//! outputs, reshape) where it is produced and pushed into the channel,
+//! blocking the producing thread while the channel is full, so a fast
+//! model cannot outrun a slow client without bound. The final flag (or an
+//! error) goes through the job's ordinary `reply` oneshot after the
+//! channel is closed, so the receiver always sees it last.
+//!
+//! Cancellation: dropping the stream drops the receiver; the backend's
+//! next `send` fails (`ReceiverGone`) and `is_cancelled` turns true, so a
+//! model mid-way through many responses stops, and queued requests of the
+//! stream leave their queue unexecuted.
+//!
+//! Statistics, as Triton counts decoupled requests: one success (or
+//! failure) per request when its final flag arrives, on the receiving
+//! shard; one execution per `execute_decoupled` call, its duration being
+//! the call's (responses sent later are not part of it).
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Instant,
+};
+
+use futures::{
+    channel::{mpsc, oneshot},
+    SinkExt, Stream, StreamExt,
+};
+
+use super::{
+    dispatch::{infer, scheduler_gone, submit, Outcome, Submitted},
+    output::build_response,
+    Job, Responder,
+};
+use crate::{
+    backend::{ModelInstance, ReceiverGone, ResponseSender, ResponseSink},
+    metrics::ShardCounters,
+    model::ModelVersion,
+    proto::inference::ModelConfig,
+    shard::{self, ShardId},
+    types::{InferError, InferRequest, InferResponse, InferResult, Tensor},
+};
+
+/// The sending half of a decoupled request's response channel.
+pub type ResponseTx = mpsc::Sender<InferResponse>;
+
+/// Responses a decoupled request may have waiting for its client before
+/// the backend's `send` blocks.
+const CHANNEL_CAPACITY: usize = 16;
+
+/// Triton's refusal of a decoupled model on unary gRPC `ModelInfer`.
+pub const DECOUPLED_ON_MODEL_INFER: &str =
+    "ModelInfer RPC doesn't support models with decoupled transaction policy";
+/// Triton's refusal of a decoupled model on HTTP `/infer`.
+pub const DECOUPLED_ON_HTTP_INFER: &str =
+    "HTTP end point doesn't support models with decoupled transaction policy";
+
+pub fn is_decoupled(config: &ModelConfig) -> bool {
+    config
+        .model_transaction_policy
+        .as_ref()
+        .is_some_and(|p| p.decoupled)
+}
+
+/// HTTP `/infer`'s refusal of a decoupled model, in Triton's words (501).
+pub fn refuse_decoupled_http(model: &ModelVersion) -> InferResult<()> {
+    if is_decoupled(&model.config) {
+        return Err(InferError::unsupported(DECOUPLED_ON_HTTP_INFER));
+    }
+    Ok(())
+}
+
+/// One item of a request's response stream.
+#[derive(Debug)]
+pub enum Streamed {
+    /// A response with outputs; `last` when it is also the request's final
+    /// one (a non-decoupled model's only response).
+    Response { response: InferResponse, last: bool },
+    /// A decoupled request's final flag: names and id, no outputs.
+    Final(InferResponse),
+}
+
+pub type ResponseStream = Pin<Box<dyn Stream<Item = InferResult<Streamed>> + Send>>;
+
+/// Any model's responses to `request` as a stream, ending after the final
+/// one (or an error, always the last item). A non-decoupled model gives
+/// one `Response { last: true }`. The request is validated and queued on
+/// the stream's first poll, so callers keep their order by polling each
+/// stream once as they create it. Dropping the stream cancels the request.
+/// Unlike `infer`, the server's request timeout does not apply: a stream
+/// lasts as long as its model keeps answering.
+pub fn infer_stream(request: InferRequest) -> ResponseStream {
+    let decoupled = shard::with_current(|s| {
+        s.with_table(|table| {
+            table
+                .resolve(&request.model_name, &request.model_version)
+                .is_ok_and(|m| is_decoupled(&m.config))
+        })
+    })
+    .unwrap_or(false);
+    if !decoupled {
+        return Box::pin(futures::stream::once(async move {
+            infer(request).await.map(|response| Streamed::Response {
+                response,
+                last: true,
+            })
+        }));
+    }
+    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+    Box::pin(DecoupledStream {
+        starting: Some(Box::pin(submit(request, Some(tx)))),
+        responses: Some(rx),
+        last: None,
+    })
+}
+
+type Starting = Pin<Box<dyn Future<Output = InferResult<Submitted>> + Send>>;
+
+struct DecoupledStream {
+    /// Validating and queueing (may wait for room in a full ring).
+    starting: Option<Starting>,
+    /// Open until the backend sent its last response.
+    responses: Option<mpsc::Receiver<InferResponse>>,
+    /// The final flag or error, and the request's outcome to record.
+    last: Option<(oneshot::Receiver<InferResult<InferResponse>>, Outcome)>,
+}
+
+impl Stream for DecoupledStream {
+    type Item = InferResult<Streamed>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if let Some(starting) = &mut this.starting {
+            let Poll::Ready(started) = starting.as_mut().poll(cx) else {
+                return Poll::Pending;
+            };
+            this.starting = None;
+            match started {
+                Ok(s) => this.last = Some((s.answer, s.outcome)),
+                Err(e) => {
+                    this.responses = None;
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+        }
+        if let Some(rx) = &mut this.responses {
+            match rx.poll_next_unpin(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(response)) => {
+                    return Poll::Ready(Some(Ok(Streamed::Response {
+                        response,
+                        last: false,
+                    })))
+                }
+                // Closed: only the final flag (or error) is left.
+                Poll::Ready(None) => this.responses = None,
+            }
+        }
+        let Some((answer, _)) = &mut this.last else {
+            return Poll::Ready(None);
+        };
+        let Poll::Ready(result) = Pin::new(answer).poll(cx) else {
+            return Poll::Pending;
+        };
+        let result = result.unwrap_or_else(|_| Err(scheduler_gone()));
+        if let Some((_, mut outcome)) = this.last.take() {
+            outcome.record(result.as_ref().map(|_| ()));
+        }
+        Poll::Ready(Some(result.map(Streamed::Final)))
+    }
+}
+
+/// Runs each job of a decoupled model's batch as its own
+/// `execute_decoupled` call (the backend answers per request anyway) and
+/// records one execution per call.
+pub(super) fn run_decoupled(
+    instance: &mut dyn ModelInstance,
+    model: &Arc<ModelVersion>,
+    stats: &ShardCounters,
+    jobs: Vec<Job>,
+) {
+    for job in jobs {
+        if job.is_cancelled() {
+            continue;
+        }
+        let Job {
+            mut request,
+            reply,
+            origin,
+            responses,
+            ..
+        } = job;
+        let Some(tx) = responses else {
+            let e = InferError::internal(format!(
+                "a request to decoupled model '{}' reached its instance without a response channel",
+                model.name
+            ));
+            shard::reply(origin, reply, Err(e));
+            continue;
+        };
+        let start = Instant::now();
+        let inputs = std::mem::take(&mut request.inputs);
+        let requested: Vec<String> = request.outputs.iter().map(|o| o.name.clone()).collect();
+        let requested: Vec<&str> = requested.iter().map(String::as_str).collect();
+        let sink = ChannelSink {
+            model: model.clone(),
+            request,
+            tx: Some(tx),
+            reply: Some(reply),
+            origin,
+            failed: None,
+        };
+        instance.execute_decoupled(&inputs, &requested, ResponseSender::new(Box::new(sink)));
+        let infer = start.elapsed();
+        stats.record_execution(1, Default::default(), infer, Default::default());
+        stats.compute_input.record(Default::default());
+        stats.compute_infer.record(infer);
+        stats.compute_output.record(Default::default());
+    }
+}
+
+/// Delivers a decoupled request's responses into its channel and its end
+/// through its `reply`.
+struct ChannelSink {
+    model: Arc<ModelVersion>,
+    /// The request without its inputs: ids and requested outputs.
+    request: InferRequest,
+    tx: Option<ResponseTx>,
+    reply: Option<Responder>,
+    origin: ShardId,
+    /// A response that could not be built ends the request with this.
+    failed: Option<InferError>,
+}
+
+impl ResponseSink for ChannelSink {
+    fn send(&mut self, outputs: Vec<Tensor>) -> Result<(), ReceiverGone> {
+        let Some(tx) = &mut self.tx else {
+            return Err(ReceiverGone);
+        };
+        let response = match build_response(&self.model, &self.request, outputs) {
+            Ok(r) => r,
+            Err(e) => {
+                self.failed = Some(e);
+                self.tx = None;
+                return Err(ReceiverGone);
+            }
+        };
+        // Off the shards (see `ResponseSink::send`): waiting here is the
+        // back-pressure a slow client puts on its model.
+        if futures::executor::block_on(tx.send(response)).is_err() {
+            self.tx = None;
+            return Err(ReceiverGone);
+        }
+        Ok(())
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.tx.as_ref().is_none_or(|tx| tx.is_closed())
+            || self.reply.as_ref().is_none_or(|r| r.is_canceled())
+    }
+
+    fn complete(&mut self, outcome: InferResult<()>) {
+        // Closing the channel first: the receiver reads every response
+        // before the final flag.
+        self.tx = None;
+        let Some(reply) = self.reply.take() else {
+            return;
+        };
+        let result = match (self.failed.take(), outcome) {
+            (Some(e), _) | (None, Err(e)) => Err(e),
+            (None, Ok(())) => Ok(InferResponse {
+                model_name: self.model.name.clone(),
+                model_version: self.model.version_str.clone(),
+                id: self.request.id.clone(),
+                outputs: Vec::new(),
+                parameters: Default::default(),
+            }),
+        };
+        shard::reply(self.origin, reply, result);
+    }
+}
