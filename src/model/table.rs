@@ -68,6 +68,8 @@ pub struct ModelVersion {
     pub sequence: Option<crate::scheduler::sequence::SequenceSpec>,
     /// Statistics counters, one block per shard.
     pub stats: Arc<ModelStats>,
+    /// For an ensemble: its compiled steps (it has no scheduler).
+    pub ensemble: Option<Arc<crate::scheduler::ensemble::EnsemblePlan>>,
 }
 
 #[derive(Debug, Clone)]

@@ -20,6 +20,7 @@ use crate::{
     },
     proto::inference::ModelConfig,
     scheduler::{
+        ensemble,
         sequence::{self, SequenceSpec},
         InstanceExecutor,
     },
@@ -69,7 +70,11 @@ impl Placement {
         self
     }
 
-    fn next(&mut self) -> Target {
+    pub(crate) fn shard_count(&self) -> usize {
+        self.shard_count
+    }
+
+    pub(crate) fn next(&mut self) -> Target {
         let shard = self
             .compute_shards
             .get(self.cursor % self.compute_shards.len().max(1))
@@ -138,16 +143,23 @@ pub fn load_repository(
             );
         }
     }
+    let mut ensembles = Vec::new();
     for (name, dir) in found {
         if only.is_some_and(|names| !names.contains(name)) {
             continue;
         }
         let entry = match dir {
+            Ok(dir) if ensemble::is_ensemble(dir, opts) => {
+                ensembles.push(dir);
+                continue;
+            }
             Ok(dir) => load_model(dir, opts, placement, send),
             Err(reason) => failed(name, reason),
         };
         table.models.insert(name.clone(), entry);
     }
+    // Ensembles need their composing models loaded first.
+    ensemble::load_ensembles(&ensembles, opts, &mut table, placement);
     table
 }
 
@@ -209,7 +221,7 @@ pub fn load_model(
 
 /// Reads and parses `config.pbtxt`; without one (and not strict), an ONNX
 /// model gets a minimal config that auto-complete fills in, as in Triton.
-fn read_config(dir: &ModelDir, opts: &LoadOptions) -> anyhow::Result<ModelConfig> {
+pub(crate) fn read_config(dir: &ModelDir, opts: &LoadOptions) -> anyhow::Result<ModelConfig> {
     let path = dir.path.join("config.pbtxt");
     let mut config = if path.exists() {
         let text = std::fs::read_to_string(&path)
@@ -314,6 +326,7 @@ fn load_version(
         sequence,
         // One counter block per shard, then one per compute worker.
         stats: Arc::new(ModelStats::new(placement.shard_count + count, max_batch)),
+        ensemble: None,
     });
     let done_bell = Arc::new(futures::task::AtomicWaker::new());
     let mut executors = Vec::with_capacity(created.len());

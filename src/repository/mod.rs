@@ -6,6 +6,8 @@ mod load;
 mod scan;
 mod versions;
 
+pub(crate) use load::read_config;
 pub use load::{load_repository, LoadOptions, Placement};
+pub(crate) use scan::version_folders;
 pub use scan::{scan_repositories, ModelDir};
 pub use versions::select_versions;

@@ -1,0 +1,279 @@
+//! Running one ensemble request on the shard that received it. Each step
+//! is an ordinary request to its composing model through
+//! [`crate::scheduler::infer`], so it reaches that model's scheduler on
+//! its owner shard over the rings, is batched with direct traffic, and is
+//! counted in that model's statistics. A step starts as soon as its last
+//! input exists; independent steps are in flight together.
+//!
+//! Tensors move from slot to step by value; a tensor read by several
+//! steps is shared by cloning its `Bytes` (a reference count, no copy).
+
+use std::{pin::pin, sync::Arc};
+
+use futures::{
+    future::{select, Either},
+    stream::FuturesUnordered,
+    StreamExt,
+};
+
+use super::plan::{dims_match, EnsemblePlan};
+use crate::{
+    scheduler::Job,
+    shard::Dispatch,
+    types::{InferError, InferRequest, InferResponse, InferResult, Parameters, Tensor},
+};
+
+/// Starts `job` (a validated request to the ensemble) as a task on this
+/// shard; its answer goes to the job's responder. When the client stops
+/// waiting, the task stops and its in-flight steps are cancelled.
+pub fn start(plan: Arc<EnsemblePlan>, job: Job) -> Dispatch {
+    let Job {
+        request, mut reply, ..
+    } = job;
+    monoio::spawn(async move {
+        let result = {
+            let run = pin!(run(&plan, request));
+            match select(reply.cancellation(), run).await {
+                // Dropping `run` drops the steps' futures: each composing
+                // model counts its request as cancelled.
+                Either::Left(_) => return,
+                Either::Right((result, _)) => result,
+            }
+        };
+        let _ = reply.send(result);
+    });
+    Dispatch::Queued
+}
+
+/// An ensemble tensor that exists, and the batch size it carries when it
+/// came from a batching model (or a batching ensemble's request).
+struct Value {
+    tensor: Tensor,
+    batch: Option<i64>,
+}
+
+struct Flow<'p> {
+    plan: &'p EnsemblePlan,
+    values: Vec<Option<Value>>,
+    /// Per slot: readers still to come (steps, and the response).
+    uses: Vec<usize>,
+    /// Per step: inputs not yet available.
+    missing: Vec<usize>,
+}
+
+impl<'p> Flow<'p> {
+    fn new(plan: &'p EnsemblePlan) -> Self {
+        let mut uses: Vec<usize> = plan.slots.iter().map(|s| s.consumers.len()).collect();
+        for (_, slot, _) in &plan.outputs {
+            uses[*slot] += 1;
+        }
+        Self {
+            plan,
+            values: plan.slots.iter().map(|_| None).collect(),
+            uses,
+            missing: plan.steps.iter().map(|s| s.inputs.len()).collect(),
+        }
+    }
+
+    /// Marks `slot` available (with a value, or absent: an optional
+    /// ensemble input left out) and returns the steps that became ready.
+    fn provide(&mut self, slot: usize, value: Option<Value>, ready: &mut Vec<usize>) {
+        self.values[slot] = value;
+        for &step in &self.plan.slots[slot].consumers {
+            // A step reading the same tensor twice is counted per input.
+            let times = self.plan.steps[step]
+                .inputs
+                .iter()
+                .filter(|(_, s, _)| *s == slot)
+                .count();
+            self.missing[step] -= times;
+            if self.missing[step] == 0 {
+                ready.push(step);
+            }
+        }
+    }
+
+    /// Takes a slot's tensor for one reader: moved out on its last use,
+    /// else shared.
+    fn take(&mut self, slot: usize) -> Option<Value> {
+        self.uses[slot] = self.uses[slot].saturating_sub(1);
+        if self.uses[slot] == 0 {
+            self.values[slot].take()
+        } else {
+            self.values[slot].as_ref().map(|v| Value {
+                tensor: v.tensor.clone(),
+                batch: v.batch,
+            })
+        }
+    }
+
+    fn step_request(&mut self, step: usize, request: &RequestInfo) -> InferRequest {
+        let spec = &self.plan.steps[step];
+        let mut inputs = Vec::with_capacity(spec.inputs.len());
+        for (name, slot, dims) in &spec.inputs {
+            if let Some(Value { mut tensor, batch }) = self.take(*slot) {
+                tensor.name.clone_from(name);
+                tensor.shape = reshape(dims, spec.batching, batch, tensor.shape);
+                inputs.push(tensor);
+            }
+        }
+        InferRequest {
+            model_name: spec.model_name.clone(),
+            model_version: spec.model_version.clone(),
+            id: request.id.clone(),
+            inputs,
+            outputs: spec
+                .outputs
+                .iter()
+                .map(|(name, _)| crate::types::RequestedOutput {
+                    name: name.clone(),
+                    parameters: Default::default(),
+                })
+                .collect(),
+            // Correlation id, sequence flags, priority and timeout go to
+            // every composing model, as in Triton.
+            parameters: request.parameters.clone(),
+        }
+    }
+}
+
+struct RequestInfo {
+    id: String,
+    parameters: Parameters,
+}
+
+/// Triton's batch/non-batch conversion between a tensor and the model that
+/// reads it: a batching reader of an unbatched tensor that matches its
+/// dims gets a batch of 1; a non-batching reader of a batch-1 tensor that
+/// does not match its dims gets the batch dimension stripped.
+fn reshape(
+    config_dims: &[i64],
+    reader_batches: bool,
+    batch: Option<i64>,
+    shape: Vec<i64>,
+) -> Vec<i64> {
+    match (reader_batches, batch) {
+        (true, None) if dims_match(config_dims, &shape) => {
+            let mut full = Vec::with_capacity(shape.len() + 1);
+            full.push(1);
+            full.extend(shape);
+            full
+        }
+        (false, Some(1)) if !dims_match(config_dims, &shape) && !shape.is_empty() => {
+            shape[1..].to_vec()
+        }
+        _ => shape,
+    }
+}
+
+async fn run(plan: &EnsemblePlan, request: InferRequest) -> InferResult<InferResponse> {
+    let InferRequest {
+        id,
+        inputs,
+        outputs: wanted,
+        parameters,
+        ..
+    } = request;
+    let info = RequestInfo { id, parameters };
+    let mut flow = Flow::new(plan);
+    let mut ready = Vec::new();
+    let mut given: Vec<Option<Tensor>> = plan.inputs.iter().map(|_| None).collect();
+    for tensor in inputs {
+        if let Some(i) = plan.inputs.iter().position(|(n, _)| *n == tensor.name) {
+            given[i] = Some(tensor);
+        }
+    }
+    for ((_, slot), tensor) in plan.inputs.iter().zip(given) {
+        let value = tensor.map(|tensor| Value {
+            batch: plan
+                .batching
+                .then(|| tensor.shape.first().copied().unwrap_or(1)),
+            tensor,
+        });
+        flow.provide(*slot, value, &mut ready);
+    }
+
+    let mut running = FuturesUnordered::new();
+    loop {
+        for step in ready.drain(..) {
+            let step_request = flow.step_request(step, &info);
+            running.push(async move { (step, crate::scheduler::infer(step_request).await) });
+        }
+        let Some((step, result)) = running.next().await else {
+            break;
+        };
+        let spec = &plan.steps[step];
+        let response = result.map_err(|e| {
+            InferError::new(
+                e.kind,
+                format!(
+                    "in ensemble '{}', step {step} (model '{}') failed: {}",
+                    plan.name, spec.model_name, e.message
+                ),
+            )
+        })?;
+        for tensor in response.outputs {
+            if let Some((_, slot)) = spec.outputs.iter().find(|(n, _)| *n == tensor.name) {
+                let value = Value {
+                    batch: spec
+                        .batching
+                        .then(|| tensor.shape.first().copied().unwrap_or(1)),
+                    tensor,
+                };
+                flow.provide(*slot, Some(value), &mut ready);
+            }
+        }
+    }
+
+    let mut outputs = Vec::with_capacity(plan.outputs.len());
+    let selected: Vec<&(String, usize, Vec<i64>)> = if wanted.is_empty() {
+        plan.outputs.iter().collect()
+    } else {
+        let mut selected = Vec::with_capacity(wanted.len());
+        for w in &wanted {
+            if w.class_count().is_some() {
+                return Err(InferError::unsupported(format!(
+                    "in ensemble '{}', classification of output '{}' is not supported for ensembles yet",
+                    plan.name, w.name
+                )));
+            }
+            // validate_request already refused unknown output names.
+            if let Some(o) = plan.outputs.iter().find(|(n, _, _)| *n == w.name) {
+                selected.push(o);
+            }
+        }
+        selected
+    };
+    for (name, slot, dims) in selected {
+        let Some(Value { mut tensor, batch }) = flow.take(*slot) else {
+            return Err(InferError::internal(format!(
+                "in ensemble '{}', unexpected deadlock, output '{name}' is not set while no more ensemble steps can be made",
+                plan.name
+            )));
+        };
+        tensor.name.clone_from(name);
+        tensor.shape = reshape(dims, plan.batching, batch, tensor.shape);
+        outputs.push(tensor);
+    }
+    Ok(InferResponse {
+        model_name: plan.name.clone(),
+        model_version: plan.version_str.clone(),
+        id: info.id,
+        outputs,
+        parameters: Default::default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reshape;
+
+    #[test]
+    fn batch_dimension_is_added_or_stripped_as_triton_does() {
+        assert_eq!(reshape(&[16], true, None, vec![16]), vec![1, 16]);
+        assert_eq!(reshape(&[16], true, Some(2), vec![2, 16]), vec![2, 16]);
+        assert_eq!(reshape(&[16], false, Some(1), vec![1, 16]), vec![16]);
+        assert_eq!(reshape(&[-1, 16], false, Some(1), vec![1, 16]), vec![1, 16]);
+        assert_eq!(reshape(&[16], false, Some(3), vec![3, 16]), vec![3, 16]);
+    }
+}

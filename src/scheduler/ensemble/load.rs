@@ -1,0 +1,179 @@
+//! Loading ensembles, after every other model of the repository: an
+//! ensemble has no backend and no instances, and its plan is compiled
+//! against the composing models already in the table. Ensembles made of
+//! ensembles load in dependency order; a circular dependency fails every
+//! ensemble on it, with Triton's message.
+
+use std::{collections::BTreeSet, sync::Arc};
+
+use bytes::Bytes;
+
+use super::{graph, plan};
+use crate::{
+    config,
+    metrics::ModelStats,
+    model::{
+        IoSpec, ModelEntry, ModelMetadata, ModelState, ModelTable, ModelVersion, VersionEntry,
+    },
+    proto::inference::ModelConfig,
+    repository::{read_config, select_versions, version_folders, LoadOptions, ModelDir, Placement},
+};
+
+/// Whether the folder holds an ensemble (its config says so). A config that
+/// cannot be read is not one: the ordinary loader reports it.
+pub fn is_ensemble(dir: &ModelDir, opts: &LoadOptions) -> bool {
+    read_config(dir, opts).is_ok_and(|c| is_ensemble_config(&c))
+}
+
+fn is_ensemble_config(config: &ModelConfig) -> bool {
+    config.platform == "ensemble"
+        || matches!(
+            config.scheduling_choice,
+            Some(crate::proto::inference::model_config::SchedulingChoice::EnsembleScheduling(_))
+        )
+}
+
+fn composing_names(config: &ModelConfig) -> BTreeSet<String> {
+    graph::steps(config)
+        .map(|steps| steps.iter().map(|s| s.model_name.clone()).collect())
+        .unwrap_or_default()
+}
+
+/// Loads `dirs` (ensembles) into `table`, each after the ensembles it
+/// uses.
+pub fn load_ensembles(
+    dirs: &[&ModelDir],
+    opts: &LoadOptions,
+    table: &mut ModelTable,
+    placement: &mut Placement,
+) {
+    let mut pending = Vec::new();
+    for dir in dirs {
+        match read_config(dir, opts) {
+            Ok(config) => pending.push((*dir, config)),
+            Err(e) => {
+                let entry = failed(&dir.name, &format!("{e:#}"));
+                table.models.insert(dir.name.clone(), entry);
+            }
+        }
+    }
+    while !pending.is_empty() {
+        let waiting: BTreeSet<String> = pending.iter().map(|(d, _)| d.name.clone()).collect();
+        let (now, later): (Vec<_>, Vec<_>) = pending
+            .into_iter()
+            .partition(|(_, c)| composing_names(c).is_disjoint(&waiting));
+        if now.is_empty() {
+            for (dir, config) in later {
+                let uses: Vec<String> = composing_names(&config)
+                    .intersection(&waiting)
+                    .cloned()
+                    .collect();
+                let reason = format!(
+                    "circular dependency between ensembles: {} -> ... -> {} -> {}",
+                    dir.name,
+                    uses.join(", "),
+                    dir.name
+                );
+                table
+                    .models
+                    .insert(dir.name.clone(), failed(&dir.name, &reason));
+            }
+            break;
+        }
+        for (dir, config) in now {
+            let entry = load_ensemble(dir, config, table, placement);
+            table.models.insert(dir.name.clone(), entry);
+        }
+        pending = later;
+    }
+}
+
+fn failed(name: &str, reason: &str) -> ModelEntry {
+    tracing::error!(model = %name, %reason, "failed to load");
+    ModelEntry {
+        failure: Some(format!("failed to load '{name}': {reason}")),
+        ..Default::default()
+    }
+}
+
+fn load_ensemble(
+    dir: &ModelDir,
+    mut config: ModelConfig,
+    table: &ModelTable,
+    placement: &mut Placement,
+) -> ModelEntry {
+    let checked = graph::validate(&config)
+        .and_then(|()| config::validate(&config))
+        .and_then(|()| {
+            let versions =
+                select_versions(config.version_policy.as_ref(), &version_folders(&dir.path)?);
+            if versions.is_empty() {
+                anyhow::bail!(
+                    "no version folder matches the version policy in {}",
+                    dir.path.display()
+                );
+            }
+            Ok(versions)
+        });
+    let versions = match checked {
+        Ok(v) => v,
+        Err(e) => return failed(&dir.name, &format!("{e:#}")),
+    };
+    // Triton's defaults, less the instance group an ensemble cannot have.
+    config::fill_defaults(&mut config);
+    config.instance_group.clear();
+    let mut entry = ModelEntry::default();
+    for version in versions {
+        let state = match load_version(dir, &config, version, table, placement) {
+            Ok(model) => {
+                tracing::info!(model = %dir.name, version, steps = model.ensemble.as_ref().map_or(0, |p| p.steps.len()), "loaded ensemble");
+                VersionEntry {
+                    version,
+                    state: ModelState::Ready,
+                    loaded: Some(model),
+                }
+            }
+            Err(e) => {
+                let reason = format!("failed to load '{}' version {version}: {e:#}", dir.name);
+                tracing::error!(model = %dir.name, version, %reason, "failed to load");
+                VersionEntry {
+                    version,
+                    state: ModelState::Unavailable { reason },
+                    loaded: None,
+                }
+            }
+        };
+        entry.versions.insert(version, state);
+    }
+    entry
+}
+
+fn load_version(
+    dir: &ModelDir,
+    config: &ModelConfig,
+    version: i64,
+    table: &ModelTable,
+    placement: &mut Placement,
+) -> anyhow::Result<Arc<ModelVersion>> {
+    let plan = plan::compile(config, version, table)?;
+    let io = IoSpec::from_config(config, &dir.path)?;
+    let metadata = ModelMetadata::new(&config.name, "ensemble", &io);
+    let config_json = Bytes::from(serde_json::to_vec(&config::model_config_to_json(config))?);
+    let max_batch = config.max_batch_size.max(0) as usize;
+    Ok(Arc::new(ModelVersion {
+        name: config.name.clone(),
+        version,
+        version_str: version.to_string(),
+        config: Arc::new(config.clone()),
+        config_json,
+        io,
+        metadata,
+        // Only the key is used: requests find the ensemble's statistics by
+        // it; no scheduler is installed (the receiving shard runs the plan).
+        scheduler: placement.next(),
+        instances: Vec::new(),
+        sequence: None,
+        stats: Arc::new(ModelStats::new(placement.shard_count(), max_batch)),
+        ensemble: Some(Arc::new(plan)),
+    }))
+}

@@ -1,0 +1,26 @@
+//! The ensemble scheduler: `platform: "ensemble"` models, whose
+//! `ensemble_scheduling` steps form a DAG of composing models.
+//!
+//! - `graph`: the ensemble's own data flow checked (Triton's
+//!   `ValidateEnsembleSchedulingConfig`);
+//! - `plan`: compiled at load against the loaded composing models (their
+//!   versions, batch sizes, datatypes and shapes) into slot indices;
+//! - `load`: ensembles load after every other model, in dependency order;
+//! - `execute`: a request runs on the shard that received it; each step is
+//!   an ordinary request to its composing model's scheduler (so it batches
+//!   with direct traffic and counts in that model's statistics), started
+//!   as soon as its inputs exist.
+//!
+//! Readiness: an ensemble is loaded (READY) only when every composing
+//! model is ready at load time. Unloading a composing model later cannot
+//! happen yet (no repository API); when it can (issue 10), the ensemble's
+//! state must follow — pending.
+
+mod execute;
+mod graph;
+mod load;
+mod plan;
+
+pub use execute::start;
+pub use load::{is_ensemble, load_ensembles};
+pub use plan::EnsemblePlan;
