@@ -90,14 +90,14 @@ pub(super) async fn submit(
                 .and_then(|()| validate_request(&model.io, &model.name, &mut request))
                 .and_then(|()| sequence_of(model, &request));
             match checked {
-                Ok(sequence) => Ok((model.scheduler, sequence, model.ensemble.clone())),
+                Ok(sequence) => Ok((model.scheduler, sequence)),
                 Err(e) => {
                     record_outcome(s.id, model, received, Err(&e));
                     Err(e)
                 }
             }
         })
-        .map(|(target, sequence, ensemble)| {
+        .map(|(target, sequence)| {
             let job = Job {
                 request,
                 reply: tx,
@@ -107,13 +107,7 @@ pub(super) async fn submit(
                 sequence,
                 responses,
             };
-            // An ensemble runs here, on the receiving shard; its steps go
-            // to their models' schedulers.
-            let pending = match ensemble {
-                Some(plan) => super::ensemble::start(plan, job),
-                None => s.dispatch(target, job),
-            };
-            (pending, target, s.request_timeout)
+            (s.dispatch(target, job), target, s.request_timeout)
         })
     })
     .ok_or_else(not_on_shard)??;
