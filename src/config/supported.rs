@@ -17,7 +17,8 @@ use crate::proto::inference::{
 ///
 /// - `dynamic_batching { preserve_ordering: true }` with more than one
 ///   instance (one instance answers in order by construction);
-/// - `platform: "ensemble"` and `ensemble_scheduling`;
+/// - an ensemble's `step` with a `model_namespace` (namespaces are not
+///   implemented);
 /// - `model_transaction_policy { decoupled: true }` together with
 ///   `sequence_batching` (the sequence executor answers once per request),
 ///   or with `shardserve_execution: "inline"` (a decoupled backend may block
@@ -38,7 +39,8 @@ use crate::proto::inference::{
 /// - `model_operations` (custom operator libraries).
 ///
 /// Accepted: the default scheduler, `dynamic_batching` with all of its
-/// fields, `sequence_batching` (checked by `scheduler::sequence::spec`,
+/// fields, `ensemble_scheduling` with `platform: "ensemble"` (checked by
+/// `scheduler::ensemble` at load), `sequence_batching` (checked by `scheduler::sequence::spec`,
 /// which refuses `iterative_sequence`), `instance_group` of `KIND_CPU` / `KIND_AUTO` / `KIND_MODEL`
 /// (run on CPU), `version_policy`, `reshape`, `optional` inputs,
 /// `parameters`, `label_filename`, and fields that are purely advisory
@@ -108,8 +110,15 @@ pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
 
     match &config.scheduling_choice {
         Some(SchedulingChoice::SequenceBatching(_)) => {}
-        Some(SchedulingChoice::EnsembleScheduling(_)) => {
-            refuse("ensemble_scheduling".into(), Some("ensemble models"))
+        Some(SchedulingChoice::EnsembleScheduling(e)) => {
+            // Ensembles are served (`scheduler::ensemble`, which checks the
+            // data flow against the composing models at load).
+            if let Some(step) = e.step.iter().find(|s| !s.model_namespace.is_empty()) {
+                refuse(
+                    format!("ensemble_scheduling step model_namespace {:?}", step.model_namespace),
+                    Some("model namespacing is not implemented"),
+                );
+            }
         }
         Some(SchedulingChoice::DynamicBatching(db))
             if db.preserve_ordering && instances(config) > 1 =>
@@ -121,11 +130,7 @@ pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
                 Some("use one instance, or leave preserve_ordering out"),
             )
         }
-        Some(SchedulingChoice::DynamicBatching(_)) | None => {
-            if config.platform == "ensemble" {
-                refuse("platform \"ensemble\"".into(), Some("ensemble models"));
-            }
-        }
+        Some(SchedulingChoice::DynamicBatching(_)) | None => {}
     }
     if config
         .model_transaction_policy
@@ -316,12 +321,15 @@ mod tests {
     }
 
     #[test]
-    fn ensembles_are_refused() {
-        assert!(refusal("platform: \"ensemble\"").contains("platform \"ensemble\""));
-        assert!(
-            refusal("ensemble_scheduling { step [ { model_name: \"a\" } ] }")
-                .contains("ensemble_scheduling")
-        );
+    fn ensembles_are_accepted_without_namespaces() {
+        check_supported(&config(
+            "platform: \"ensemble\" ensemble_scheduling { step [ { model_name: \"a\" } ] }",
+        ))
+        .unwrap();
+        assert!(refusal(
+            "platform: \"ensemble\" ensemble_scheduling { step [ { model_name: \"a\" model_namespace: \"n\" } ] }"
+        )
+        .contains("model_namespace"));
     }
 
     #[test]
@@ -414,7 +422,7 @@ mod tests {
 
     #[test]
     fn every_refused_feature_is_named_in_one_message() {
-        let e = refusal("ensemble_scheduling { } model_warmup [ { name: \"w\" } ] response_cache { enable: true }");
+        let e = refusal("dynamic_batching { preserve_ordering: true } instance_group [ { count: 2 } ] model_warmup [ { name: \"w\" } ] response_cache { enable: true }");
         assert!(
             e.starts_with(
                 "model 'm': these configuration features are not supported yet by shardserve: "
@@ -422,13 +430,13 @@ mod tests {
             "{e}"
         );
         assert!(
-            e.contains("ensemble_scheduling")
+            e.contains("preserve_ordering")
                 && e.contains("model_warmup")
                 && e.contains("response_cache"),
             "{e}"
         );
         assert_eq!(
-            unsupported_features(&config("ensemble_scheduling { } model_warmup [ { } ]")).len(),
+            unsupported_features(&config("response_cache { enable: true } model_warmup [ { } ]")).len(),
             2
         );
     }

@@ -90,14 +90,14 @@ pub(super) async fn submit(
                 .and_then(|()| validate_request(&model.io, &model.name, &mut request))
                 .and_then(|()| sequence_of(model, &request));
             match checked {
-                Ok(sequence) => Ok((model.scheduler, sequence)),
+                Ok(sequence) => Ok((model.scheduler, sequence, model.ensemble.clone())),
                 Err(e) => {
                     record_outcome(s.id, model, received, Err(&e));
                     Err(e)
                 }
             }
         })
-        .map(|(target, sequence)| {
+        .map(|(target, sequence, ensemble)| {
             let job = Job {
                 request,
                 reply: tx,
@@ -107,7 +107,13 @@ pub(super) async fn submit(
                 sequence,
                 responses,
             };
-            (s.dispatch(target, job), target, s.request_timeout)
+            // An ensemble runs here, on the receiving shard; its steps go
+            // to their models' schedulers.
+            let pending = match ensemble {
+                Some(plan) => super::ensemble::start(plan, job),
+                None => s.dispatch(target, job),
+            };
+            (pending, target, s.request_timeout)
         })
     })
     .ok_or_else(not_on_shard)??;

@@ -5,13 +5,14 @@
 //! (FIFO for the default scheduler, the dynamic batcher otherwise) feeding
 //! its instances, which run inline (light built-in backends) or on compute
 //! worker threads. A sequence model's scheduler runs the sequence batcher
-//! (`sequence`) in the same place. Ensembles are refused at load time by
-//! `config::check_supported`.
+//! (`sequence`) in the same place. An ensemble has no scheduler of its own:
+//! `ensemble` runs its steps from the receiving shard.
 
 mod batch;
 pub mod decoupled;
 mod dispatch;
 pub mod dynamic_batcher;
+pub mod ensemble;
 mod execute;
 mod job;
 mod model_scheduler;
