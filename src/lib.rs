@@ -15,5 +15,6 @@ pub mod repository;
 pub mod scheduler;
 pub mod server;
 pub mod shard;
+pub mod shm;
 pub mod tuning;
 pub mod types;

@@ -30,6 +30,7 @@ pub const EXTENSIONS: &[&str] = &[
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "system_shared_memory",
 ];
 
 impl ServerState {

@@ -112,12 +112,6 @@ pub fn decode_model_infer_request_for(
     // the "contents field must not be specified" message even when the
     // raw count is also wrong.
     for input in &inputs {
-        if input.parameters.contains_key(SHARED_MEMORY_REGION) {
-            return Err(InferError::unsupported(format!(
-                "input '{}' for model '{model}': shared-memory inputs are not supported",
-                clip(&input.name)
-            )));
-        }
         if use_raw && input.contents.is_some() {
             return Err(InferError::invalid(format!(
                 // Triton's exact wording: client code searches for it.
@@ -136,10 +130,16 @@ pub fn decode_model_infer_request_for(
             }
         }
     }
-    if use_raw && raw_input_contents.len() != inputs.len() {
+    // Inputs in shared memory have no raw contents (tritonclient sends
+    // raw contents for the other inputs only, in order).
+    let in_memory = inputs
+        .iter()
+        .filter(|i| !i.parameters.contains_key(SHARED_MEMORY_REGION))
+        .count();
+    if use_raw && raw_input_contents.len() != in_memory {
         return Err(InferError::invalid(format!(
-            "expected {} raw_input_contents (one per input) but got {} for model '{model}'",
-            inputs.len(),
+            "expected {in_memory} raw_input_contents (one per input not in shared memory) \
+             but got {} for model '{model}'",
             raw_input_contents.len()
         )));
     }
@@ -147,7 +147,11 @@ pub fn decode_model_infer_request_for(
     let mut raw = raw_input_contents.into_iter();
     let mut tensors = Vec::with_capacity(inputs.len());
     for input in inputs {
-        tensors.push(decode_input(input, raw.next(), &model)?);
+        if input.parameters.contains_key(SHARED_MEMORY_REGION) {
+            tensors.push(decode_shm_input(input, &model)?);
+        } else {
+            tensors.push(decode_input(input, raw.next(), &model)?);
+        }
     }
 
     let outputs = outputs
@@ -165,6 +169,41 @@ pub fn decode_model_infer_request_for(
         inputs: tensors,
         outputs,
         parameters: params_from_proto(parameters),
+    })
+}
+
+/// An input whose data is in a registered system shared memory region.
+fn decode_shm_input(input: InferInputTensor, model: &str) -> Result<Tensor, InferError> {
+    let what = format!("input '{}' for model '{model}'", clip(&input.name));
+    let params = params_from_proto(input.parameters);
+    let Some(shm) = crate::shm::shm_ref(&params, &what)? else {
+        return Err(InferError::internal(format!("{what}: no shared memory region")));
+    };
+    if input.contents.is_some() {
+        return Err(InferError::invalid(format!(
+            "{what}: contents field must not be specified when using shared memory"
+        )));
+    }
+    let datatype = DataType::from_wire(&input.datatype)
+        .ok_or_else(|| InferError::invalid(format!("{what}: unknown datatype '{}'", clip(&input.datatype))))?;
+    if let Some(d) = input.shape.iter().find(|&&d| d < 0) {
+        return Err(InferError::invalid(format!(
+            "{what}: shape {} has a negative dimension {d}",
+            show_shape(&input.shape)
+        )));
+    }
+    let count = element_count(&input.shape).ok_or_else(|| {
+        InferError::invalid(format!(
+            "{what}: shape {} has more elements than can be addressed",
+            show_shape(&input.shape)
+        ))
+    })?;
+    let data = crate::shm::read_input(&shm, datatype, count, &input.shape, &what)?;
+    Ok(Tensor {
+        name: input.name,
+        datatype,
+        shape: input.shape,
+        data,
     })
 }
 

@@ -1,8 +1,10 @@
 //! gRPC (`inference.GRPCInferenceService`, `grpc.health.v1`).
 pub mod codec;
+mod compression;
 mod health;
 mod server;
 mod service;
+mod shm_service;
 mod status;
 mod stream;
 

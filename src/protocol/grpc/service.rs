@@ -23,6 +23,14 @@ use crate::{
         ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse,
         ServerReadyRequest, ServerReadyResponse,
     },
+    proto::inference::{
+        CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse,
+        CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse,
+        CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse,
+        SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse,
+        SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse,
+        SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse,
+    },
     scheduler,
     server::state,
     shard,
@@ -193,8 +201,57 @@ impl GrpcInferenceService for InferenceService {
         let request = decode_infer_request(req.into_inner())
             .await
             .map_err(to_status)?;
-        let response = scheduler::infer(request).await.map_err(to_status)?;
+        let shm_outputs = crate::shm::OutputTargets::resolve(&request.outputs, &request.model_name)
+            .map_err(to_status)?;
+        let mut response = scheduler::infer(request).await.map_err(to_status)?;
+        if let Some(targets) = &shm_outputs {
+            targets.write(&mut response).map_err(to_status)?;
+        }
         Ok(Response::new(encode_model_infer_response(response)))
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        req: Request<SystemSharedMemoryStatusRequest>,
+    ) -> Result<Response<SystemSharedMemoryStatusResponse>, Status> {
+        super::shm_service::system_status(req.into_inner()).map(Response::new)
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        req: Request<SystemSharedMemoryRegisterRequest>,
+    ) -> Result<Response<SystemSharedMemoryRegisterResponse>, Status> {
+        super::shm_service::system_register(req.into_inner()).map(Response::new)
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        req: Request<SystemSharedMemoryUnregisterRequest>,
+    ) -> Result<Response<SystemSharedMemoryUnregisterResponse>, Status> {
+        super::shm_service::system_unregister(req.into_inner()).map(Response::new)
+    }
+
+    async fn cuda_shared_memory_status(
+        &self,
+        req: Request<CudaSharedMemoryStatusRequest>,
+    ) -> Result<Response<CudaSharedMemoryStatusResponse>, Status> {
+        super::shm_service::cuda_status(req.into_inner()).map(Response::new)
+    }
+
+    async fn cuda_shared_memory_register(
+        &self,
+        req: Request<CudaSharedMemoryRegisterRequest>,
+    ) -> Result<Response<CudaSharedMemoryRegisterResponse>, Status> {
+        super::shm_service::cuda_register(req.into_inner()).map(Response::new)
+    }
+
+    async fn cuda_shared_memory_unregister(
+        &self,
+        _: Request<CudaSharedMemoryUnregisterRequest>,
+    ) -> Result<Response<CudaSharedMemoryUnregisterResponse>, Status> {
+        // No CUDA region can be registered here, so nothing to forget
+        // (Triton answers OK for an unknown name too).
+        Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
     }
 
     async fn model_stream_infer(

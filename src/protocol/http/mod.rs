@@ -2,6 +2,7 @@
 pub mod codec;
 mod metrics;
 mod routes;
+mod shm_routes;
 mod server;
 mod status;
 

@@ -116,6 +116,9 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
                 StatusCode::SERVICE_UNAVAILABLE
             }))
         }
+        ["v2", "systemsharedmemory" | "cudasharedmemory", ..] => {
+            super::shm_routes::handle(req, &segs[1..]).await
+        }
         ["v2", "models", "stats"] => {
             expect_get(&method).ok_or_else(not_allowed)?;
             stats_response(&*model_table()?, "", "")
@@ -240,7 +243,11 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
         };
     let requested = request.outputs.clone();
     let parameters = request.parameters.clone();
-    let response = scheduler::infer(request).await?;
+    let shm_outputs = crate::shm::OutputTargets::resolve(&requested, model)?;
+    let mut response = scheduler::infer(request).await?;
+    if let Some(targets) = &shm_outputs {
+        targets.write(&mut response)?;
+    }
     let encoded = encode_infer_response(&response, &requested, &parameters)?;
     let content_type = if encoded.json_header_length.is_some() {
         "application/octet-stream"

@@ -70,6 +70,8 @@ enum Source<'a> {
     Json(&'a RawValue),
     /// The next `binary_data_size` bytes after the JSON header.
     Binary(usize),
+    /// A registered system shared memory region.
+    Shm(crate::shm::ShmRef),
 }
 
 /// Decodes an inference request body.
@@ -221,17 +223,16 @@ fn check_input<'a>(
              'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But{but}"
         )));
     }
-    if shm {
-        // `Tensor` has no way to point into a registered region yet.
-        return Err(InferError::unsupported(format!(
-            "input '{name}' for model '{model}': shared-memory inputs are not supported"
-        )));
-    }
+    let shm_ref = crate::shm::shm_ref(params, &format!("input '{name}' for model '{model}'"))?;
     if let Some(io) = io {
         io.check_input(model, &input.name, datatype, shape, batch)?;
     }
 
     let source = match (input.data, binary_size) {
+        _ if shm_ref.is_some() => match shm_ref {
+            Some(r) => Source::Shm(r),
+            None => Source::Binary(0),
+        },
         (Some(data), _) => Source::Json(data),
         (None, Some(size)) => {
             let size = match size {
@@ -300,6 +301,13 @@ fn decode_data(
     let data = match source {
         Source::Json(data) => json_data::decode(datatype, data.get(), count)
             .map_err(|e| invalid(format!("Unable to parse 'data': {}", e.describe(datatype))))?,
+        Source::Shm(r) => crate::shm::read_input(
+            &r,
+            datatype,
+            count,
+            &shape,
+            &format!("input '{shown}' for model '{model}'"),
+        )?,
         Source::Binary(size) => {
             let start = *cursor;
             let end = start
@@ -739,12 +747,17 @@ mod tests {
     }
 
     #[test]
-    fn shared_memory_inputs_are_unsupported() {
+    fn shared_memory_input_names_an_unknown_region() {
         let r = decode_json(
             json!({"inputs": [{"name": "X", "datatype": "INT32", "shape": [1],
-            "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 4}}]}),
+            "parameters": {"shared_memory_region": "no_such_region_anywhere", "shared_memory_byte_size": 4}}]}),
         );
-        assert_eq!(r.unwrap_err().kind, ErrorKind::Unsupported);
+        let e = r.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotFound);
+        assert_eq!(
+            e.message,
+            "Unable to find shared memory region: 'no_such_region_anywhere'"
+        );
     }
 
     #[test]

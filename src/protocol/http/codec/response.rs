@@ -95,6 +95,17 @@ pub fn encode_infer_response(
     // A rough size so typical responses serialize without regrowing.
     let mut estimate = 128usize;
     for t in &resp.outputs {
+        if crate::shm::output_in_shm(requested, &t.name) {
+            // Written into the client's region: datatype and shape only.
+            outputs.push(OutputJson {
+                name: &t.name,
+                datatype: t.datatype.as_str(),
+                shape: &t.shape,
+                parameters: None,
+                data: None,
+            });
+            continue;
+        }
         check_output(t)?;
         let is_binary = wants_binary(&t.name, requested, request_parameters);
         estimate = estimate.saturating_add(64 + t.name.len());

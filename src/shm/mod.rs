@@ -1,0 +1,259 @@
+//! Triton's system shared memory extension: clients register POSIX shm
+//! regions (`/v2/systemsharedmemory`, gRPC `SystemSharedMemory*`), then
+//! name them in inference requests through the tensor parameters
+//! `shared_memory_region`, `shared_memory_offset` and
+//! `shared_memory_byte_size`.
+//!
+//! - An input read from a region is a `Bytes` that owns an `Arc` of the
+//!   region: no copy, and the mapping outlives an unregister that races
+//!   the request.
+//! - An output requested into a region is copied there once after the
+//!   model ran (the backends write into their own buffers), and the
+//!   response carries the output's datatype and shape without its data.
+//!
+//! CUDA shared memory is answered with Triton's errors for a server built
+//! without GPU support (see `protocol/http/shm_routes.rs` and the gRPC
+//! service); `mapping` and `registry` hold the mechanics.
+
+mod mapping;
+pub mod registry;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+pub use registry::{global, Region, Registry};
+
+use crate::{
+    error_texts,
+    types::{
+        bytes_elements, clip, show_shape, DataType, InferError, InferResponse, ParamValue,
+        Parameters, RequestedOutput,
+    },
+};
+
+/// Tensor parameter naming the region.
+pub const REGION: &str = "shared_memory_region";
+/// Tensor parameter: offset of the tensor inside the region.
+pub const OFFSET: &str = "shared_memory_offset";
+/// Tensor parameter: bytes of the region the tensor may use.
+pub const BYTE_SIZE: &str = "shared_memory_byte_size";
+
+/// Where a tensor lives, as a request's parameters say.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShmRef {
+    pub region: String,
+    pub offset: u64,
+    /// `None` when the request did not say (inputs: 0, outputs: the rest
+    /// of the region).
+    pub byte_size: Option<u64>,
+}
+
+fn non_negative(v: &ParamValue) -> Option<u64> {
+    match v {
+        ParamValue::Int(n) => u64::try_from(*n).ok(),
+        ParamValue::Uint(n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// The shared memory reference in a tensor's parameters, if any. `what`
+/// names the tensor in errors ("input 'X' for model 'M'").
+pub fn shm_ref(params: &Parameters, what: &str) -> Result<Option<ShmRef>, InferError> {
+    let Some(region) = params.get(REGION) else {
+        return Ok(None);
+    };
+    let ParamValue::String(region) = region else {
+        return Err(InferError::invalid(format!(
+            "{what}: Unable to parse '{REGION}': it must be a string"
+        )));
+    };
+    let number = |key: &str| -> Result<Option<u64>, InferError> {
+        params
+            .get(key)
+            .map(|v| {
+                non_negative(v).ok_or_else(|| {
+                    InferError::invalid(format!(
+                        "{what}: Unable to parse '{key}': it must be a non-negative integer"
+                    ))
+                })
+            })
+            .transpose()
+    };
+    Ok(Some(ShmRef {
+        region: region.clone(),
+        offset: number(OFFSET)?.unwrap_or(0),
+        byte_size: number(BYTE_SIZE)?,
+    }))
+}
+
+/// `[offset, offset + byte_size)` of `region`, checked as Triton checks it.
+fn bounds(region: &Region, offset: u64, byte_size: u64) -> Result<(usize, usize), InferError> {
+    if offset >= region.byte_size {
+        return Err(error_texts::shm_invalid_offset(&region.name));
+    }
+    let end = offset
+        .checked_add(byte_size)
+        .filter(|&e| e <= region.byte_size)
+        .ok_or_else(|| error_texts::shm_invalid_range(&region.name))?;
+    // Both fit in the mapping's usize length, which was checked at registration.
+    let offset =
+        usize::try_from(offset).map_err(|_| error_texts::shm_invalid_range(&region.name))?;
+    let len =
+        usize::try_from(end).map_err(|_| error_texts::shm_invalid_range(&region.name))? - offset;
+    Ok((offset, len))
+}
+
+/// A tensor's bytes inside a region; keeps the region mapped.
+struct RegionSlice {
+    region: Arc<Region>,
+    offset: usize,
+    len: usize,
+}
+
+impl AsRef<[u8]> for RegionSlice {
+    fn as_ref(&self) -> &[u8] {
+        // In bounds: checked by `bounds` when the slice was made.
+        self.region
+            .mapping
+            .slice(self.offset, self.len)
+            .unwrap_or_default()
+    }
+}
+
+/// Reads an input of `datatype` with `count` elements (its shape) from the
+/// region `r` names, checking that the bytes agree with the shape. `what`
+/// names the input in errors.
+pub fn read_input(
+    r: &ShmRef,
+    datatype: DataType,
+    count: usize,
+    shape: &[i64],
+    what: &str,
+) -> Result<Bytes, InferError> {
+    let region = global().get(&r.region)?;
+    let (offset, len) = bounds(&region, r.offset, r.byte_size.unwrap_or(0))?;
+    let data = Bytes::from_owner(RegionSlice {
+        region,
+        offset,
+        len,
+    });
+    match datatype.element_size() {
+        Some(elem) => {
+            if count.checked_mul(elem) != Some(len) {
+                return Err(InferError::invalid(format!(
+                    "{what}: unexpected size: shape {} of {datatype} needs {} bytes, \
+                     but '{BYTE_SIZE}' is {len}",
+                    show_shape(shape),
+                    count
+                        .checked_mul(elem)
+                        .map_or_else(|| "more than addressable".into(), |n| n.to_string())
+                )));
+            }
+        }
+        None => {
+            let n = bytes_elements(&data)
+                .map_err(|e| {
+                    InferError::invalid(format!(
+                        "{what}: malformed BYTES data in shared memory: {e}"
+                    ))
+                })?
+                .count();
+            if n != count {
+                return Err(InferError::invalid(format!(
+                    "{what}: BYTES data in shared memory holds {n} elements, but shape {} declares {count}",
+                    show_shape(shape)
+                )));
+            }
+        }
+    }
+    Ok(data)
+}
+
+/// True when the client asked for `output` in a region.
+pub fn output_in_shm(requested: &[RequestedOutput], output: &str) -> bool {
+    requested
+        .iter()
+        .any(|r| r.name == output && r.parameters.contains_key(REGION))
+}
+
+/// One output to be written into a region.
+#[derive(Debug)]
+struct OutputTarget {
+    output: String,
+    region: Arc<Region>,
+    offset: usize,
+    len: usize,
+}
+
+/// The regions a request's outputs go to, resolved before the model runs
+/// (an unknown region fails the request without running it, and the
+/// `Arc`s keep the regions mapped until the outputs are written).
+#[derive(Debug)]
+pub struct OutputTargets(Vec<OutputTarget>);
+
+impl OutputTargets {
+    /// `None` when no requested output names a region (no allocation).
+    pub fn resolve(requested: &[RequestedOutput], model: &str) -> Result<Option<Self>, InferError> {
+        if !requested.iter().any(|r| r.parameters.contains_key(REGION)) {
+            return Ok(None);
+        }
+        let mut targets = Vec::new();
+        for r in requested {
+            let what = format!("output '{}' for model '{}'", clip(&r.name), clip(model));
+            let Some(shm) = shm_ref(&r.parameters, &what)? else {
+                continue;
+            };
+            // Triton's texts: classification results are not stored in
+            // shared memory, and binary data goes in the body.
+            if r.class_count().is_some() {
+                return Err(InferError::invalid(
+                    "Output can't set both 'shared_memory_region' and 'classification'",
+                ));
+            }
+            if matches!(
+                r.parameters.get("binary_data"),
+                Some(ParamValue::Bool(true))
+            ) {
+                return Err(InferError::invalid(
+                    "Output can't set both 'shared_memory_region' and 'binary_data'",
+                ));
+            }
+            let region = global().get(&shm.region)?;
+            let byte_size = shm
+                .byte_size
+                .unwrap_or_else(|| region.byte_size.saturating_sub(shm.offset));
+            let (offset, len) = bounds(&region, shm.offset, byte_size)?;
+            targets.push(OutputTarget {
+                output: r.name.clone(),
+                region,
+                offset,
+                len,
+            });
+        }
+        Ok(Some(Self(targets)))
+    }
+
+    /// Copies each target output into its region and leaves the response's
+    /// tensor without data (the protocols then send datatype and shape
+    /// only, as Triton does).
+    pub fn write(&self, response: &mut InferResponse) -> Result<(), InferError> {
+        for t in &self.0 {
+            let Some(tensor) = response.outputs.iter_mut().find(|o| o.name == t.output) else {
+                continue;
+            };
+            if tensor.data.len() > t.len || !t.region.mapping.write(t.offset, &tensor.data) {
+                // Triton's text (INTERNAL, as its allocator reports it).
+                return Err(InferError::internal(format!(
+                    "shared memory size specified with the request for output '{}' ({} bytes) \
+                     should be at least {} bytes to hold the results",
+                    clip(&t.output),
+                    t.len,
+                    tensor.data.len()
+                )));
+            }
+            tensor.data = Bytes::new();
+        }
+        Ok(())
+    }
+}
