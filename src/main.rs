@@ -57,9 +57,12 @@ struct Cli {
     strict_model_config: bool,
     #[arg(long, value_enum, default_value = "none")]
     model_control_mode: ControlMode,
-    /// Model to load at start-up in explicit mode (repeatable).
+    /// Model to load at start-up in explicit mode (repeatable; `*` loads all).
     #[arg(long)]
     load_model: Vec<String>,
+    /// Poll mode: seconds between scans of the repositories for changes.
+    #[arg(long, default_value_t = 15)]
+    repository_poll_secs: u64,
     /// Seconds to let in-flight requests finish on SIGINT/SIGTERM.
     #[arg(long, default_value_t = 30)]
     exit_timeout_secs: u64,
@@ -179,9 +182,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let mode = match cli.model_control_mode {
         ControlMode::None => ModelControlMode::None,
         ControlMode::Explicit => ModelControlMode::Explicit,
-        ControlMode::Poll => {
-            anyhow::bail!("--model-control-mode=poll is not supported yet; use none or explicit")
-        }
+        ControlMode::Poll => ModelControlMode::Poll,
     };
     let options = ServerOptions {
         host: cli.host,
@@ -196,6 +197,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         strict_model_config: cli.strict_model_config,
         model_control_mode: mode,
         load_models: cli.load_model,
+        repository_poll: Duration::from_secs(cli.repository_poll_secs.max(1)),
         exit_timeout: Duration::from_secs(cli.exit_timeout_secs),
         request_timeout: (cli.request_timeout_ms > 0)
             .then(|| Duration::from_millis(cli.request_timeout_ms)),

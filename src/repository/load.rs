@@ -178,7 +178,23 @@ pub fn load_model(
     placement: &mut Placement,
     send: SendControl<'_>,
 ) -> crate::model::ModelEntry {
-    let prepared = read_config(dir, opts).and_then(|config| {
+    load_model_with(dir, None, opts, placement, send)
+}
+
+/// [`load_model`] with a configuration that replaces `config.pbtxt` (the
+/// repository API's `config` override).
+pub fn load_model_with(
+    dir: &ModelDir,
+    config_override: Option<ModelConfig>,
+    opts: &LoadOptions,
+    placement: &mut Placement,
+    send: SendControl<'_>,
+) -> crate::model::ModelEntry {
+    let config = match config_override {
+        Some(c) => named(c, dir),
+        None => read_config(dir, opts),
+    };
+    let prepared = config.and_then(|config| {
         let versions =
             select_versions(config.version_policy.as_ref(), &version_folders(&dir.path)?);
         if versions.is_empty() {
@@ -223,7 +239,7 @@ pub fn load_model(
 /// model gets a minimal config that auto-complete fills in, as in Triton.
 pub(crate) fn read_config(dir: &ModelDir, opts: &LoadOptions) -> anyhow::Result<ModelConfig> {
     let path = dir.path.join("config.pbtxt");
-    let mut config = if path.exists() {
+    let config = if path.exists() {
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("cannot read {}", path.display()))?;
         config::parse_model_config(&text).with_context(|| format!("invalid {}", path.display()))?
@@ -235,6 +251,12 @@ pub(crate) fn read_config(dir: &ModelDir, opts: &LoadOptions) -> anyhow::Result<
     } else {
         bail!("{} not found", path.display());
     };
+    named(config, dir)
+}
+
+/// Names the config after its folder (or checks that it matches), then
+/// refuses what this server does not support.
+fn named(mut config: ModelConfig, dir: &ModelDir) -> anyhow::Result<ModelConfig> {
     if config.name.is_empty() {
         config.name = dir.name.clone();
     } else if config.name != dir.name {

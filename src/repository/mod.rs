@@ -3,11 +3,12 @@
 //! Runs on the control plane, never on a shard.
 
 mod load;
+pub mod manager;
 mod scan;
 mod versions;
 
 pub(crate) use load::read_config;
-pub use load::{load_repository, LoadOptions, Placement};
+pub use load::{load_model_with, load_repository, LoadOptions, Placement};
 pub(crate) use scan::version_folders;
 pub use scan::{scan_repositories, ModelDir};
 pub use versions::select_versions;

@@ -19,7 +19,9 @@ pub use state::{ServerState, EXTENSIONS};
 use crate::{
     model::ModelTable,
     protocol::transport::{self, TransportLimits, TransportStats},
-    repository::{load_repository, scan_repositories, LoadOptions, Placement},
+    repository::{
+        load_repository, manager::Manager, scan_repositories, LoadOptions, Placement,
+    },
     shard::{ring, ShardControl, ShardId},
     tuning::ShardPlan,
 };
@@ -80,6 +82,9 @@ impl ServerHandle {
     /// timeout) and joins the shard threads.
     pub fn shutdown(self) -> anyhow::Result<()> {
         self.state.begin_shutdown();
+        if let Some(repository) = self.state.repository.get() {
+            repository.stop();
+        }
         for c in &self.control {
             let _ = c.unbounded_send(ShardControl::Shutdown);
         }
@@ -187,13 +192,33 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
 
     let placement = Placement::new(shard_count, compute)
         .with_workers(worker_cpus, options.tuning.compute.nice());
-    match load_models(&options, placement, &handle.control) {
+    let mut placement = placement;
+    match load_models(&options, &mut placement, &handle.control) {
         Ok(table) => {
+            let manager = Manager {
+                repositories: options.model_repositories.clone(),
+                mode: options.model_control_mode,
+                poll_interval: (options.model_control_mode == ModelControlMode::Poll)
+                    .then_some(options.repository_poll),
+                load: load_options(&options),
+                placement,
+                control: handle.control.clone(),
+                table: table.clone(),
+            };
             let table = Arc::new(table);
             for c in &handle.control {
                 let _ = c.unbounded_send(ShardControl::Table(table.clone()));
             }
             handle.table = table;
+            match manager.spawn() {
+                Ok(client) => {
+                    let _ = handle.state.repository.set(client);
+                }
+                Err(e) => {
+                    let _ = handle.shutdown();
+                    return Err(e);
+                }
+            }
         }
         Err(e) => {
             let _ = handle.shutdown();
@@ -264,20 +289,26 @@ fn transport_limits(options: &ServerOptions, accepting: usize) -> TransportLimit
     limits
 }
 
+fn load_options(options: &ServerOptions) -> LoadOptions {
+    LoadOptions {
+        strict: options.strict_model_config,
+        intra_op_threads: options.intra_op_threads,
+    }
+}
+
 fn load_models(
     options: &ServerOptions,
-    mut placement: Placement,
+    placement: &mut Placement,
     control: &[mpsc::UnboundedSender<ShardControl>],
 ) -> anyhow::Result<ModelTable> {
     let found = scan_repositories(&options.model_repositories)?;
     let only = match options.model_control_mode {
-        ModelControlMode::None => None,
-        ModelControlMode::Explicit => Some(options.load_models.as_slice()),
+        ModelControlMode::Explicit if !options.load_models.iter().any(|m| m == "*") => {
+            Some(options.load_models.as_slice())
+        }
+        _ => None,
     };
-    let load = LoadOptions {
-        strict: options.strict_model_config,
-        intra_op_threads: options.intra_op_threads,
-    };
+    let load = load_options(options);
     let send = |shard: ShardId, msg: ShardControl| -> anyhow::Result<()> {
         control
             .get(shard)
@@ -285,7 +316,7 @@ fn load_models(
             .unbounded_send(msg)
             .map_err(|_| anyhow::anyhow!("shard {shard} stopped"))
     };
-    Ok(load_repository(&found, only, &load, &mut placement, &send))
+    Ok(load_repository(&found, only, &load, placement, &send))
 }
 
 fn log_addresses(a: &Addresses, shards: usize) {

@@ -7,8 +7,12 @@ use crate::tuning::{IoDriver, TuningProfile};
 pub enum ModelControlMode {
     /// Load everything at start-up; no changes afterwards.
     None,
-    /// Load only `--load-model` models at start-up.
+    /// Load only `--load-model` models at start-up (`*`: all); load and
+    /// unload through the repository API afterwards.
     Explicit,
+    /// Load everything at start-up, then follow the repository's changes
+    /// every `--repository-poll-secs`.
+    Poll,
 }
 
 /// Everything `start` needs; the command line fills it in.
@@ -29,6 +33,8 @@ pub struct ServerOptions {
     pub strict_model_config: bool,
     pub model_control_mode: ModelControlMode,
     pub load_models: Vec<String>,
+    /// `--repository-poll-secs` in poll mode.
+    pub repository_poll: Duration,
     pub exit_timeout: Duration,
     /// `--request-timeout-ms`: an inference request not answered by then
     /// gets "Request timeout expired" and its queued work is dropped.
@@ -90,6 +96,7 @@ impl ServerOptions {
             pin_threads: true,
             strict_model_config: false,
             model_control_mode: ModelControlMode::None,
+            repository_poll: Duration::from_secs(15),
             load_models: Vec::new(),
             exit_timeout: Duration::from_secs(30),
             request_timeout: None,

@@ -21,6 +21,8 @@ pub struct ServerState {
     shards: usize,
     /// Shards whose own requests are all answered (shutdown only).
     drained_shards: AtomicUsize,
+    /// The repository thread (load, unload, index), once started.
+    pub repository: std::sync::OnceLock<crate::repository::manager::RepositoryClient>,
 }
 
 /// Extensions advertised by `GET /v2` and ServerMetadata: only those that work.
@@ -42,6 +44,7 @@ impl ServerState {
             shutting_down: AtomicBool::new(false),
             shards,
             drained_shards: AtomicUsize::new(0),
+            repository: std::sync::OnceLock::new(),
         })
     }
 

@@ -1,6 +1,7 @@
 //! HTTP/REST (KServe v2 + Triton extensions).
 pub mod codec;
 mod metrics;
+mod repository;
 mod routes;
 mod shm_routes;
 mod server;

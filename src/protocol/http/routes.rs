@@ -51,7 +51,7 @@ fn respond(status: StatusCode, content_type: &'static str, body: Bytes) -> HttpR
     resp
 }
 
-fn json_ok(value: &serde_json::Value) -> HttpResponse {
+pub(super) fn json_ok(value: &serde_json::Value) -> HttpResponse {
     respond(
         StatusCode::OK,
         "application/json",
@@ -59,7 +59,7 @@ fn json_ok(value: &serde_json::Value) -> HttpResponse {
     )
 }
 
-fn empty(status: StatusCode) -> HttpResponse {
+pub(super) fn empty(status: StatusCode) -> HttpResponse {
     let mut resp = Response::new(Full::new(Bytes::new()));
     *resp.status_mut() = status;
     resp
@@ -123,6 +123,7 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
             expect_get(&method).ok_or_else(not_allowed)?;
             stats_response(&*model_table()?, "", "")
         }
+        ["v2", "repository", rest @ ..] => super::repository::route(req, rest).await,
         ["v2", "models", model, rest @ ..] => {
             let (version, action) = match rest {
                 ["versions", v, action @ ..] => (*v, action),
@@ -316,7 +317,7 @@ async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, transport::Bod
 
 /// 413, 408, 503 or 400 for a body that was not read; the connection is
 /// closed, so the rest of the body is never read.
-fn body_error_response(e: &transport::BodyError) -> HttpResponse {
+pub(super) fn body_error_response(e: &transport::BodyError) -> HttpResponse {
     let mut resp = respond(e.status, "application/json", error_body(&e.message));
     resp.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
