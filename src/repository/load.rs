@@ -314,7 +314,9 @@ fn load_version(
     let config_json = Bytes::from(serde_json::to_vec(&config::model_config_to_json(&config))?);
 
     let count = instance_count(&config);
-    let place = execution_place(&config, backend.runs_inline(&config))?;
+    // A decoupled backend may block on a slow client: never on a shard.
+    let inline = backend.runs_inline(&config) && !crate::scheduler::is_decoupled(&config);
+    let place = execution_place(&config, inline)?;
     let max_batch = config.max_batch_size.max(0) as usize;
     let mut created = Vec::with_capacity(count);
     for index in 0..count {

@@ -1,9 +1,13 @@
-//! `ModelStreamInfer` for non-decoupled models: one
-//! `ModelStreamInferResponse` per `ModelInferRequest` read from the
-//! stream, sent as each completes.
+//! `ModelStreamInfer`: every response of every request read from the
+//! stream, sent as each is produced. A non-decoupled model gives one
+//! response per request; a decoupled one zero or more, then a final flag
+//! that is sent (as an empty response with `triton_final_response`) only
+//! to a request that asked for `triton_enable_empty_final_response`, as
+//! Triton does. Responses of one request keep their order; requests
+//! interleave.
 //!
 //! Requests are decoded exactly as unary `ModelInfer` does and dispatched
-//! to `scheduler::infer` in the order they arrive (a stateful sequence
+//! to `scheduler::infer_stream` in the order they arrive (a stateful sequence
 //! depends on it): each request's future is polled once as soon as it is
 //! read, which validates and queues it, before the next message is read.
 //! A request whose typed contents are decoded on the offload pool holds
@@ -19,7 +23,8 @@
 //! OK. When the inbound stream fails (reset, connection lost, a message
 //! that cannot be read), the requests in flight are dropped, which
 //! cancels their queued work. A reset response stream is dropped by hyper
-//! with everything in it, to the same effect.
+//! with everything in it, to the same effect: a decoupled model's next
+//! `send` fails and it stops working on the request.
 
 use std::{
     collections::VecDeque,
@@ -28,7 +33,7 @@ use std::{
     task::{Context, Poll},
 };
 
-use futures::{stream::FuturesUnordered, Stream, StreamExt};
+use futures::{stream::SelectAll, Stream, StreamExt};
 use tonic::{Code, Status, Streaming};
 
 use super::{
@@ -40,7 +45,7 @@ use crate::{
         infer_parameter::ParameterChoice, InferParameter, ModelInferRequest, ModelInferResponse,
         ModelStreamInferResponse,
     },
-    scheduler,
+    scheduler::{self, Streamed},
     shard::InFlight,
     types::{clip, clip_to, InferError, InferRequest, InferResponse, MESSAGE_BYTES},
 };
@@ -57,10 +62,12 @@ const READ_BUDGET: usize = 64;
 /// Request parameter: every response carries [`FINAL_RESPONSE`].
 const ENABLE_EMPTY_FINAL_RESPONSE: &str = "triton_enable_empty_final_response";
 /// Response parameter: whether this is the request's last response (always
-/// true for a non-decoupled model: one response per request).
+/// true for a non-decoupled model: one response per request; for a
+/// decoupled one, true only on the empty final response).
 const FINAL_RESPONSE: &str = "triton_final_response";
 
-type Answer = Pin<Box<dyn Future<Output = ModelStreamInferResponse> + Send>>;
+/// The stream responses of one request.
+type Answer = Pin<Box<dyn Stream<Item = ModelStreamInferResponse> + Send>>;
 type Decoding = Pin<Box<dyn Future<Output = Result<InferRequest, InferError>> + Send>>;
 
 /// What a request's response needs from the request once it has been
@@ -88,7 +95,24 @@ impl Ticket {
         }
     }
 
-    fn answer(self, result: Result<InferResponse, InferError>) -> ModelStreamInferResponse {
+    /// What one item of a request's response stream sends to the client,
+    /// if anything: a decoupled request's final flag only when the request
+    /// asked for it.
+    fn respond(&self, item: Result<Streamed, InferError>) -> Option<ModelStreamInferResponse> {
+        match item {
+            Ok(Streamed::Response { response, last }) => Some(self.answer(Ok(response), last)),
+            Ok(Streamed::Final(response)) => {
+                self.final_flag.then(|| self.answer(Ok(response), true))
+            }
+            Err(e) => Some(self.answer(Err(e), true)),
+        }
+    }
+
+    fn answer(
+        &self,
+        result: Result<InferResponse, InferError>,
+        last: bool,
+    ) -> ModelStreamInferResponse {
         let (error_message, mut response) = match result {
             Ok(response) => (String::new(), encode_model_infer_response(response)),
             // Triton sends the failed request's id back so that the client
@@ -96,9 +120,9 @@ impl Ticket {
             Err(e) => (
                 clip_to(&e.message, MESSAGE_BYTES).into_owned(),
                 ModelInferResponse {
-                    model_name: self.model_name,
-                    model_version: self.model_version,
-                    id: self.id,
+                    model_name: self.model_name.clone(),
+                    model_version: self.model_version.clone(),
+                    id: self.id.clone(),
                     ..Default::default()
                 },
             ),
@@ -107,7 +131,7 @@ impl Ticket {
             response.parameters.insert(
                 FINAL_RESPONSE.to_string(),
                 InferParameter {
-                    parameter_choice: Some(ParameterChoice::BoolParam(true)),
+                    parameter_choice: Some(ParameterChoice::BoolParam(last)),
                 },
             );
         }
@@ -119,10 +143,13 @@ impl Ticket {
 }
 
 /// Runs one decoded request; counted in flight on the shard (graceful
-/// shutdown waits for it) for as long as it lives.
-async fn run(ticket: Ticket, request: InferRequest) -> ModelStreamInferResponse {
-    let _in_flight = InFlight::enter();
-    ticket.answer(scheduler::infer(request).await)
+/// shutdown waits for it) for as long as its responses flow.
+fn run(ticket: Ticket, request: InferRequest) -> Answer {
+    let in_flight = InFlight::enter();
+    Box::pin(scheduler::infer_stream(request).filter_map(move |item| {
+        let _in_flight = &in_flight;
+        std::future::ready(ticket.respond(item))
+    }))
 }
 
 /// The response stream of one `ModelStreamInfer` call.
@@ -135,7 +162,7 @@ pub struct InferStream {
     /// A request being decoded off the shard; nothing behind it is read
     /// until it has been dispatched.
     decoding: Option<(Ticket, Decoding)>,
-    in_flight: FuturesUnordered<Answer>,
+    in_flight: SelectAll<Answer>,
     /// Answers that are already known (failed decoding or validation),
     /// in arrival order.
     ready: VecDeque<ModelStreamInferResponse>,
@@ -147,7 +174,7 @@ impl InferStream {
             inbound: Some(inbound),
             failure: None,
             decoding: None,
-            in_flight: FuturesUnordered::new(),
+            in_flight: SelectAll::new(),
             ready: VecDeque::new(),
         }
     }
@@ -203,8 +230,8 @@ impl InferStream {
     }
 
     /// Sends a decoded request to its scheduler now: the first poll of
-    /// `scheduler::infer` validates and queues it, so requests reach their
-    /// schedulers in stream order.
+    /// `scheduler::infer_stream` validates and queues it, so requests reach
+    /// their schedulers in stream order.
     fn dispatch(
         &mut self,
         ticket: Ticket,
@@ -214,13 +241,18 @@ impl InferStream {
         let request = match decoded {
             Ok(request) => request,
             Err(e) => {
-                self.ready.push_back(ticket.answer(Err(e)));
+                self.ready.push_back(ticket.answer(Err(e), true));
                 return;
             }
         };
-        let mut answer: Answer = Box::pin(run(ticket, request));
-        match answer.as_mut().poll(cx) {
-            Poll::Ready(response) => self.ready.push_back(response),
+        let mut answer = run(ticket, request);
+        match answer.as_mut().poll_next(cx) {
+            Poll::Ready(Some(response)) => {
+                // More may follow (a decoupled model).
+                self.ready.push_back(response);
+                self.in_flight.push(answer);
+            }
+            Poll::Ready(None) => {}
             Poll::Pending => self.in_flight.push(answer),
         }
     }
@@ -234,7 +266,7 @@ impl InferStream {
     /// response and the status, for a client that is still there.
     fn fail(&mut self, status: Status) {
         tracing::debug!(code = ?status.code(), message = status.message(), "grpc: stream inbound failed");
-        self.in_flight = FuturesUnordered::new();
+        self.in_flight = SelectAll::new();
         let status = match status.code() {
             Code::OutOfRange | Code::ResourceExhausted => Status::new(
                 status.code(),
@@ -269,11 +301,17 @@ impl Stream for InferStream {
             return Poll::Ready(Some(Ok(response)));
         }
         if !this.in_flight.is_empty() {
-            // `None` cannot come from a non-empty set; Pending registered
-            // the wake-ups of every request in it.
             return match this.in_flight.poll_next_unpin(cx) {
                 Poll::Ready(Some(response)) => Poll::Ready(Some(Ok(response))),
-                Poll::Ready(None) | Poll::Pending => Poll::Pending,
+                // Pending registered the wake-ups of every request in it.
+                Poll::Pending => Poll::Pending,
+                // The last requests ended with nothing more to send (a
+                // final flag nobody asked for): look again at once, with
+                // nothing in flight.
+                Poll::Ready(None) => {
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
             };
         }
         if this.decoding.is_some() {

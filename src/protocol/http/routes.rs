@@ -172,6 +172,12 @@ async fn model_route(
             ))
         }
         (["infer"], &Method::POST) => infer(req, model, version).await,
+        (["generate"], &Method::POST) => {
+            super::generate::generate(req, model, version, false).await
+        }
+        (["generate_stream"], &Method::POST) => {
+            super::generate::generate(req, model, version, true).await
+        }
         (["stats"], &Method::GET) => stats_response(&table, model, version),
         ([] | ["ready"] | ["config"] | ["infer"] | ["stats"], _) => {
             Err(InferError::invalid(format!(
@@ -218,6 +224,9 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
     // resolve is answered by `scheduler::infer` as before.
     let received = std::time::Instant::now();
     let target = model_table()?.resolve(model, version).ok().cloned();
+    if let Some(m) = &target {
+        scheduler::refuse_decoupled_http(m)?;
+    }
     let encoding = content_encoding(&headers)?;
     let request =
         match decode_request_body(body, encoding, header_length, model, version, target, limit)

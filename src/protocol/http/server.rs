@@ -95,7 +95,8 @@ async fn serve_connection<H, F>(
                 crate::protocol::identity::server_header(),
             );
             drop(active);
-            Ok::<_, std::convert::Infallible>(resp)
+            // A `/generate_stream` response streams its events.
+            Ok::<_, std::convert::Infallible>(super::generate::into_wire(resp))
         }
     });
     let conn = http1::Builder::new()
