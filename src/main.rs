@@ -145,11 +145,19 @@ fn init_logging(verbose: u8) {
     let filter =
         EnvFilter::try_from_env("SHARDSERVE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     // Colours only for a terminal: logs sent to a file or a collector stay plain text.
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_filter_reloading()
         .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+    // The logging extension (`/v2/logging`, gRPC LogSettings) swaps the filter at run time.
+    let handle = builder.reload_handle();
+    builder.init();
+    shardserve::protocol::logging::install(u32::from(verbose), move |directive| {
+        handle
+            .reload(EnvFilter::new(directive))
+            .map_err(|e| e.to_string())
+    });
 }
 
 fn main() -> ExitCode {

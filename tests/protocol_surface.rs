@@ -55,7 +55,8 @@ fn identity_defaults_to_triton_and_says_shardserve_elsewhere() {
         .collect();
     assert!(exts.contains(&"system_shared_memory"));
     // Not implemented here, so not advertised.
-    for missing in ["cuda_shared_memory", "trace", "logging"] {
+    assert!(exts.contains(&"logging"));
+    for missing in ["cuda_shared_memory", "trace"] {
         assert!(!exts.contains(&missing), "{missing} advertised");
     }
 }

@@ -7,4 +7,5 @@ pub mod compression;
 pub mod grpc;
 pub mod http;
 pub mod identity;
+pub mod logging;
 pub mod transport;

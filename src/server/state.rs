@@ -33,6 +33,7 @@ pub const EXTENSIONS: &[&str] = &[
     "parameters",
     "statistics",
     "system_shared_memory",
+    "logging",
 ];
 
 impl ServerState {

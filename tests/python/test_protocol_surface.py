@@ -354,3 +354,30 @@ def test_cuda_shm_answers_as_triton_without_gpu(server, proto):
     assert "Unable to find cuda shared memory region: 'cu'" in str(e.value)
     c.unregister_cuda_shared_memory("cu")
     c.unregister_cuda_shared_memory()
+
+
+# ---------------------------------------------------------------- logging
+
+def test_logging_extension_both_protocols(server):
+    h = httpclient.InferenceServerClient(server.http_url)
+    g = grpcclient.InferenceServerClient(server.grpc_url)
+    before = h.get_log_settings()
+    assert set(before) == {"log_file", "log_info", "log_warning", "log_error", "log_verbose_level", "log_format"}
+    try:
+        after = h.update_log_settings({"log_verbose_level": 1})
+        assert after["log_verbose_level"] == 1
+        got = g.get_log_settings(as_json=True)["settings"]
+        assert got["log_verbose_level"]["uint32_param"] == 1
+        got = g.update_log_settings({"log_warning": False}, as_json=True)["settings"]
+        assert got["log_warning"]["bool_param"] is False
+        assert h.get_log_settings()["log_warning"] is False
+        for bad in ({"log_info": 3}, {"log_verbose_level": "high"}, {"no_such_setting": True}):
+            with pytest.raises(InferenceServerException):
+                h.update_log_settings(bad)
+        with pytest.raises(InferenceServerException) as e:
+            h.update_log_settings({"log_file": "/tmp/elsewhere.log"})
+        assert "standard output" in str(e.value)
+        # A refused change changes nothing.
+        assert h.get_log_settings()["log_verbose_level"] == 1
+    finally:
+        h.update_log_settings({"log_verbose_level": before["log_verbose_level"], "log_warning": True})

@@ -210,6 +210,15 @@ impl GrpcInferenceService for InferenceService {
         Ok(Response::new(encode_model_infer_response(response)))
     }
 
+    async fn log_settings(
+        &self,
+        req: Request<crate::proto::inference::LogSettingsRequest>,
+    ) -> Result<Response<crate::proto::inference::LogSettingsResponse>, Status> {
+        crate::protocol::logging::grpc(req.into_inner())
+            .map(Response::new)
+            .map_err(to_status)
+    }
+
     async fn system_shared_memory_status(
         &self,
         req: Request<SystemSharedMemoryStatusRequest>,

@@ -116,6 +116,7 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
                 StatusCode::SERVICE_UNAVAILABLE
             }))
         }
+        ["v2", "logging"] => crate::protocol::logging::http(req).await,
         ["v2", "systemsharedmemory" | "cudasharedmemory", ..] => {
             super::shm_routes::handle(req, &segs[1..]).await
         }
