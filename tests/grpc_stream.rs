@@ -375,6 +375,56 @@ async fn requests_reach_the_scheduler_in_stream_order() {
     server.shutdown().expect("shutdown");
 }
 
+/// Typed contents large enough to be decoded on the offload pool: the
+/// request is answered like any other, and the small ones around it too.
+#[tokio::test]
+async fn large_typed_contents_are_decoded_off_the_shard_in_turn() {
+    let server = start_server(1);
+    let mut c = client(server.grpc_addr()).await;
+    let element = vec![b'z'; 300 << 10];
+    let big = ModelInferRequest {
+        model_name: "simple_identity".into(),
+        id: "big".into(),
+        inputs: vec![InferInputTensor {
+            name: "INPUT0".into(),
+            datatype: "BYTES".into(),
+            shape: vec![1, 1],
+            contents: Some(InferTensorContents {
+                bytes_contents: vec![element.clone()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let requests = vec![
+        simple_request("small-0", 0),
+        big,
+        simple_request("small-1", 1),
+    ];
+    let (responses, end) = stream_all(&mut c, requests).await;
+    end.expect("stream ends OK");
+    let by_id: HashMap<&str, &ModelStreamInferResponse> =
+        responses.iter().map(|r| (response_id(r), r)).collect();
+    assert_eq!(by_id.len(), 3);
+    assert_simple_sum(by_id["small-0"], 0);
+    assert_simple_sum(by_id["small-1"], 1);
+    let big = by_id["big"];
+    assert!(big.error_message.is_empty(), "{}", big.error_message);
+    let out = &big
+        .infer_response
+        .as_ref()
+        .expect("response")
+        .raw_output_contents[0];
+    let mut expected = (element.len() as u32).to_le_bytes().to_vec();
+    expected.extend_from_slice(&element);
+    assert!(
+        out[..] == expected[..],
+        "the identity of 300 KiB of typed BYTES"
+    );
+    server.shutdown().expect("shutdown");
+}
+
 /// A model repository in a temporary directory, removed on drop.
 struct TempRepo {
     root: PathBuf,
@@ -706,4 +756,67 @@ fn a_stream_holds_at_most_1024_requests_in_flight() {
         thread::sleep(Duration::from_millis(20));
     }
     server.shutdown().expect("shutdown");
+}
+
+/// Graceful shutdown with a stream open: what it has in flight is
+/// answered, then the stream ends UNAVAILABLE instead of holding its
+/// connection (and the shutdown) until the exit timeout.
+#[test]
+fn shutdown_answers_a_streams_requests_then_ends_it() {
+    let repo = TempRepo::slow("shutdown", 300);
+    let mut opts = ServerOptions::for_tests(&repo.root);
+    opts.cores = Some(2);
+    opts.exit_timeout = Duration::from_secs(30);
+    let server = start_with(opts);
+    let addr = server.grpc_addr();
+    let (sent_tx, sent_rx) = std::sync::mpsc::channel();
+    let client_thread = thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio");
+        rt.block_on(async {
+            let mut c = client(addr).await;
+            let (tx, rx) = mpsc::unbounded();
+            let mut responses = c
+                .model_stream_infer(rx)
+                .await
+                .expect("stream opens")
+                .into_inner();
+            tx.unbounded_send(slow_request("in-flight", 1))
+                .expect("send");
+            sent_tx.send(()).expect("signal");
+            let mut out = Vec::new();
+            let end = loop {
+                match responses.message().await {
+                    Ok(Some(r)) => out.push(r),
+                    Ok(None) => break Ok(()),
+                    Err(s) => break Err(s),
+                }
+            };
+            // The request side is still open: the server ended the call.
+            drop(tx);
+            (out, end)
+        })
+    });
+    sent_rx.recv().expect("request sent");
+    thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    server.shutdown().expect("shutdown");
+    let took = t.elapsed();
+    let (responses, end) = client_thread.join().expect("client");
+    assert_eq!(responses.len(), 1);
+    assert_eq!(response_id(&responses[0]), "in-flight");
+    assert!(
+        responses[0].error_message.is_empty(),
+        "{}",
+        responses[0].error_message
+    );
+    let status = end.expect_err("the stream ends UNAVAILABLE");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("shutting down"), "{status:?}");
+    assert!(
+        took < Duration::from_secs(5),
+        "shutdown took {took:?}: an open stream held it"
+    );
 }

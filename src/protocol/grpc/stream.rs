@@ -27,10 +27,11 @@
 //! `send` fails and it stops working on the request.
 
 use std::{
-    collections::VecDeque,
-    future::Future,
-    pin::Pin,
-    task::{Context, Poll},
+    cell::RefCell,
+    collections::{HashMap, VecDeque},
+    future::{poll_fn, Future},
+    pin::{pin, Pin},
+    task::{Context, Poll, Waker},
 };
 
 use futures::{stream::SelectAll, Stream, StreamExt};
@@ -46,7 +47,7 @@ use crate::{
         ModelStreamInferResponse,
     },
     scheduler::{self, Streamed},
-    shard::InFlight,
+    shard::{self, InFlight},
     types::{clip, clip_to, InferError, InferRequest, InferResponse, MESSAGE_BYTES},
 };
 
@@ -166,6 +167,9 @@ pub struct InferStream {
     /// Answers that are already known (failed decoding or validation),
     /// in arrival order.
     ready: VecDeque<ModelStreamInferResponse>,
+    /// This stream's place among the shard's open streams woken at
+    /// shutdown.
+    watch: Option<u64>,
 }
 
 impl InferStream {
@@ -176,6 +180,7 @@ impl InferStream {
             decoding: None,
             in_flight: SelectAll::new(),
             ready: VecDeque::new(),
+            watch: None,
         }
     }
 
@@ -201,8 +206,13 @@ impl InferStream {
                 return;
             }
             let Some(inbound) = &mut self.inbound else {
+                shutdown_watch::deregister(&mut self.watch);
                 return;
             };
+            if shutdown_watch::register(&mut self.watch, cx.waker()) {
+                self.stop_for_shutdown();
+                return;
+            }
             if budget == 0 {
                 // Polled again at once, after the shard's other tasks.
                 cx.waker().wake_by_ref();
@@ -255,6 +265,19 @@ impl InferStream {
             Poll::Ready(None) => {}
             Poll::Pending => self.in_flight.push(answer),
         }
+    }
+
+    /// Graceful shutdown: read nothing more, answer what is in flight (the
+    /// shard waits for it), then end the call UNAVAILABLE, so that an idle
+    /// stream does not hold its connection until the exit timeout and the
+    /// client knows that what it sent after the last answer was not read.
+    fn stop_for_shutdown(&mut self) {
+        self.inbound = None;
+        self.failure = Some(Status::unavailable(
+            "the server is shutting down: requests on this stream after the last answer \
+             were not read",
+        ));
+        shutdown_watch::deregister(&mut self.watch);
     }
 
     /// The inbound stream failed: whatever the cause (the client reset
@@ -323,5 +346,92 @@ impl Stream for InferStream {
         }
         // Half-closed: the end, OK; failed: the status, then the end.
         Poll::Ready(this.failure.take().map(Err))
+    }
+}
+
+impl Drop for InferStream {
+    fn drop(&mut self) {
+        shutdown_watch::deregister(&mut self.watch);
+    }
+}
+
+/// Wakes a shard's open streams when its graceful shutdown begins: an idle
+/// stream is polled by nothing else. One watcher task per shard, started
+/// with its first stream, waits on the shard's shutdown latch (a single
+/// waiter, however many streams come and go); streams register their
+/// waker while they read, and remove it when they stop or are dropped.
+mod shutdown_watch {
+    use super::*;
+
+    #[derive(Default)]
+    struct Watch {
+        watcher_started: bool,
+        shutting_down: bool,
+        next_key: u64,
+        streams: HashMap<u64, Waker>,
+    }
+
+    thread_local! {
+        static WATCH: RefCell<Watch> = RefCell::new(Watch::default());
+    }
+
+    /// Registers (or refreshes) a stream's waker; true once shutdown has
+    /// begun on this shard.
+    pub fn register(key: &mut Option<u64>, waker: &Waker) -> bool {
+        let start = WATCH
+            .try_with(|w| {
+                let mut w = w.borrow_mut();
+                if w.shutting_down {
+                    return Ok(true);
+                }
+                let k = *key.get_or_insert_with(|| {
+                    w.next_key += 1;
+                    w.next_key
+                });
+                match w.streams.get_mut(&k) {
+                    Some(old) if old.will_wake(waker) => {}
+                    Some(old) => old.clone_from(waker),
+                    None => {
+                        w.streams.insert(k, waker.clone());
+                    }
+                }
+                Err(!std::mem::replace(&mut w.watcher_started, true))
+            })
+            // The thread is exiting: nothing is served any more.
+            .unwrap_or(Ok(true));
+        match start {
+            Ok(shutting_down) => shutting_down,
+            Err(start_watcher) => {
+                if start_watcher {
+                    monoio::spawn(watch_shutdown());
+                }
+                false
+            }
+        }
+    }
+
+    pub fn deregister(key: &mut Option<u64>) {
+        if let Some(k) = key.take() {
+            let _ = WATCH.try_with(|w| w.borrow_mut().streams.remove(&k));
+        }
+    }
+
+    async fn watch_shutdown() {
+        // Polls the latch through the thread-local shard each time: the
+        // latch keeps this one task's waker, deduplicated.
+        poll_fn(|cx| {
+            shard::with_current(|s| pin!(s.shutdown.wait()).poll(cx)).unwrap_or(Poll::Ready(()))
+        })
+        .await;
+        let streams = WATCH
+            .try_with(|w| {
+                let mut w = w.borrow_mut();
+                w.shutting_down = true;
+                std::mem::take(&mut w.streams)
+            })
+            .unwrap_or_default();
+        for waker in streams.into_values() {
+            waker.wake();
+        }
     }
 }
