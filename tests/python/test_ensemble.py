@@ -1,0 +1,139 @@
+"""Ensembles through tritonclient: `simple_ensemble` (CONTRACTS.md: `simple`
+twice, so OUTPUT0 = 2·INPUT0, OUTPUT1 = 2·INPUT1) over HTTP JSON, HTTP
+binary and gRPC, batched, with an output subset, its configuration and
+statistics; and `mlp_pipeline` (scripts/gen_ensemble_models.py:
+preprocess -> mlp_onnx -> postprocess) against its three models called one
+by one."""
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    client = httpclient.InferenceServerClient(server.http_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def grpc(server):
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    yield client
+    client.close()
+
+
+def simple_inputs(module, rows, binary=True):
+    a = np.arange(rows * 16, dtype=np.int32).reshape(rows, 16) - 40
+    b = np.full((rows, 16), 7, dtype=np.int32)
+    inputs = [module.InferInput("INPUT0", [rows, 16], "INT32"), module.InferInput("INPUT1", [rows, 16], "INT32")]
+    for tensor, data in zip(inputs, (a, b)):
+        if module is httpclient:
+            tensor.set_data_from_numpy(data, binary_data=binary)
+        else:
+            tensor.set_data_from_numpy(data)
+    return inputs, a, b
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+def test_simple_ensemble_over_http(http, binary):
+    inputs, a, b = simple_inputs(httpclient, 1, binary)
+    outputs = [httpclient.InferRequestedOutput(n, binary_data=binary) for n in ("OUTPUT0", "OUTPUT1")]
+    result = http.infer("simple_ensemble", inputs, outputs=outputs, request_id="ens-1")
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * a)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), 2 * b)
+    response = result.get_response()
+    assert response["model_name"] == "simple_ensemble"
+    assert response["model_version"] == "1"
+    assert response["id"] == "ens-1"
+
+
+def test_simple_ensemble_over_grpc_batched(grpc):
+    inputs, a, b = simple_inputs(grpcclient, 8)
+    result = grpc.infer("simple_ensemble", inputs)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * a)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), 2 * b)
+    assert result.as_numpy("OUTPUT0").shape == (8, 16)
+
+
+def test_simple_ensemble_refuses_a_batch_above_its_max(grpc):
+    inputs, _, _ = simple_inputs(grpcclient, 9)
+    with pytest.raises(InferenceServerException) as e:
+        grpc.infer("simple_ensemble", inputs)
+    assert "simple_ensemble" in str(e.value)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_simple_ensemble_output_subset(http, grpc, protocol):
+    module, client = (httpclient, http) if protocol == "http" else (grpcclient, grpc)
+    inputs, _, b = simple_inputs(module, 2)
+    result = client.infer("simple_ensemble", inputs, outputs=[module.InferRequestedOutput("OUTPUT1")])
+    assert result.as_numpy("OUTPUT0") is None
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), 2 * b)
+
+
+def test_simple_ensemble_metadata_and_config(http, grpc):
+    meta = http.get_model_metadata("simple_ensemble")
+    assert meta["platform"] == "ensemble"
+    assert [i["name"] for i in meta["inputs"]] == ["INPUT0", "INPUT1"]
+    config = http.get_model_config("simple_ensemble")
+    assert [s["model_name"] for s in config["ensemble_scheduling"]["step"]] == ["simple", "simple"]
+    assert config["max_batch_size"] == 8
+    grpc_config = grpc.get_model_config("simple_ensemble").config
+    assert [s.model_name for s in grpc_config.ensemble_scheduling.step] == ["simple", "simple"]
+    assert http.is_model_ready("simple_ensemble")
+
+
+def stats(http, model):
+    return http.get_inference_statistics(model)["model_stats"][0]
+
+
+def test_statistics_count_the_ensemble_once_and_simple_twice(http):
+    before_ens = stats(http, "simple_ensemble")["inference_stats"]["success"]["count"]
+    before_simple = stats(http, "simple")["inference_count"]
+    inputs, _, _ = simple_inputs(httpclient, 1)
+    for _ in range(3):
+        http.infer("simple_ensemble", inputs)
+    assert stats(http, "simple_ensemble")["inference_stats"]["success"]["count"] == before_ens + 3
+    # Other tests may use `simple` at the same time only within this
+    # module, which runs its tests one by one.
+    assert stats(http, "simple")["inference_count"] == before_simple + 6
+
+
+def test_mlp_pipeline_equals_its_steps_called_one_by_one(grpc):
+    rng = np.random.default_rng(7)
+    raw = rng.integers(0, 256, size=(3, 256), dtype=np.uint8)
+
+    def call(model, name, data, dtype):
+        tensor = grpcclient.InferInput(name, list(data.shape), dtype)
+        tensor.set_data_from_numpy(data)
+        return grpc.infer(model, [tensor])
+
+    features = call("mlp_preprocess_onnx", "RAW", raw, "UINT8").as_numpy("FEATURES")
+    np.testing.assert_allclose(features, (raw.astype(np.float32) - 127.5) / 127.5, rtol=1e-6)
+    logits = call("mlp_onnx", "INPUT0", features, "FP32").as_numpy("OUTPUT0")
+    post = call("mlp_postprocess_onnx", "LOGITS", logits, "FP32")
+
+    result = call("mlp_pipeline", "RAW", raw, "UINT8")
+    probs = result.as_numpy("PROBS")
+    assert probs.shape == (3, 256)
+    np.testing.assert_allclose(probs, post.as_numpy("PROBS"), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(probs.sum(axis=1), np.ones(3), rtol=1e-5)
+    np.testing.assert_array_equal(result.as_numpy("CLASS"), post.as_numpy("CLASS"))
+    np.testing.assert_array_equal(result.as_numpy("CLASS")[:, 0], np.argmax(logits, axis=1))
+    np.testing.assert_allclose(result.as_numpy("SCORE")[:, 0], probs.max(axis=1), rtol=1e-6)
+
+
+def test_mlp_pipeline_step_failure_names_the_ensemble(http):
+    tensor = httpclient.InferInput("RAW", [1, 256], "FP32")
+    tensor.set_data_from_numpy(np.zeros((1, 256), dtype=np.float32))
+    with pytest.raises(InferenceServerException) as e:
+        http.infer("mlp_pipeline", [tensor])
+    assert "RAW" in str(e.value)
+    # The server keeps serving the pipeline.
+    ok = httpclient.InferInput("RAW", [1, 256], "UINT8")
+    ok.set_data_from_numpy(np.zeros((1, 256), dtype=np.uint8))
+    assert http.infer("mlp_pipeline", [ok]).as_numpy("PROBS").shape == (1, 256)
