@@ -25,6 +25,12 @@ output [
   { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
 ]"#;
 
+const ACC_IO: &str = r#"max_batch_size: 8
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]"#;
+const ACC_STEP: &str = r#"{ model_name: "acc" model_version: -1
+  input_map { key: "INPUT" value: "INPUT" } output_map { key: "OUTPUT" value: "OUTPUT" } }"#;
+
 /// An identity model that takes `ms` per execution, on its own worker.
 fn slow(name: &str, ms: u64) -> String {
     format!(
@@ -101,6 +107,15 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "OUTPUT
         ),
         ("dyna_ens", ensemble("dyna_ens", &dyna_io, dyna_step)),
         ("loose", ensemble("loose", loose_io, &chain("simple"))),
+        (
+            "acc",
+            std::fs::read_to_string(common::repo_path(
+                "models/sequence_accumulator/config.pbtxt",
+            ))
+            .expect("sequence_accumulator config")
+            .replace("name: \"sequence_accumulator\"", "name: \"acc\""),
+        ),
+        ("acc_ens", ensemble("acc_ens", ACC_IO, ACC_STEP)),
         // Each of these must fail to load, with its reason.
         (
             "bad_model",
@@ -396,5 +411,60 @@ fn ensemble_requests_join_direct_requests_in_a_composing_models_batches() {
         stats(addr, "dyna_ens")["inference_stats"]["success"]["count"],
         4
     );
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn sequence_id_and_flags_reach_a_stateful_composing_model() {
+    let repo = repository("sequence");
+    let server = start(&repo, 2);
+    let addr = server.http_addr();
+    let send = |value: i32, parameters: serde_json::Value| {
+        let req = serde_json::json!({
+            "inputs": [{"name": "INPUT", "datatype": "INT32", "shape": [1, 1], "data": [value]}],
+            "parameters": parameters,
+        });
+        let r = post_json(addr, "/v2/models/acc_ens/infer", &req);
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        i32s(&r.json()["outputs"][0]["data"])[0]
+    };
+    // The accumulator keeps a running sum per sequence: it only adds up if
+    // the ensemble passes the correlation id and START/END on.
+    assert_eq!(
+        send(
+            5,
+            serde_json::json!({"sequence_id": 42, "sequence_start": true})
+        ),
+        5
+    );
+    assert_eq!(
+        send(
+            5,
+            serde_json::json!({"sequence_id": 43, "sequence_start": true})
+        ),
+        5
+    );
+    assert_eq!(send(3, serde_json::json!({"sequence_id": 42})), 8);
+    assert_eq!(
+        send(
+            1,
+            serde_json::json!({"sequence_id": 42, "sequence_end": true})
+        ),
+        9
+    );
+    assert_eq!(
+        send(
+            10,
+            serde_json::json!({"sequence_id": 43, "sequence_end": true})
+        ),
+        15
+    );
+    // Without a correlation id the stateful step refuses, naming itself.
+    let req = serde_json::json!({
+        "inputs": [{"name": "INPUT", "datatype": "INT32", "shape": [1, 1], "data": [1]}]
+    });
+    let r = post_json(addr, "/v2/models/acc_ens/infer", &req);
+    assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
+    assert!(r.error().contains("step 0 (model 'acc')"), "{}", r.error());
     server.shutdown().unwrap();
 }
