@@ -102,7 +102,7 @@ fn explicit_mode_index_load_unload() {
 
     // A broken config: a clear reason, and the others keep serving.
     let r = load(addr, "broken", json!({}));
-    assert_eq!(r.status, 400);
+    assert_eq!(r.status, 500);
     assert!(
         r.error().starts_with("failed to load 'broken'"),
         "{}",
@@ -127,7 +127,7 @@ fn explicit_mode_index_load_unload() {
     let r = infer_simple(addr, "a");
     assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(unload(addr, "no_such_model").status, 200);
-    assert_eq!(load(addr, "no_such_model", json!({})).status, 400);
+    assert_eq!(load(addr, "no_such_model", json!({})).status, 500);
     // Load again after unload re-reads the repository.
     assert_eq!(load(addr, "a", json!({})).status, 200);
     assert_eq!(infer_simple(addr, "a").status, 200);
@@ -140,7 +140,7 @@ fn config_overrides_and_model_files() {
     let server = start(&repo, ModelControlMode::Explicit, &["a"]);
     let addr = server.http_addr();
     // The model-control examples send only max_batch_size: I/O is completed.
-    let override_ = json!({"max_batch_size": "16", "backend": "simple"}).to_string();
+    let override_ = json!({"max_batch_size": "16"}).to_string();
     let r = load(addr, "a", json!({"parameters": {"config": override_}}));
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     let config = get(addr, "/v2/models/a/config").json();
@@ -153,7 +153,7 @@ fn config_overrides_and_model_files() {
         "a",
         json!({"parameters": {"config": "{\"max_batch_size\": \"x\"}"}}),
     );
-    assert_eq!(r.status, 400);
+    assert_eq!(r.status, 500);
     assert!(r.error().starts_with("failed to load 'a'"), "{}", r.error());
     assert_eq!(
         get(addr, "/v2/models/a/config").json()["max_batch_size"],
@@ -176,7 +176,7 @@ fn config_overrides_and_model_files() {
             "d",
             json!({"parameters": {"config": config, bad: "aGVsbG8="}}),
         );
-        assert_eq!(r.status, 400, "{bad}");
+        assert_eq!(r.status, 500, "{bad}");
         assert!(
             r.error().contains("inside the model folder"),
             "{}",

@@ -263,30 +263,39 @@ impl Manager {
     }
 
     fn load(&mut self, name: &str, load: LoadRequest) -> InferResult<()> {
-        let failed = |why: String| InferError::invalid(format!("failed to load '{}', {why}", clip(name)));
+        // Triton reports a failed load as INTERNAL (HTTP 500).
+        let failed =
+            |why: String| InferError::internal(format!("failed to load '{}', {why}", clip(name)));
         validate_name(name).map_err(|e| failed(format!("{e:#}")))?;
         let override_config = match &load.config {
             None => None,
             Some(json) => Some(config::model_config_from_json(json).map_err(|e| {
-                failed(format!("the config override is not a valid model configuration: {e:#}"))
+                failed(format!(
+                    "the config override is not a valid model configuration: {e:#}"
+                ))
             })?),
         };
         let (dir, _tmp) = if load.files.is_empty() {
-            let found = scan_repositories(&self.repositories).map_err(|e| failed(format!("{e:#}")))?;
+            let found =
+                scan_repositories(&self.repositories).map_err(|e| failed(format!("{e:#}")))?;
             match found.get(name) {
                 Some(Ok(dir)) => (dir.clone(), None),
                 Some(Err(reason)) => return Err(failed(reason.clone())),
                 None => {
                     return Err(failed(
-                        "failed to poll from model repository: no such model in any repository".into(),
+                        "failed to poll from model repository: no such model in any repository"
+                            .into(),
                     ))
                 }
             }
         } else {
             if override_config.is_none() {
-                return Err(failed("model files were sent without a 'config' parameter".into()));
+                return Err(failed(
+                    "model files were sent without a 'config' parameter".into(),
+                ));
             }
-            let tmp = OverrideDir::write(name, &load.files).map_err(|e| failed(format!("{e:#}")))?;
+            let tmp = OverrideDir::write(name, &load.files)
+                .map_err(|e| failed(format!("failed to poll from model repository: {e:#}")))?;
             (
                 ModelDir {
                     name: name.to_string(),
@@ -295,6 +304,7 @@ impl Manager {
                 Some(tmp),
             )
         };
+        let override_config = override_config.map(|c| inherit_backend(c, &dir));
         let Self {
             load: opts,
             placement,
@@ -311,7 +321,10 @@ impl Manager {
         let entry = load_model_with(&dir, override_config, opts, placement, &send);
         let all_ready = entry.failure.is_none()
             && !entry.versions.is_empty()
-            && entry.versions.values().all(|v| v.state == ModelState::Ready);
+            && entry
+                .versions
+                .values()
+                .all(|v| v.state == ModelState::Ready);
         if !all_ready {
             let why = entry
                 .failure
@@ -329,7 +342,7 @@ impl Manager {
                 self.table.models.insert(name.to_string(), entry);
                 self.publish();
             }
-            return Err(InferError::invalid(why));
+            return Err(InferError::internal(why));
         }
         let old = self.table.models.insert(name.to_string(), entry);
         self.publish();
@@ -426,10 +439,34 @@ impl Manager {
 /// Latest modification time under `path` (one level into version folders).
 fn modified_deep(path: &Path) -> Option<SystemTime> {
     let own = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    let inner = std::fs::read_dir(path).ok().into_iter().flatten().flatten().filter_map(|e| {
-        e.metadata().and_then(|m| m.modified()).ok()
-    });
+    let inner = std::fs::read_dir(path)
+        .ok()
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.metadata().and_then(|m| m.modified()).ok());
     own.into_iter().chain(inner).max()
+}
+
+/// An override that names neither backend nor platform (the model-control
+/// examples send only `max_batch_size`) keeps the ones of the model's own
+/// `config.pbtxt`, as Triton's auto-complete finds them from the model's
+/// files; inputs and outputs are then auto-completed by the backend.
+fn inherit_backend(
+    mut config: crate::proto::inference::ModelConfig,
+    dir: &ModelDir,
+) -> crate::proto::inference::ModelConfig {
+    if !config.backend.is_empty() || !config.platform.is_empty() {
+        return config;
+    }
+    let on_disk = std::fs::read_to_string(dir.path.join("config.pbtxt"))
+        .ok()
+        .and_then(|text| config::parse_model_config(&text).ok());
+    if let Some(base) = on_disk {
+        config.backend = base.backend;
+        config.platform = base.platform;
+    }
+    config
 }
 
 fn validate_name(name: &str) -> anyhow::Result<()> {
@@ -455,7 +492,8 @@ impl OverrideDir {
             bail!("at most {MAX_OVERRIDE_FILES} files may be sent in one load request");
         }
         let id = OVERRIDE_DIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let root = std::env::temp_dir().join(format!("shardserve-load-{}-{id}", std::process::id()));
+        let root =
+            std::env::temp_dir().join(format!("shardserve-load-{}-{id}", std::process::id()));
         let dir = Self {
             root,
             name: name.to_string(),
@@ -466,13 +504,18 @@ impl OverrideDir {
         for (rel, data) in files {
             let path = safe_relative(rel)?;
             if data.len() > MAX_OVERRIDE_FILE {
-                bail!("file '{}' is larger than {MAX_OVERRIDE_FILE} bytes", clip(rel));
+                bail!(
+                    "file '{}' is larger than {MAX_OVERRIDE_FILE} bytes",
+                    clip(rel)
+                );
             }
             let target = model_dir.join(path);
             if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("creating {}", parent.display()))?;
             }
-            std::fs::write(&target, data).with_context(|| format!("writing {}", target.display()))?;
+            std::fs::write(&target, data)
+                .with_context(|| format!("writing {}", target.display()))?;
         }
         Ok(dir)
     }
@@ -493,10 +536,26 @@ impl Drop for OverrideDir {
 fn safe_relative(rel: &str) -> anyhow::Result<PathBuf> {
     let path = Path::new(rel);
     if rel.is_empty() || rel.len() > 4096 || rel.contains('\0') {
-        bail!("file name '{}' is empty, too long or contains NUL", clip(rel));
+        bail!(
+            "file name '{}' is empty, too long or contains NUL",
+            clip(rel)
+        );
     }
-    if path.is_absolute() || path.components().any(|c| !matches!(c, Component::Normal(_))) {
-        bail!("file '{}' must be a relative path inside the model folder", clip(rel));
+    if path.components().any(|c| c.as_os_str().len() > 255) {
+        bail!(
+            "file '{}' has a path component longer than 255 bytes",
+            clip(rel)
+        );
+    }
+    if path.is_absolute()
+        || path
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_)))
+    {
+        bail!(
+            "file '{}' must be a relative path inside the model folder",
+            clip(rel)
+        );
     }
     Ok(path.to_path_buf())
 }
@@ -508,7 +567,14 @@ mod tests {
     #[test]
     fn file_paths_cannot_escape() {
         assert!(safe_relative("1/model.onnx").is_ok());
-        for bad in ["../x", "1/../../x", "/etc/passwd", "", "a\0b", "./1/model.onnx"] {
+        for bad in [
+            "../x",
+            "1/../../x",
+            "/etc/passwd",
+            "",
+            "a\0b",
+            "./1/model.onnx",
+        ] {
             assert!(safe_relative(bad).is_err(), "{bad:?}");
         }
         for bad in ["", "..", "a/b", "."] {
