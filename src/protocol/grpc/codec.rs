@@ -786,15 +786,21 @@ mod tests {
     }
 
     #[test]
-    fn shared_memory_inputs_are_unsupported() {
+    fn shared_memory_inputs_take_no_raw_contents_and_name_their_region() {
         let mut req = simple_raw();
         req.inputs[0].parameters.insert(
             SHARED_MEMORY_REGION.into(),
-            param(ParameterChoice::StringParam("r".into())),
+            param(ParameterChoice::StringParam("no_such_region_grpc".into())),
         );
+        // Two raw contents for one input outside shared memory.
+        assert!(err_of(decode_model_infer_request(req.clone()))
+            .contains("expected 1 raw_input_contents"));
+        req.raw_input_contents.remove(0);
+        let e = decode_model_infer_request(req).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotFound);
         assert_eq!(
-            decode_model_infer_request(req).unwrap_err().kind,
-            ErrorKind::Unsupported
+            e.message,
+            "Unable to find shared memory region: 'no_such_region_grpc'"
         );
     }
 
