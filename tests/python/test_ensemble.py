@@ -137,3 +137,26 @@ def test_mlp_pipeline_step_failure_names_the_ensemble(http):
     ok = httpclient.InferInput("RAW", [1, 256], "UINT8")
     ok.set_data_from_numpy(np.zeros((1, 256), dtype=np.uint8))
     assert http.infer("mlp_pipeline", [ok]).as_numpy("PROBS").shape == (1, 256)
+
+
+def test_simple_ensemble_over_the_grpc_stream(server):
+    import queue
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    answers = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        for i in range(4):
+            inputs, a, b = simple_inputs(grpcclient, 1)
+            client.async_stream_infer("simple_ensemble", inputs, request_id=f"s{i}")
+        seen = set()
+        for _ in range(4):
+            result, error = answers.get(timeout=30)
+            assert error is None, error
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * a)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), 2 * b)
+            seen.add(result.get_response().id)
+        assert seen == {"s0", "s1", "s2", "s3"}
+    finally:
+        client.stop_stream()
+        client.close()
