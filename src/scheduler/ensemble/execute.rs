@@ -59,6 +59,8 @@ struct Flow<'p> {
     uses: Vec<usize>,
     /// Per step: inputs not yet available.
     missing: Vec<usize>,
+    /// Per slot: already written (or known absent).
+    provided: Vec<bool>,
 }
 
 impl<'p> Flow<'p> {
@@ -72,12 +74,18 @@ impl<'p> Flow<'p> {
             values: plan.slots.iter().map(|_| None).collect(),
             uses,
             missing: plan.steps.iter().map(|s| s.inputs.len()).collect(),
+            provided: vec![false; plan.slots.len()],
         }
     }
 
     /// Marks `slot` available (with a value, or absent: an optional
     /// ensemble input left out) and returns the steps that became ready.
     fn provide(&mut self, slot: usize, value: Option<Value>, ready: &mut Vec<usize>) {
+        // A slot is written once: a second tensor of the same name (a
+        // backend repeating an output) must not release readers twice.
+        if std::mem::replace(&mut self.provided[slot], true) {
+            return;
+        }
         self.values[slot] = value;
         for &step in &self.plan.slots[slot].consumers {
             // A step reading the same tensor twice is counted per input.
@@ -86,7 +94,7 @@ impl<'p> Flow<'p> {
                 .iter()
                 .filter(|(_, s, _)| *s == slot)
                 .count();
-            self.missing[step] -= times;
+            self.missing[step] = self.missing[step].saturating_sub(times);
             if self.missing[step] == 0 {
                 ready.push(step);
             }
