@@ -338,3 +338,52 @@ fn repository_rpcs_over_grpc() {
     });
     server.shutdown().unwrap();
 }
+
+#[test]
+fn poll_mode_follows_the_repository() {
+    let repo = repo("repo-poll");
+    let mut opts = ServerOptions::for_tests(&repo.root);
+    opts.model_control_mode = ModelControlMode::Poll;
+    opts.repository_poll = Duration::from_millis(100);
+    let server = start_with(opts);
+    let addr = server.http_addr();
+    assert_eq!(
+        load(addr, "a", json!({})).error(),
+        "explicit model load / unload is not allowed if polling is enabled"
+    );
+    let wait_for = |what: &str, pred: &dyn Fn(&[Value]) -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let rows = index(addr, json!({}));
+            if pred(&rows) {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "{what}: {rows:?}");
+            thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // A model folder appears: it is loaded.
+    std::fs::create_dir_all(repo.root.join("c/1")).unwrap();
+    std::fs::write(repo.root.join("c/config.pbtxt"), simple_config("c", "")).unwrap();
+    wait_for("c loaded", &|rows| {
+        rows.iter()
+            .any(|r| r["name"] == "c" && r["state"] == "READY")
+    });
+    assert_eq!(infer_simple(addr, "c").status, 200);
+    // A config changes: it is reloaded with the new one.
+    std::fs::write(
+        repo.root.join("c/config.pbtxt"),
+        simple_config("c", "").replace("max_batch_size: 8", "max_batch_size: 3"),
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while get(addr, "/v2/models/c/config").json()["max_batch_size"] != 3 {
+        assert!(std::time::Instant::now() < deadline, "c was not reloaded");
+        thread::sleep(Duration::from_millis(50));
+    }
+    // The folder goes away: the model is unloaded.
+    std::fs::remove_dir_all(repo.root.join("c")).unwrap();
+    wait_for("c gone", &|rows| !rows.iter().any(|r| r["name"] == "c"));
+    assert_eq!(infer_simple(addr, "c").status, 404);
+    server.shutdown().unwrap();
+}

@@ -12,7 +12,7 @@ use std::{
     collections::BTreeMap,
     path::{Component, Path, PathBuf},
     sync::{atomic::AtomicU64, mpsc, Arc},
-    time::{Duration, SystemTime},
+    time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::{bail, Context};
@@ -137,14 +137,28 @@ impl Manager {
 
     fn run(mut self, rx: mpsc::Receiver<Request>) {
         let mut last_poll = self.poll_interval.map(|_| self.fingerprints());
+        let mut next_poll = self.poll_interval.map(|every| Instant::now() + every);
         loop {
-            let next = match self.poll_interval {
-                Some(every) => match rx.recv_timeout(every) {
-                    Ok(r) => Some(r),
-                    Err(mpsc::RecvTimeoutError::Timeout) => None,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
-                },
-                None => match rx.recv() {
+            // A steady stream of requests must not starve the poll: wait
+            // until the poll is due, not for a full interval per request.
+            let next = match (self.poll_interval, next_poll) {
+                (Some(every), Some(due)) => {
+                    let now = Instant::now();
+                    if now >= due {
+                        next_poll = Some(now + every);
+                        None
+                    } else {
+                        match rx.recv_timeout(due - now) {
+                            Ok(r) => Some(r),
+                            Err(mpsc::RecvTimeoutError::Timeout) => {
+                                next_poll = Some(Instant::now() + every);
+                                None
+                            }
+                            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                        }
+                    }
+                }
+                _ => match rx.recv() {
                     Ok(r) => Some(r),
                     Err(_) => return,
                 },

@@ -197,12 +197,44 @@ impl Shard {
         let scheduler = self.schedulers.borrow().get(&key).cloned();
         match scheduler {
             Some(s) => s.enqueue(job),
-            None => {
-                let _ = job.reply.send(Err(InferError::unavailable(
-                    "the model version this request was sent to is no longer loaded",
-                )));
-            }
+            None => self.redispatch(key, job),
         }
+    }
+
+    /// A job whose version was replaced while it crossed a ring (a reload
+    /// publishes the new table, then stops the old scheduler): it goes to
+    /// the version this shard's table names now, validated again against
+    /// it. Only a model that is gone altogether answers "no longer loaded".
+    fn redispatch(&self, old_key: u64, mut job: Job) {
+        let target = self.with_table(|table| {
+            let model = table
+                .resolve(&job.request.model_name, &job.request.model_version)
+                .ok()?;
+            Some(
+                crate::model::validate_request(&model.io, &model.name, &mut job.request)
+                    .map(|()| model.scheduler),
+            )
+        });
+        let outcome = match target {
+            Some(Ok(target)) if target.key != old_key => match self.dispatch(target, job) {
+                Dispatch::Queued => return,
+                Dispatch::RingFull(_, job) => (
+                    job,
+                    InferError::unavailable(
+                        "server overloaded: the ring to the model's shard is full; retry later",
+                    ),
+                ),
+            },
+            Some(Err(e)) => (job, e),
+            _ => (
+                job,
+                InferError::unavailable(
+                    "the model version this request was sent to is no longer loaded",
+                ),
+            ),
+        };
+        let (job, error) = outcome;
+        let _ = job.reply.send(Err(error));
     }
 
     fn handle(&self, msg: ShardMsg) {
