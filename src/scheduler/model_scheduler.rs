@@ -347,7 +347,7 @@ impl ModelScheduler {
             if self.stopped.get() && self.queue_len() == 0 && self.busy_count() == 0 {
                 return;
             }
-            self.wait(wait_until).await;
+            self.wait(wait_until, self.housekeeping_deadline()).await;
         }
     }
 
@@ -542,14 +542,9 @@ impl ModelScheduler {
         match &*self.queue.borrow() {
             Queue::Fifo { jobs, .. } => jobs.iter().filter_map(|j| j.deadline).min(),
             Queue::Batched(q) => q.next_deadline(),
-            Queue::Sequence {
-                batcher,
-                idle_check,
-            } => batcher
-                .items()
-                .filter_map(|j| j.deadline)
-                .chain(*idle_check)
-                .min(),
+            // Idle release waits on the coarse timer (see
+            // `housekeeping_deadline`); only request timeouts here.
+            Queue::Sequence { batcher, .. } => batcher.items().filter_map(|j| j.deadline).min(),
         }
     }
 
@@ -598,7 +593,18 @@ impl ModelScheduler {
 
     /// Sleeps until a request is queued, a worker finishes, the scheduler
     /// is stopped, or `until`.
-    async fn wait(&self, until: Option<Instant>) {
+    /// When idle sequences are next due for release: waited on the coarse
+    /// timer. Putting it among the precise deadlines would keep the shard
+    /// yielding through the last millisecond before each of them — with a
+    /// new idle deadline per request, nearly all the time.
+    fn housekeeping_deadline(&self) -> Option<Instant> {
+        match &*self.queue.borrow() {
+            Queue::Sequence { idle_check, .. } => *idle_check,
+            _ => None,
+        }
+    }
+
+    async fn wait(&self, until: Option<Instant>, coarse: Option<Instant>) {
         let woken = poll_fn(|cx| {
             if self.stopped.get() || self.notified.get() {
                 return Poll::Ready(());
@@ -612,15 +618,22 @@ impl ModelScheduler {
             }
             Poll::Pending
         });
-        match until {
-            Some(t) => {
-                let sleep = shard::sleep_until(t);
-                monoio::select! {
-                    _ = woken => {}
-                    _ = sleep => {}
-                }
+        let precise = async {
+            match until {
+                Some(t) => shard::sleep_until(t).await,
+                None => std::future::pending().await,
             }
-            None => woken.await,
+        };
+        let coarse = async {
+            match coarse {
+                Some(t) => shard::sleep_until_coarse(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        monoio::select! {
+            _ = woken => {}
+            _ = precise => {}
+            _ = coarse => {}
         }
     }
 }

@@ -39,6 +39,15 @@ pub async fn sleep_until(deadline: Instant) {
     }
 }
 
+/// Returns at `deadline` or up to a couple of milliseconds later, on the
+/// timer wheel alone: for housekeeping (idle sequences) that must not keep
+/// the shard yielding through the last millisecond.
+pub async fn sleep_until_coarse(deadline: Instant) {
+    if let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        monoio::time::sleep(left).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
