@@ -387,3 +387,21 @@ fn poll_mode_follows_the_repository() {
     assert_eq!(infer_simple(addr, "c").status, 404);
     server.shutdown().unwrap();
 }
+
+#[test]
+fn ensembles_load_through_the_api_once_their_models_are_there() {
+    let mut opts = ServerOptions::for_tests(repo_path("models"));
+    opts.model_control_mode = ModelControlMode::Explicit;
+    let server = start_with(opts);
+    let addr = server.http_addr();
+    let r = load(addr, "simple_ensemble", json!({}));
+    assert_eq!(r.status, 500);
+    assert!(r.error().contains("simple"), "{}", r.error());
+    assert_eq!(load(addr, "simple", json!({})).status, 200);
+    let r = load(addr, "simple_ensemble", json!({}));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let r = infer_simple(addr, "simple_ensemble");
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(unload(addr, "simple_ensemble").status, 200);
+    server.shutdown().unwrap();
+}

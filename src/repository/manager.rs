@@ -26,6 +26,7 @@ use super::{
 use crate::{
     config,
     model::{ModelEntry, ModelState, ModelTable},
+    scheduler::ensemble,
     server::ModelControlMode,
     shard::{ShardControl, ShardId},
     types::{clip, InferError, InferResult},
@@ -332,7 +333,16 @@ impl Manager {
                 .unbounded_send(msg)
                 .map_err(|_| anyhow::anyhow!("shard {shard} stopped"))
         };
-        let entry = load_model_with(&dir, override_config, opts, placement, &send);
+        let entry = if override_config.is_none() && ensemble::is_ensemble(&dir, opts) {
+            // An ensemble resolves its steps against the models loaded now.
+            let mut scratch = ModelTable {
+                models: self.table.models.clone(),
+            };
+            ensemble::load_ensembles(&[&dir], opts, &mut scratch, placement);
+            scratch.models.remove(name).unwrap_or_default()
+        } else {
+            load_model_with(&dir, override_config, opts, placement, &send)
+        };
         let all_ready = entry.failure.is_none()
             && !entry.versions.is_empty()
             && entry
