@@ -115,7 +115,10 @@ pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
             // data flow against the composing models at load).
             if let Some(step) = e.step.iter().find(|s| !s.model_namespace.is_empty()) {
                 refuse(
-                    format!("ensemble_scheduling step model_namespace {:?}", step.model_namespace),
+                    format!(
+                        "ensemble_scheduling step model_namespace {:?}",
+                        step.model_namespace
+                    ),
                     Some("model namespacing is not implemented"),
                 );
             }
@@ -436,7 +439,10 @@ mod tests {
             "{e}"
         );
         assert_eq!(
-            unsupported_features(&config("response_cache { enable: true } model_warmup [ { } ]")).len(),
+            unsupported_features(&config(
+                "response_cache { enable: true } model_warmup [ { } ]"
+            ))
+            .len(),
             2
         );
     }

@@ -19,9 +19,7 @@ pub use state::{ServerState, EXTENSIONS};
 use crate::{
     model::ModelTable,
     protocol::transport::{self, TransportLimits, TransportStats},
-    repository::{
-        load_repository, manager::Manager, scan_repositories, LoadOptions, Placement,
-    },
+    repository::{load_repository, manager::Manager, scan_repositories, LoadOptions, Placement},
     shard::{ring, ShardControl, ShardId},
     tuning::ShardPlan,
 };

@@ -177,15 +177,21 @@ fn decode_shm_input(input: InferInputTensor, model: &str) -> Result<Tensor, Infe
     let what = format!("input '{}' for model '{model}'", clip(&input.name));
     let params = params_from_proto(input.parameters);
     let Some(shm) = crate::shm::shm_ref(&params, &what)? else {
-        return Err(InferError::internal(format!("{what}: no shared memory region")));
+        return Err(InferError::internal(format!(
+            "{what}: no shared memory region"
+        )));
     };
     if input.contents.is_some() {
         return Err(InferError::invalid(format!(
             "{what}: contents field must not be specified when using shared memory"
         )));
     }
-    let datatype = DataType::from_wire(&input.datatype)
-        .ok_or_else(|| InferError::invalid(format!("{what}: unknown datatype '{}'", clip(&input.datatype))))?;
+    let datatype = DataType::from_wire(&input.datatype).ok_or_else(|| {
+        InferError::invalid(format!(
+            "{what}: unknown datatype '{}'",
+            clip(&input.datatype)
+        ))
+    })?;
     if let Some(d) = input.shape.iter().find(|&&d| d < 0) {
         return Err(InferError::invalid(format!(
             "{what}: shape {} has a negative dimension {d}",

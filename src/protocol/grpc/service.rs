@@ -214,21 +214,27 @@ impl GrpcInferenceService for InferenceService {
         &self,
         req: Request<crate::proto::inference::RepositoryIndexRequest>,
     ) -> Result<Response<crate::proto::inference::RepositoryIndexResponse>, Status> {
-        super::repository_service::index(req.into_inner()).await.map(Response::new)
+        super::repository_service::index(req.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn repository_model_load(
         &self,
         req: Request<crate::proto::inference::RepositoryModelLoadRequest>,
     ) -> Result<Response<crate::proto::inference::RepositoryModelLoadResponse>, Status> {
-        super::repository_service::load(req.into_inner()).await.map(Response::new)
+        super::repository_service::load(req.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn repository_model_unload(
         &self,
         req: Request<crate::proto::inference::RepositoryModelUnloadRequest>,
     ) -> Result<Response<crate::proto::inference::RepositoryModelUnloadResponse>, Status> {
-        super::repository_service::unload(req.into_inner()).await.map(Response::new)
+        super::repository_service::unload(req.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn log_settings(

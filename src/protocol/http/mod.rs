@@ -4,8 +4,8 @@ mod generate;
 mod metrics;
 mod repository;
 mod routes;
-mod shm_routes;
 mod server;
+mod shm_routes;
 mod status;
 
 use std::rc::Rc;

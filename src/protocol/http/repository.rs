@@ -71,7 +71,9 @@ fn parse_body(body: &Bytes) -> InferResult<Value> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
     if !v.is_object() {
-        return Err(InferError::invalid("the request body must be a JSON object"));
+        return Err(InferError::invalid(
+            "the request body must be a JSON object",
+        ));
     }
     Ok(v)
 }
@@ -83,7 +85,9 @@ async fn index(client: &RepositoryClient, json: &Value) -> InferResult<HttpRespo
         Some(_) => return Err(InferError::invalid("'ready' must be a boolean")),
     };
     let rows = client.index(ready).await?;
-    Ok(json_ok(&Value::Array(rows.iter().map(index_json).collect())))
+    Ok(json_ok(&Value::Array(
+        rows.iter().map(index_json).collect(),
+    )))
 }
 
 fn index_json(e: &IndexEntry) -> Value {
@@ -113,9 +117,11 @@ fn load_request(json: &Value) -> InferResult<LoadRequest> {
         .ok_or_else(|| InferError::invalid("'parameters' must be a JSON object"))?;
     for (key, value) in params {
         if key == "config" {
-            let text = value
-                .as_str()
-                .ok_or_else(|| InferError::invalid("parameter 'config' must be a string holding the model configuration as JSON"))?;
+            let text = value.as_str().ok_or_else(|| {
+                InferError::invalid(
+                    "parameter 'config' must be a string holding the model configuration as JSON",
+                )
+            })?;
             load.config = Some(text.to_string());
         } else if let Some(path) = key.strip_prefix("file:") {
             let encoded = value.as_str().ok_or_else(|| {
@@ -123,7 +129,12 @@ fn load_request(json: &Value) -> InferResult<LoadRequest> {
             })?;
             let data = base64::engine::general_purpose::STANDARD
                 .decode(encoded)
-                .map_err(|e| InferError::invalid(format!("parameter '{}' is not valid base64: {e}", clip(key))))?;
+                .map_err(|e| {
+                    InferError::invalid(format!(
+                        "parameter '{}' is not valid base64: {e}",
+                        clip(key)
+                    ))
+                })?;
             load.files.push((path.to_string(), Bytes::from(data)));
         }
     }

@@ -90,10 +90,8 @@ async fn serve_connection<H, F>(
                 resp.headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
-            resp.headers_mut().insert(
-                header::SERVER,
-                crate::protocol::identity::server_header(),
-            );
+            resp.headers_mut()
+                .insert(header::SERVER, crate::protocol::identity::server_header());
             drop(active);
             // A `/generate_stream` response streams its events.
             Ok::<_, std::convert::Infallible>(super::generate::into_wire(resp))
