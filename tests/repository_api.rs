@@ -402,6 +402,26 @@ fn ensembles_load_through_the_api_once_their_models_are_there() {
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     let r = infer_simple(addr, "simple_ensemble");
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    // Unloading a composing model makes the ensemble not ready, saying why;
+    // loading it again brings the ensemble back.
+    assert_eq!(unload(addr, "simple").status, 200);
+    let rows = index(addr, json!({}));
+    let row = rows
+        .iter()
+        .find(|r| r["name"] == "simple_ensemble")
+        .unwrap();
+    assert_eq!(row["state"], "UNAVAILABLE", "{row}");
+    assert_eq!(row["reason"], "composing model 'simple' is not available");
+    assert_eq!(get(addr, "/v2/models/simple_ensemble/ready").status, 400);
+    let r = infer_simple(addr, "simple_ensemble");
+    assert!(
+        r.error()
+            .contains("composing model 'simple' is not available"),
+        "{}",
+        r.error()
+    );
+    assert_eq!(load(addr, "simple", json!({})).status, 200);
+    assert_eq!(infer_simple(addr, "simple_ensemble").status, 200);
     assert_eq!(unload(addr, "simple_ensemble").status, 200);
     server.shutdown().unwrap();
 }

@@ -118,6 +118,9 @@ pub struct Manager {
     pub table: ModelTable,
 }
 
+/// How an ensemble's unavailability names a missing composing model.
+const COMPOSING_GONE: &str = "composing model ";
+
 /// Largest model file accepted in a load request.
 pub const MAX_OVERRIDE_FILE: usize = 1 << 30;
 /// Most files in one load request.
@@ -373,7 +376,66 @@ impl Manager {
         if let Some(old) = old {
             self.retire(&old);
         }
+        self.reload_dependents(name);
         Ok(())
+    }
+
+    /// Ensembles whose steps use `name`, by name.
+    fn dependents(&self, name: &str) -> Vec<String> {
+        self.table
+            .models
+            .iter()
+            .filter(|(_, e)| {
+                e.versions.values().any(|v| {
+                    v.loaded
+                        .as_ref()
+                        .and_then(|m| m.ensemble.as_ref())
+                        .is_some_and(|plan| plan.steps.iter().any(|step| step.model_name == name))
+                })
+            })
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// A composing model went away: its ensembles stop being ready, with
+    /// the reason in their readiness and the index (recursively for
+    /// ensembles of ensembles).
+    fn disable_dependents(&mut self, name: &str) {
+        for ensemble in self.dependents(name) {
+            let reason = format!("{COMPOSING_GONE}'{name}' is not available");
+            if let Some(entry) = self.table.models.get_mut(&ensemble) {
+                for v in entry.versions.values_mut() {
+                    v.state = ModelState::Unavailable {
+                        reason: reason.clone(),
+                    };
+                    v.loaded = None;
+                }
+            }
+            tracing::warn!(model = %ensemble, composing = %name, "ensemble not ready: a composing model was unloaded");
+            self.disable_dependents(&ensemble);
+        }
+    }
+
+    /// A model came (back): ensembles made unavailable by its absence are
+    /// loaded again, as Triton reloads dependents.
+    fn reload_dependents(&mut self, name: &str) {
+        let marker = format!("{COMPOSING_GONE}'{name}'");
+        let waiting: Vec<String> = self
+            .table
+            .models
+            .iter()
+            .filter(|(_, e)| {
+                e.versions
+                    .values()
+                    .any(|v| v.state.reason().starts_with(&marker))
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        for ensemble in waiting {
+            if let Err(e) = self.load(&ensemble, LoadRequest::default()) {
+                tracing::warn!(model = %ensemble, error = %e.message, "could not reload an ensemble");
+            }
+        }
     }
 
     fn serving(&self, name: &str) -> bool {
@@ -406,6 +468,7 @@ impl Manager {
                 )
             })
             .collect();
+        self.disable_dependents(name);
         self.publish();
         self.retire(&old);
         tracing::info!(model = %name, "unloaded");

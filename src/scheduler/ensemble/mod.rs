@@ -12,9 +12,10 @@
 //!   as soon as its inputs exist.
 //!
 //! Readiness: an ensemble is loaded (READY) only when every composing
-//! model is ready at load time. Unloading a composing model later cannot
-//! happen yet (no repository API); when it can (issue 10), the ensemble's
-//! state must follow — pending.
+//! model is ready at load time. When the repository API unloads a
+//! composing model, `repository::manager` marks its ensembles UNAVAILABLE
+//! ("composing model 'x' is not available") and loads them again once the
+//! model is back.
 
 mod execute;
 mod graph;
