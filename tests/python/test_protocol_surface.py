@@ -207,6 +207,38 @@ def test_shm_inputs_and_outputs_with_offsets(server, regions, proto):
         c.unregister_system_shared_memory(region_out.name)
 
 
+def test_shm_outputs_on_the_grpc_stream(server, regions):
+    import queue
+
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    region_out = regions(128)
+    c.register_system_shared_memory(region_out.name, region_out.key, 128)
+    answers = queue.Queue()
+    c.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        a = np.arange(16, dtype=np.int32).reshape(1, 16)
+        i0 = grpcclient.InferInput("INPUT0", [1, 16], "INT32")
+        i0.set_data_from_numpy(a)
+        i1 = grpcclient.InferInput("INPUT1", [1, 16], "INT32")
+        i1.set_data_from_numpy(a)
+        o0 = grpcclient.InferRequestedOutput("OUTPUT0")
+        o0.set_shared_memory(region_out.name, 64)
+        c.async_stream_infer("simple", [i0, i1], outputs=[o0], request_id="s1")
+        result, error = answers.get(timeout=10)
+        assert error is None, error
+        assert result.get_response().raw_output_contents[0] == b""
+        out0 = shm.get_contents_as_numpy(region_out.handle, np.int32, [1, 16])
+        np.testing.assert_array_equal(out0, a + a)
+        # An unknown region is an error on the stream, which stays open.
+        o0.set_shared_memory("no_such_region", 64)
+        c.async_stream_infer("simple", [i0, i1], outputs=[o0], request_id="s2")
+        result, error = answers.get(timeout=10)
+        assert error is not None and "no_such_region" in str(error)
+    finally:
+        c.stop_stream()
+        c.unregister_system_shared_memory(region_out.name)
+
+
 def test_shm_string_tensors(server, regions):
     c = grpcclient.InferenceServerClient(server.grpc_url)
     a = np.array([[str(i).encode() for i in range(16)]], dtype=np.object_)

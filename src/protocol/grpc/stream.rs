@@ -146,9 +146,21 @@ impl Ticket {
 /// Runs one decoded request; counted in flight on the shard (graceful
 /// shutdown waits for it) for as long as its responses flow.
 fn run(ticket: Ticket, request: InferRequest) -> Answer {
+    // Outputs the client asked to receive in a shared-memory region are
+    // written there, as on unary ModelInfer.
+    let shm = match crate::shm::OutputTargets::resolve(&request.outputs, &request.model_name) {
+        Ok(targets) => targets,
+        Err(e) => return Box::pin(futures::stream::iter(ticket.respond(Err(e)))),
+    };
     let in_flight = InFlight::enter();
     Box::pin(scheduler::infer_stream(request).filter_map(move |item| {
         let _in_flight = &in_flight;
+        let item = match (item, &shm) {
+            (Ok(Streamed::Response { mut response, last }), Some(targets)) => targets
+                .write(&mut response)
+                .map(|()| Streamed::Response { response, last }),
+            (item, _) => item,
+        };
         std::future::ready(ticket.respond(item))
     }))
 }
