@@ -119,6 +119,19 @@ fn execution_place(config: &ModelConfig, backend_inline: bool) -> anyhow::Result
 /// Sends a control message to a shard.
 pub type SendControl<'a> = &'a dyn Fn(ShardId, ShardControl) -> anyhow::Result<()>;
 
+/// Sends `msg` to shard `shard` through its control channel.
+pub fn send_control(
+    control: &[futures::channel::mpsc::UnboundedSender<ShardControl>],
+    shard: ShardId,
+    msg: ShardControl,
+) -> anyhow::Result<()> {
+    control
+        .get(shard)
+        .context("instance placed on a shard that does not exist")?
+        .unbounded_send(msg)
+        .map_err(|_| anyhow::anyhow!("shard {shard} stopped"))
+}
+
 /// Loads every model found (or only `only`, in explicit control mode) and
 /// returns the table describing them, failures included.
 pub fn load_repository(
@@ -211,28 +224,40 @@ pub fn load_model_with(
     };
     let mut entry = crate::model::ModelEntry::default();
     for version in versions {
-        let state = match load_version(dir, &config, version, opts, placement, send) {
-            Ok(loaded) => {
-                tracing::info!(model = %dir.name, version, instances = loaded.instances.len(), "loaded");
-                VersionEntry {
-                    version,
-                    state: ModelState::Ready,
-                    loaded: Some(loaded),
-                }
-            }
-            Err(e) => {
-                let reason = format!("failed to load '{}' version {version}: {e:#}", dir.name);
-                tracing::error!(model = %dir.name, version, %reason, "failed to load");
-                VersionEntry {
-                    version,
-                    state: ModelState::Unavailable { reason },
-                    loaded: None,
-                }
-            }
-        };
-        entry.versions.insert(version, state);
+        let loaded = load_version(dir, &config, version, opts, placement, send);
+        if let Ok(model) = &loaded {
+            tracing::info!(model = %dir.name, version, instances = model.instances.len(), "loaded");
+        }
+        entry
+            .versions
+            .insert(version, version_entry(&dir.name, version, loaded));
     }
     entry
+}
+
+/// A version's table entry from its load: READY, or UNAVAILABLE with the
+/// reason (logged).
+pub(crate) fn version_entry(
+    name: &str,
+    version: i64,
+    loaded: anyhow::Result<Arc<ModelVersion>>,
+) -> VersionEntry {
+    match loaded {
+        Ok(model) => VersionEntry {
+            version,
+            state: ModelState::Ready,
+            loaded: Some(model),
+        },
+        Err(e) => {
+            let reason = format!("failed to load '{name}' version {version}: {e:#}");
+            tracing::error!(model = %name, version, %reason, "failed to load");
+            VersionEntry {
+                version,
+                state: ModelState::Unavailable { reason },
+                loaded: None,
+            }
+        }
+    }
 }
 
 /// Reads and parses `config.pbtxt`; without one (and not strict), an ONNX

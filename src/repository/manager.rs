@@ -20,7 +20,7 @@ use bytes::Bytes;
 use futures::channel::{mpsc::UnboundedSender, oneshot};
 
 use super::{
-    load::{load_model_with, LoadOptions, Placement},
+    load::{load_model_with, send_control, LoadOptions, Placement},
     scan::{scan_repositories, ModelDir},
 };
 use crate::{
@@ -253,11 +253,7 @@ impl Manager {
     }
 
     fn send(&self, shard: ShardId, msg: ShardControl) -> anyhow::Result<()> {
-        self.control
-            .get(shard)
-            .context("instance placed on a shard that does not exist")?
-            .unbounded_send(msg)
-            .map_err(|_| anyhow::anyhow!("shard {shard} stopped"))
+        send_control(&self.control, shard, msg)
     }
 
     fn publish(&self) {
@@ -329,13 +325,7 @@ impl Manager {
             control,
             ..
         } = self;
-        let send = |shard: ShardId, msg: ShardControl| -> anyhow::Result<()> {
-            control
-                .get(shard)
-                .context("instance placed on a shard that does not exist")?
-                .unbounded_send(msg)
-                .map_err(|_| anyhow::anyhow!("shard {shard} stopped"))
-        };
+        let send = |shard: ShardId, msg: ShardControl| send_control(control, shard, msg);
         let entry = if override_config.is_none() && ensemble::is_ensemble(&dir, opts) {
             // An ensemble resolves its steps against the models loaded now.
             let mut scratch = ModelTable {

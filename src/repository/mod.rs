@@ -7,8 +7,8 @@ pub mod manager;
 mod scan;
 mod versions;
 
-pub(crate) use load::read_config;
-pub use load::{load_model_with, load_repository, LoadOptions, Placement};
+pub use load::{load_model_with, load_repository, send_control, LoadOptions, Placement};
+pub(crate) use load::{read_config, version_entry};
 pub(crate) use scan::version_folders;
 pub use scan::{scan_repositories, ModelDir};
 pub use versions::select_versions;

@@ -19,7 +19,9 @@ pub use state::{ServerState, EXTENSIONS};
 use crate::{
     model::ModelTable,
     protocol::transport::{self, TransportLimits, TransportStats},
-    repository::{load_repository, manager::Manager, scan_repositories, LoadOptions, Placement},
+    repository::{
+        load_repository, manager::Manager, scan_repositories, send_control, LoadOptions, Placement,
+    },
     shard::{ring, ShardControl, ShardId},
     tuning::ShardPlan,
 };
@@ -307,13 +309,7 @@ fn load_models(
         _ => None,
     };
     let load = load_options(options);
-    let send = |shard: ShardId, msg: ShardControl| -> anyhow::Result<()> {
-        control
-            .get(shard)
-            .context("instance placed on a shard that does not exist")?
-            .unbounded_send(msg)
-            .map_err(|_| anyhow::anyhow!("shard {shard} stopped"))
-    };
+    let send = |shard: ShardId, msg: ShardControl| send_control(control, shard, msg);
     Ok(load_repository(&found, only, &load, placement, &send))
 }
 

@@ -12,11 +12,12 @@ use super::{graph, plan};
 use crate::{
     config,
     metrics::ModelStats,
-    model::{
-        IoSpec, ModelEntry, ModelMetadata, ModelState, ModelTable, ModelVersion, VersionEntry,
-    },
+    model::{IoSpec, ModelEntry, ModelMetadata, ModelTable, ModelVersion},
     proto::inference::ModelConfig,
-    repository::{read_config, select_versions, version_folders, LoadOptions, ModelDir, Placement},
+    repository::{
+        read_config, select_versions, version_entry, version_folders, LoadOptions, ModelDir,
+        Placement,
+    },
 };
 
 /// Whether the folder holds an ensemble (its config says so). A config that
@@ -124,26 +125,13 @@ fn load_ensemble(
     config.instance_group.clear();
     let mut entry = ModelEntry::default();
     for version in versions {
-        let state = match load_version(dir, &config, version, table, placement) {
-            Ok(model) => {
-                tracing::info!(model = %dir.name, version, steps = model.ensemble.as_ref().map_or(0, |p| p.steps.len()), "loaded ensemble");
-                VersionEntry {
-                    version,
-                    state: ModelState::Ready,
-                    loaded: Some(model),
-                }
-            }
-            Err(e) => {
-                let reason = format!("failed to load '{}' version {version}: {e:#}", dir.name);
-                tracing::error!(model = %dir.name, version, %reason, "failed to load");
-                VersionEntry {
-                    version,
-                    state: ModelState::Unavailable { reason },
-                    loaded: None,
-                }
-            }
-        };
-        entry.versions.insert(version, state);
+        let loaded = load_version(dir, &config, version, table, placement);
+        if let Ok(model) = &loaded {
+            tracing::info!(model = %dir.name, version, steps = model.ensemble.as_ref().map_or(0, |p| p.steps.len()), "loaded ensemble");
+        }
+        entry
+            .versions
+            .insert(version, version_entry(&dir.name, version, loaded));
     }
     entry
 }
