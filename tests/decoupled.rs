@@ -7,10 +7,7 @@
 
 mod common;
 
-use std::{
-    net::SocketAddr,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use common::{post_json, start_server, start_with, TempRepo};
 use futures::{channel::mpsc, SinkExt, StreamExt};
@@ -26,14 +23,7 @@ use shardserve::{
 };
 use tonic::{transport::Channel, Code};
 
-async fn client(addr: SocketAddr) -> GrpcInferenceServiceClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .expect("uri")
-        .connect()
-        .await
-        .expect("connect");
-    GrpcInferenceServiceClient::new(channel)
-}
+use common::grpc_client as client;
 
 fn le32<T: Copy>(v: &[T], f: impl Fn(T) -> [u8; 4]) -> bytes::Bytes {
     v.iter().flat_map(|x| f(*x)).collect::<Vec<u8>>().into()

@@ -362,20 +362,9 @@ fn shutdown_answers_queued_requests_then_exits_at_once() {
 
 mod grpc {
     use super::*;
-    use shardserve::proto::inference::{
-        grpc_inference_service_client::GrpcInferenceServiceClient,
-        model_infer_request::InferInputTensor, ModelInferRequest,
-    };
-    use tonic::transport::Channel;
+    use shardserve::proto::inference::{model_infer_request::InferInputTensor, ModelInferRequest};
 
-    async fn client(addr: SocketAddr) -> GrpcInferenceServiceClient<Channel> {
-        let channel = Channel::from_shared(format!("http://{addr}"))
-            .expect("uri")
-            .connect()
-            .await
-            .expect("connect");
-        GrpcInferenceServiceClient::new(channel)
-    }
+    use common::grpc_client as client;
 
     fn request(model: &str, v: i32) -> ModelInferRequest {
         ModelInferRequest {

@@ -18,14 +18,7 @@ use shardserve::proto::{
 };
 use tonic::{transport::Channel, Code};
 
-async fn client(addr: std::net::SocketAddr) -> GrpcInferenceServiceClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .expect("uri")
-        .connect()
-        .await
-        .expect("connect");
-    GrpcInferenceServiceClient::new(channel)
-}
+use common::grpc_client as client;
 
 fn int32_bytes(v: impl IntoIterator<Item = i32>) -> bytes::Bytes {
     v.into_iter()

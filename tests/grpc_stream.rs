@@ -8,7 +8,6 @@ mod common;
 
 use std::{
     collections::HashMap,
-    net::SocketAddr,
     path::PathBuf,
     thread,
     time::{Duration, Instant},
@@ -26,14 +25,7 @@ use shardserve::{
 };
 use tonic::{transport::Channel, Code};
 
-async fn client(addr: SocketAddr) -> GrpcInferenceServiceClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .expect("uri")
-        .connect()
-        .await
-        .expect("connect");
-    GrpcInferenceServiceClient::new(channel)
-}
+use common::grpc_client as client;
 
 fn int32_bytes(v: impl IntoIterator<Item = i32>) -> bytes::Bytes {
     v.into_iter()

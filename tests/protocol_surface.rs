@@ -10,13 +10,12 @@ use std::ffi::CString;
 use common::*;
 use serde_json::json;
 use shardserve::proto::inference::{
-    grpc_inference_service_client::GrpcInferenceServiceClient,
     model_infer_request::{InferInputTensor, InferRequestedOutputTensor},
     CudaSharedMemoryRegisterRequest, InferParameter, ModelInferRequest, ServerMetadataRequest,
     SystemSharedMemoryRegisterRequest, SystemSharedMemoryStatusRequest,
     SystemSharedMemoryUnregisterRequest,
 };
-use tonic::{codec::CompressionEncoding, transport::Channel, Code};
+use tonic::{codec::CompressionEncoding, Code};
 
 fn i32_bytes(v: impl IntoIterator<Item = i32>) -> Vec<u8> {
     v.into_iter().flat_map(i32::to_le_bytes).collect()
@@ -28,14 +27,7 @@ fn decode_i32(b: &[u8]) -> Vec<i32> {
         .collect()
 }
 
-async fn grpc(addr: std::net::SocketAddr) -> GrpcInferenceServiceClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .expect("uri")
-        .connect()
-        .await
-        .expect("connect");
-    GrpcInferenceServiceClient::new(channel)
-}
+use common::grpc_client as grpc;
 
 // ------------------------------------------------------------------ identity
 

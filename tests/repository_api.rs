@@ -17,7 +17,6 @@ use common::*;
 use serde_json::{json, Value};
 use shardserve::{
     proto::inference::{
-        grpc_inference_service_client::GrpcInferenceServiceClient,
         model_repository_parameter::ParameterChoice, ModelRepositoryParameter,
         RepositoryIndexRequest, RepositoryModelLoadRequest, RepositoryModelUnloadRequest,
     },
@@ -269,12 +268,7 @@ fn repository_rpcs_over_grpc() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        let mut c = GrpcInferenceServiceClient::new(channel);
+        let mut c = grpc_client(addr).await;
         let idx = c
             .repository_index(RepositoryIndexRequest::default())
             .await

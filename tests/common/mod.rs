@@ -205,3 +205,19 @@ pub fn forwarded_requests(metrics_addr: SocketAddr) -> u64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
 }
+
+/// A gRPC client of the inference service connected to `addr`.
+pub async fn grpc_client(
+    addr: SocketAddr,
+) -> shardserve::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient<
+    tonic::transport::Channel,
+> {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    shardserve::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient::new(
+        channel,
+    )
+}
