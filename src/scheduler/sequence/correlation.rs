@@ -179,6 +179,14 @@ mod tests {
                 .message,
             "sequence batching control 'CORRID' data-type is 'BYTES', but model 'm' expects 'UINT64'"
         );
+        let long = "x".repeat(MAX_STRING_ID + 1);
+        let s_str = spec("TYPE_STRING");
+        assert_eq!(
+            sequence_flags("m", &s_str, &params(&[("sequence_id", ParamValue::String(long))]))
+                .unwrap_err()
+                .message,
+            format!("inference request to model 'm': string sequence_id is longer than {MAX_STRING_ID} bytes")
+        );
         // A negative int64 is the uint64 id with the same bits (gRPC).
         assert_eq!(
             sequence_flags("m", &s, &params(&[("sequence_id", ParamValue::Int(-1))]))
