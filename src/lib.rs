@@ -16,5 +16,6 @@ pub mod scheduler;
 pub mod server;
 pub mod shard;
 pub mod shm;
+pub mod trace;
 pub mod tuning;
 pub mod types;

@@ -127,6 +127,47 @@ struct Cli {
     /// The name server metadata reports (clients written for Triton expect "triton").
     #[arg(long, default_value = shardserve::protocol::identity::DEFAULT_SERVER_NAME)]
     server_name: String,
+    /// Trace settings as tritonserver takes them, repeatable:
+    /// `triton,file=PATH`, `triton,log-frequency=N`, `level=OFF|TIMESTAMPS`,
+    /// `rate=N`, `count=N` (-1: unlimited), `mode=triton`.
+    #[arg(long = "trace-config", value_name = "[MODE,]SETTING=VALUE")]
+    trace_config: Vec<String>,
+    /// Deprecated in tritonserver: `--trace-config triton,file=PATH`.
+    #[arg(long, hide = true)]
+    trace_file: Option<String>,
+    /// Deprecated in tritonserver: `--trace-config level=LEVEL`.
+    #[arg(long, hide = true)]
+    trace_level: Vec<String>,
+    /// Deprecated in tritonserver: `--trace-config rate=N`.
+    #[arg(long, hide = true)]
+    trace_rate: Option<String>,
+    /// Deprecated in tritonserver: `--trace-config count=N`.
+    #[arg(long, hide = true)]
+    trace_count: Option<String>,
+    /// Deprecated in tritonserver: `--trace-config triton,log-frequency=N`.
+    #[arg(long, hide = true)]
+    trace_log_frequency: Option<String>,
+}
+
+/// The trace flags, deprecated forms first so `--trace-config` wins.
+fn trace_config(cli: &Cli) -> anyhow::Result<shardserve::trace::TraceConfig> {
+    let mut config = shardserve::trace::TraceConfig::default();
+    let deprecated = cli
+        .trace_file
+        .iter()
+        .map(|v| format!("triton,file={v}"))
+        .chain(cli.trace_level.iter().map(|v| format!("level={v}")))
+        .chain(cli.trace_rate.iter().map(|v| format!("rate={v}")))
+        .chain(cli.trace_count.iter().map(|v| format!("count={v}")))
+        .chain(
+            cli.trace_log_frequency
+                .iter()
+                .map(|v| format!("triton,log-frequency={v}")),
+        );
+    for setting in deprecated.chain(cli.trace_config.iter().cloned()) {
+        config.apply_flag(&setting).map_err(anyhow::Error::msg)?;
+    }
+    Ok(config)
 }
 
 #[derive(Debug, Subcommand)]
@@ -192,7 +233,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         ControlMode::Explicit => ModelControlMode::Explicit,
         ControlMode::Poll => ModelControlMode::Poll,
     };
+    let trace = trace_config(&cli)?;
     let options = ServerOptions {
+        trace,
         host: cli.host,
         http_port: cli.http_port,
         grpc_port: cli.grpc_port,

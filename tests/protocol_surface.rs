@@ -46,9 +46,10 @@ fn identity_defaults_to_triton_and_says_shardserve_elsewhere() {
         .map(|e| e.as_str().unwrap())
         .collect();
     assert!(exts.contains(&"system_shared_memory"));
-    // Not implemented here, so not advertised.
     assert!(exts.contains(&"logging"));
-    for missing in ["cuda_shared_memory", "trace"] {
+    assert!(exts.contains(&"trace"));
+    // Not implemented here, so not advertised.
+    for missing in ["cuda_shared_memory"] {
         assert!(!exts.contains(&missing), "{missing} advertised");
     }
 }

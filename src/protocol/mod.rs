@@ -8,4 +8,5 @@ pub mod grpc;
 pub mod http;
 pub mod identity;
 pub mod logging;
+pub mod trace_api;
 pub mod transport;

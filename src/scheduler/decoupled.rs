@@ -284,6 +284,7 @@ impl ResponseSink for ChannelSink {
                 id: self.request.id.clone(),
                 outputs: Vec::new(),
                 parameters: Default::default(),
+                trace: Default::default(),
             }),
         };
         shard::reply(self.origin, reply, result);

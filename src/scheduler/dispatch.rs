@@ -29,6 +29,7 @@ use crate::{
     metrics::FailureReason,
     model::{validate_request, ModelVersion},
     shard::{self, Dispatch},
+    trace::Event,
     types::{InferError, InferRequest, InferResponse, InferResult},
 };
 
@@ -60,8 +61,11 @@ pub async fn infer(request: InferRequest) -> InferResult<InferResponse> {
             }
         },
     };
-    let result = answer.unwrap_or_else(|_| Err(scheduler_gone()));
+    let mut result = answer.unwrap_or_else(|_| Err(scheduler_gone()));
     outcome.record(result.as_ref().map(|_| ()));
+    if let Ok(response) = &mut result {
+        response.trace.stamp(Event::RequestEnd);
+    }
     result
 }
 
@@ -81,11 +85,13 @@ pub(super) async fn submit(
     responses: Option<ResponseTx>,
 ) -> InferResult<Submitted> {
     let received = Instant::now();
+    request.trace.stamp(Event::RequestStart);
     let (tx, rx) = oneshot::channel();
     let streaming = responses.is_some();
     let (mut pending, target, timeout) = shard::with_current(|s| {
         s.with_table(|table| {
             let model = table.resolve(&request.model_name, &request.model_version)?;
+            request.trace.identify(model.version, &request.id);
             let checked = check_transaction_policy(model, streaming)
                 .and_then(|()| validate_request(&model.io, &model.name, &mut request))
                 .and_then(|()| sequence_of(model, &request));

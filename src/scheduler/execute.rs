@@ -19,6 +19,7 @@ use crate::{
     metrics::ShardCounters,
     model::ModelVersion,
     shard,
+    trace::{instants_ns, Event},
     types::{InferError, InferRequest, InferResult, Tensor},
 };
 
@@ -178,7 +179,7 @@ fn run_sequence_batch(
 fn finish(
     model: &ModelVersion,
     stats: &ShardCounters,
-    jobs: Vec<Job>,
+    mut jobs: Vec<Job>,
     per_job: InferResult<Vec<Vec<Tensor>>>,
     total_rows: usize,
     [start, input_done, infer_done]: [Instant; 3],
@@ -192,6 +193,7 @@ fn finish(
         Err(e) => jobs.iter().map(|_| Err(e.clone())).collect(),
     };
     let output_done = Instant::now();
+    stamp_compute(&mut jobs, [start, input_done, infer_done, output_done]);
     let (input, infer, output) = (
         input_done - start,
         infer_done - input_done,
@@ -203,8 +205,31 @@ fn finish(
         stats.compute_infer.record(infer);
         stats.compute_output.record(output);
     }
-    for (job, result) in jobs.into_iter().zip(results) {
+    for (mut job, mut result) in jobs.into_iter().zip(results) {
+        if let Ok(response) = &mut result {
+            response.trace = job.request.trace.take();
+        }
         shard::reply(job.origin, job.reply, result);
+    }
+}
+
+/// Gives each traced request of the batch the execution's timestamps
+/// (Triton stamps every request of a batch with its batch's).
+fn stamp_compute(jobs: &mut [Job], at: [Instant; 4]) {
+    if !jobs.iter().any(|j| j.request.trace.is_traced()) {
+        return;
+    }
+    let events = [
+        Event::ComputeStart,
+        Event::ComputeInputEnd,
+        Event::ComputeOutputStart,
+        Event::ComputeEnd,
+    ];
+    let ns = instants_ns(at);
+    for job in jobs {
+        for (event, ns) in events.iter().zip(ns) {
+            job.request.trace.stamp_at(*event, ns);
+        }
     }
 }
 

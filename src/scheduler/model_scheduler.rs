@@ -213,7 +213,8 @@ impl ModelScheduler {
 
     /// Queues `job`, or answers it at once when the queue is full, the
     /// request's parameters are invalid, or the model is being unloaded.
-    pub fn enqueue(&self, job: Job) {
+    pub fn enqueue(&self, mut job: Job) {
+        job.request.trace.stamp(crate::trace::Event::QueueStart);
         if self.stopped.get() {
             let e = InferError::unavailable(format!(
                 "model '{}' version {} is being unloaded",

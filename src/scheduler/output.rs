@@ -53,5 +53,6 @@ pub fn build_response(
         id: request.id.clone(),
         outputs,
         parameters: Default::default(),
+        trace: Default::default(),
     })
 }

@@ -93,6 +93,8 @@ impl ServerHandle {
                 bail!("a shard thread panicked during shutdown");
             }
         }
+        // After the shards: every request's trace has been handed over.
+        self.state.trace.shutdown();
         Ok(())
     }
 }

@@ -79,6 +79,8 @@ pub struct ServerOptions {
     pub tuning: TuningProfile,
     /// The server metadata name (`--server-name`; Triton's "triton" by default).
     pub server_name: String,
+    /// `--trace-config`: the trace settings in force at start.
+    pub trace: crate::trace::TraceConfig,
 }
 
 impl ServerOptions {
@@ -117,6 +119,7 @@ impl ServerOptions {
             io_driver: IoDriver::Auto,
             tuning: TuningProfile::default(),
             server_name: crate::protocol::identity::DEFAULT_SERVER_NAME.to_string(),
+            trace: crate::trace::TraceConfig::default(),
         }
     }
 

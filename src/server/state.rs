@@ -23,6 +23,8 @@ pub struct ServerState {
     drained_shards: AtomicUsize,
     /// The repository thread (load, unload, index), once started.
     pub repository: std::sync::OnceLock<crate::repository::manager::RepositoryClient>,
+    /// The trace extension's settings, sampling and writer thread.
+    pub trace: crate::trace::Tracer,
 }
 
 /// Extensions advertised by `GET /v2` and ServerMetadata: only those that work.
@@ -34,11 +36,14 @@ pub const EXTENSIONS: &[&str] = &[
     "statistics",
     "system_shared_memory",
     "logging",
+    "trace",
 ];
 
 impl ServerState {
     pub fn new(options: ServerOptions, shards: usize) -> Arc<Self> {
+        let trace = crate::trace::Tracer::new(&options.trace);
         Arc::new(Self {
+            trace,
             options,
             gauges: (0..shards).map(|_| ShardGauges::new(shards)).collect(),
             ready: AtomicBool::new(false),
@@ -87,6 +92,19 @@ thread_local! {
 /// The server this shard thread belongs to.
 pub fn current() -> Option<Arc<ServerState>> {
     STATE.with(|s| s.borrow().clone())
+}
+
+/// Runs `f` with this shard thread's server, without taking a reference
+/// (the request path uses it: no shared reference count is written).
+pub fn with_current<R>(f: impl FnOnce(&ServerState) -> R) -> Option<R> {
+    STATE.with(|s| s.borrow().as_deref().map(f))
+}
+
+/// Samples a request to `model` for tracing (an empty slot off a shard
+/// or when tracing is off).
+#[inline]
+pub fn sample_trace(model: &str) -> crate::trace::TraceSlot {
+    with_current(|s| s.trace.sample(model)).unwrap_or_default()
 }
 
 pub(super) fn install(state: Arc<ServerState>) {

@@ -46,6 +46,8 @@ pub struct InferRequest {
     /// Empty means "all outputs of the model".
     pub outputs: Vec<RequestedOutput>,
     pub parameters: Parameters,
+    /// The request's trace when it was sampled (trace extension).
+    pub trace: crate::trace::TraceSlot,
 }
 
 impl InferRequest {
@@ -62,4 +64,6 @@ pub struct InferResponse {
     pub id: String,
     pub outputs: Vec<Tensor>,
     pub parameters: Parameters,
+    /// The request's trace, handed back for the protocol's last stamps.
+    pub trace: crate::trace::TraceSlot,
 }

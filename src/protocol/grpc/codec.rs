@@ -169,6 +169,7 @@ pub fn decode_model_infer_request_for(
         inputs: tensors,
         outputs,
         parameters: params_from_proto(parameters),
+        trace: Default::default(),
     })
 }
 
@@ -421,6 +422,7 @@ pub fn encode_model_infer_response(resp: InferResponse) -> ModelInferResponse {
         id,
         outputs,
         parameters,
+        ..
     } = resp;
     let mut raw_output_contents = Vec::with_capacity(outputs.len());
     let outputs = outputs
@@ -869,6 +871,7 @@ mod tests {
             id: "x".into(),
             outputs: vec![Tensor::new("OUTPUT0", DataType::Int32, vec![1, 1], data)],
             parameters,
+            trace: Default::default(),
         };
         let m = encode_model_infer_response(resp);
         assert_eq!(

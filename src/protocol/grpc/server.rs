@@ -54,8 +54,12 @@ impl Service<http::Request<Incoming>> for GrpcRouter {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: http::Request<Incoming>) -> GrpcFuture {
+    fn call(&mut self, mut req: http::Request<Incoming>) -> GrpcFuture {
         let in_flight = InFlight::enter();
+        if state::with_current(|s| s.trace.enabled()).unwrap_or(false) {
+            req.extensions_mut()
+                .insert(crate::trace::HeadersAt(crate::trace::now_ns()));
+        }
         let active = ActiveRequest::begin(&self.conn);
         let path = req.uri().path();
         let fut: Pin<

@@ -34,6 +34,7 @@ use crate::{
     scheduler,
     server::state,
     shard,
+    trace::Event,
     types::{clip, InferError, InferRequest},
 };
 
@@ -198,16 +199,38 @@ impl GrpcInferenceService for InferenceService {
         &self,
         req: Request<ModelInferRequest>,
     ) -> Result<Response<ModelInferResponse>, Status> {
-        let request = decode_infer_request(req.into_inner())
+        let mut trace = state::sample_trace(&req.get_ref().model_name);
+        if trace.is_traced() {
+            if let Some(at) = req.extensions().get::<crate::trace::HeadersAt>() {
+                trace.stamp_at(Event::GrpcWaitreadStart, at.0);
+            }
+            trace.stamp(Event::GrpcWaitreadEnd);
+        }
+        let mut request = decode_infer_request(req.into_inner())
             .await
             .map_err(to_status)?;
+        request.trace = trace;
         let shm_outputs = crate::shm::OutputTargets::resolve(&request.outputs, &request.model_name)
             .map_err(to_status)?;
         let mut response = scheduler::infer(request).await.map_err(to_status)?;
+        let mut trace = response.trace.take();
         if let Some(targets) = &shm_outputs {
             targets.write(&mut response).map_err(to_status)?;
         }
-        Ok(Response::new(encode_model_infer_response(response)))
+        // The send is the hand-over of the response to the gRPC library.
+        trace.stamp(Event::GrpcSendStart);
+        let encoded = encode_model_infer_response(response);
+        trace.stamp(Event::GrpcSendEnd);
+        Ok(Response::new(encoded))
+    }
+
+    async fn trace_setting(
+        &self,
+        req: Request<crate::proto::inference::TraceSettingRequest>,
+    ) -> Result<Response<crate::proto::inference::TraceSettingResponse>, Status> {
+        crate::protocol::trace_api::grpc(req.into_inner())
+            .map(Response::new)
+            .map_err(to_status)
     }
 
     async fn repository_index(

@@ -230,6 +230,7 @@ fn decode(body: &[u8], model: &ModelVersion) -> InferResult<InferRequest> {
         inputs: Vec::new(),
         outputs: Vec::new(),
         parameters: Default::default(),
+        trace: Default::default(),
     };
     for (key, value) in fields {
         if let Some(spec) = model.metadata.inputs.iter().find(|i| i.name == key) {

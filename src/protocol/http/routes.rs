@@ -24,6 +24,7 @@ use crate::{
     scheduler,
     server::{state, ServerState},
     shard::{self, InFlight},
+    trace::Event,
     types::{InferError, InferResult},
 };
 
@@ -117,6 +118,7 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
             }))
         }
         ["v2", "logging"] => crate::protocol::logging::http(req).await,
+        ["v2", "trace", "setting"] => crate::protocol::trace_api::http(req, None).await,
         ["v2", "systemsharedmemory" | "cudasharedmemory", ..] => {
             super::shm_routes::handle(req, &segs[1..]).await
         }
@@ -150,6 +152,9 @@ async fn model_route(
     action: &[&str],
 ) -> InferResult<HttpResponse> {
     let method = req.method().clone();
+    if let ["trace", "setting"] = action {
+        return crate::protocol::trace_api::http(req, Some(model)).await;
+    }
     let table = model_table()?;
     match (action, &method) {
         ([], &Method::GET) => {
@@ -214,6 +219,8 @@ fn metadata_json(table: &ModelTable, m: &ModelVersion) -> serde_json::Value {
 }
 
 async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResult<HttpResponse> {
+    let mut trace = state::sample_trace(model);
+    trace.stamp(Event::HttpRecvStart);
     let limit = server_state()?.options.http_max_input_size;
     let headers = req.headers().clone();
     let header_length = parse_header_length(&headers)?;
@@ -221,6 +228,7 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
         Ok(body) => body,
         Err(e) => return Ok(body_error_response(&e)),
     };
+    trace.stamp(Event::HttpRecvEnd);
     // Resolved for the decoder's shape checks only: a model that does not
     // resolve is answered by `scheduler::infer` as before.
     let received = std::time::Instant::now();
@@ -252,10 +260,13 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
                 return Err(e);
             }
         };
+    let mut request = request;
+    request.trace = trace;
     let requested = request.outputs.clone();
     let parameters = request.parameters.clone();
     let shm_outputs = crate::shm::OutputTargets::resolve(&requested, model)?;
     let mut response = scheduler::infer(request).await?;
+    let mut trace = response.trace.take();
     if let Some(targets) = &shm_outputs {
         targets.write(&mut response)?;
     }
@@ -276,6 +287,9 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
         },
         None => (encoded.body, None),
     };
+    // As Triton's: the send is the hand-over of the whole response to the
+    // HTTP library, not the last byte on the wire.
+    trace.stamp(Event::HttpSendStart);
     let mut resp = respond(StatusCode::OK, content_type, body);
     if let Some(len) = encoded.json_header_length {
         resp.headers_mut()
@@ -285,6 +299,7 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
         resp.headers_mut()
             .insert(header::CONTENT_ENCODING, HeaderValue::from_static(enc));
     }
+    trace.stamp(Event::HttpSendEnd);
     Ok(resp)
 }
 

@@ -141,6 +141,8 @@ impl<'p> Flow<'p> {
             // Correlation id, sequence flags, priority and timeout go to
             // every composing model, as in Triton.
             parameters: request.parameters.clone(),
+            // A traced ensemble request traces each step as its child.
+            trace: request.trace.child(&spec.model_name),
         }
     }
 }
@@ -148,6 +150,7 @@ impl<'p> Flow<'p> {
 struct RequestInfo {
     id: String,
     parameters: Parameters,
+    trace: crate::trace::TraceSlot,
 }
 
 /// Triton's batch/non-batch conversion between a tensor and the model that
@@ -180,9 +183,14 @@ async fn run(plan: &EnsemblePlan, request: InferRequest) -> InferResult<InferRes
         inputs,
         outputs: wanted,
         parameters,
+        trace,
         ..
     } = request;
-    let info = RequestInfo { id, parameters };
+    let info = RequestInfo {
+        id,
+        parameters,
+        trace,
+    };
     let mut flow = Flow::new(plan);
     let mut ready = Vec::new();
     let mut given: Vec<Option<Tensor>> = plan.inputs.iter().map(|_| None).collect();
@@ -269,6 +277,7 @@ async fn run(plan: &EnsemblePlan, request: InferRequest) -> InferResult<InferRes
         id: info.id,
         outputs,
         parameters: Default::default(),
+        trace: info.trace,
     })
 }
 

@@ -163,6 +163,7 @@ pub fn decode_infer_request_for(
         inputs,
         outputs,
         parameters: header.parameters.0,
+        trace: Default::default(),
     })
 }
 

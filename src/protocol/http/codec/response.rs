@@ -187,6 +187,7 @@ mod tests {
             id: String::new(),
             outputs,
             parameters: Parameters::new(),
+            trace: Default::default(),
         }
     }
 
