@@ -419,3 +419,82 @@ fn ensembles_load_through_the_api_once_their_models_are_there() {
     assert_eq!(unload(addr, "simple_ensemble").status, 200);
     server.shutdown().unwrap();
 }
+
+#[test]
+fn unload_dependents_unloads_the_ensembles_of_a_composing_model() {
+    let mut opts = ServerOptions::for_tests(repo_path("models"));
+    opts.model_control_mode = ModelControlMode::Explicit;
+    opts.load_models = vec!["simple".into(), "simple_ensemble".into()];
+    let server = start_with(opts);
+    let addr = server.http_addr();
+    assert_eq!(infer_simple(addr, "simple_ensemble").status, 200);
+    let state = |name: &str| {
+        let rows = index(addr, json!({}));
+        let row = rows.iter().find(|r| r["name"] == name).cloned().unwrap();
+        (row["state"].clone(), row["reason"].clone())
+    };
+    let r = post_json(
+        addr,
+        "/v2/repository/models/simple/unload",
+        &json!({"parameters": {"unload_dependents": "yes"}}),
+    );
+    assert_eq!(r.status, 400);
+    assert!(r.error().contains("unload_dependents"));
+    let r = post_json(
+        addr,
+        "/v2/repository/models/simple/unload",
+        &json!({"parameters": {"unload_dependents": true}}),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        state("simple_ensemble"),
+        (json!("UNAVAILABLE"), json!("unloaded"))
+    );
+    // The ensemble was unloaded, not left waiting: it stays unloaded when
+    // its composing model returns (without the flag it would come back).
+    assert_eq!(load(addr, "simple", json!({})).status, 200);
+    assert_eq!(state("simple_ensemble").1, json!("unloaded"));
+    assert_eq!(get(addr, "/v2/models/simple_ensemble/ready").status, 400);
+
+    // The same over gRPC.
+    assert_eq!(load(addr, "simple_ensemble", json!({})).status, 200);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut c = grpc_client(server.grpc_addr()).await;
+        let flag = |v: ParameterChoice| {
+            [(
+                "unload_dependents".to_string(),
+                ModelRepositoryParameter {
+                    parameter_choice: Some(v),
+                },
+            )]
+            .into_iter()
+            .collect()
+        };
+        let e = c
+            .repository_model_unload(RepositoryModelUnloadRequest {
+                model_name: "simple".into(),
+                parameters: flag(ParameterChoice::Int64Param(1)),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        c.repository_model_unload(RepositoryModelUnloadRequest {
+            model_name: "simple".into(),
+            parameters: flag(ParameterChoice::BoolParam(true)),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    });
+    assert_eq!(
+        state("simple_ensemble"),
+        (json!("UNAVAILABLE"), json!("unloaded"))
+    );
+    assert_eq!(state("simple").1, json!("unloaded"));
+    server.shutdown().unwrap();
+}

@@ -61,6 +61,7 @@ enum Request {
     },
     Unload {
         name: String,
+        unload_dependents: bool,
         reply: oneshot::Sender<InferResult<()>>,
     },
     Stop,
@@ -93,10 +94,16 @@ impl RepositoryClient {
         rx.await.map_err(|_| gone())?
     }
 
-    pub async fn unload(&self, name: String) -> InferResult<()> {
+    /// Unloads `name`; with `unload_dependents`, the ensembles that use
+    /// it are unloaded too (else they wait, not ready, for it to return).
+    pub async fn unload(&self, name: String, unload_dependents: bool) -> InferResult<()> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Request::Unload { name, reply })
+            .send(Request::Unload {
+                name,
+                unload_dependents,
+                reply,
+            })
             .map_err(|_| gone())?;
         rx.await.map_err(|_| gone())?
     }
@@ -174,9 +181,13 @@ impl Manager {
                 Some(Request::Load { name, load, reply }) => {
                     let _ = reply.send(self.explicit(|m| m.load(&name, load)));
                 }
-                Some(Request::Unload { name, reply }) => {
+                Some(Request::Unload {
+                    name,
+                    unload_dependents,
+                    reply,
+                }) => {
                     let _ = reply.send(self.explicit(|m| {
-                        m.unload(&name);
+                        m.unload(&name, unload_dependents);
                         Ok(())
                     }));
                 }
@@ -436,8 +447,15 @@ impl Manager {
     }
 
     /// Unloads every version of `name`; unknown models unload fine, as in
-    /// Triton.
-    fn unload(&mut self, name: &str) {
+    /// Triton. With `dependents`, the ensembles using `name` (and theirs)
+    /// are unloaded first, so they stay unloaded when `name` comes back;
+    /// without, they become unavailable and return with it.
+    fn unload(&mut self, name: &str, dependents: bool) {
+        if dependents {
+            for ensemble in self.dependents(name) {
+                self.unload(&ensemble, true);
+            }
+        }
         let Some(entry) = self.table.models.get_mut(name) else {
             return;
         };
@@ -505,7 +523,7 @@ impl Manager {
         }
         for name in previous.keys().filter(|n| !now.contains_key(*n)) {
             tracing::info!(model = %name, "removed from the repository: unloading");
-            self.unload(name);
+            self.unload(name, false);
             self.table.models.remove(name);
             self.publish();
         }

@@ -35,6 +35,8 @@ pub const EXTENSIONS: &[&str] = &[
     "parameters",
     "statistics",
     "system_shared_memory",
+    "model_repository",
+    "model_repository(unload_dependents)",
     "logging",
     "trace",
 ];

@@ -73,6 +73,20 @@ pub async fn load(req: RepositoryModelLoadRequest) -> Result<RepositoryModelLoad
 pub async fn unload(
     req: RepositoryModelUnloadRequest,
 ) -> Result<RepositoryModelUnloadResponse, Status> {
-    client()?.unload(req.model_name).await.map_err(to_status)?;
+    let unload_dependents = match req.parameters.get("unload_dependents") {
+        None => false,
+        Some(p) => match p.parameter_choice {
+            Some(ParameterChoice::BoolParam(b)) => b,
+            _ => {
+                return Err(to_status(InferError::invalid(
+                    "parameter 'unload_dependents' must be a bool_param",
+                )))
+            }
+        },
+    };
+    client()?
+        .unload(req.model_name, unload_dependents)
+        .await
+        .map_err(to_status)?;
     Ok(RepositoryModelUnloadResponse {})
 }

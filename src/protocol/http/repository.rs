@@ -45,16 +45,13 @@ pub async fn route(req: Request<Incoming>, rest: &[&str]) -> InferResult<HttpRes
             Ok(empty(StatusCode::OK))
         }
         ["models", model, "unload"] => {
-            // `unload_dependents` matters for ensembles; accepted and
-            // checked for type.
-            if let Some(v) = json.pointer("/parameters/unload_dependents") {
-                if !v.is_boolean() {
-                    return Err(InferError::invalid(
-                        "parameter 'unload_dependents' must be a boolean",
-                    ));
-                }
-            }
-            client.unload(model.to_string()).await?;
+            let unload_dependents = match json.pointer("/parameters/unload_dependents") {
+                None => false,
+                Some(v) => v.as_bool().ok_or_else(|| {
+                    InferError::invalid("parameter 'unload_dependents' must be a boolean")
+                })?,
+            };
+            client.unload(model.to_string(), unload_dependents).await?;
             Ok(empty(StatusCode::OK))
         }
         _ => Err(InferError::not_found(format!(
