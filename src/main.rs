@@ -117,6 +117,10 @@ struct Cli {
     /// the connection (as tritonserver).
     #[arg(long, default_value_t = 20_000)]
     grpc_keepalive_timeout: u64,
+    /// gRPC: compress inference responses for clients that accept gzip or
+    /// deflate (as tritonserver: none, low, medium, high; default none).
+    #[arg(long, value_enum, default_value = "none")]
+    grpc_infer_response_compression_level: CompressionLevel,
     /// Capacity of each cross-shard ring, in messages (default: the profile's, else 1024).
     #[arg(long)]
     ring_capacity: Option<usize>,
@@ -168,6 +172,17 @@ fn trace_config(cli: &Cli) -> anyhow::Result<shardserve::trace::TraceConfig> {
         config.apply_flag(&setting).map_err(anyhow::Error::msg)?;
     }
     Ok(config)
+}
+
+/// tritonserver's `--grpc-infer-response-compression-level` values. tonic
+/// offers no per-level setting: every level but `none` compresses with
+/// its default level.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum CompressionLevel {
+    None,
+    Low,
+    Medium,
+    High,
 }
 
 #[derive(Debug, Subcommand)]
@@ -265,6 +280,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         grpc_keepalive_time: (cli.grpc_keepalive_time > 0)
             .then(|| Duration::from_millis(cli.grpc_keepalive_time)),
         grpc_keepalive_timeout: Duration::from_millis(cli.grpc_keepalive_timeout),
+        grpc_compress_responses: !matches!(
+            cli.grpc_infer_response_compression_level,
+            CompressionLevel::None
+        ),
         ring_capacity: cli.ring_capacity.or(profile.rings.capacity).unwrap_or(1024),
         intra_op_threads: profile.onnxruntime.intra_op_threads.unwrap_or(1),
         io_driver: cli.io_driver.or(profile.runtime.driver).unwrap_or_default(),

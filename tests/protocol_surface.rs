@@ -131,8 +131,27 @@ fn simple_grpc_request(version: &str) -> ModelInferRequest {
 // ------------------------------------------------------------------ compression
 
 #[tokio::test]
-async fn grpc_gzip_and_deflate_both_ways() {
+async fn grpc_responses_are_not_compressed_by_default() {
+    // grpc-core clients accept gzip on every call; like Triton (level
+    // `none`), the server answers uncompressed unless told otherwise.
     let server = start_server(1);
+    let mut c = grpc(server.grpc_addr())
+        .await
+        .send_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Gzip);
+    let resp = c.model_infer(simple_grpc_request("")).await.unwrap();
+    assert!(resp.metadata().get("grpc-encoding").is_none());
+    assert_eq!(
+        decode_i32(&resp.into_inner().raw_output_contents[0]),
+        (1..17).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn grpc_gzip_and_deflate_both_ways() {
+    let mut opts = shardserve::server::ServerOptions::for_tests(repo_path("models"));
+    opts.grpc_compress_responses = true;
+    let server = start_with(opts);
     for enc in [CompressionEncoding::Gzip, CompressionEncoding::Deflate] {
         let mut c = grpc(server.grpc_addr())
             .await

@@ -82,11 +82,17 @@ impl Service<http::Request<Incoming>> for GrpcRouter {
 
 /// Serves gRPC on this shard until shutdown.
 pub async fn serve(listener: TcpListener, shard: Rc<Shard>) {
-    let max = state::current().map_or(64 << 20, |s| s.options.grpc_max_message_size);
+    let (max, compress) = state::current().map_or((64 << 20, false), |s| {
+        (
+            s.options.grpc_max_message_size,
+            s.options.grpc_compress_responses,
+        )
+    });
     let inference = super::compression::with_compression(
         GrpcInferenceServiceServer::new(InferenceService)
             .max_decoding_message_size(max)
             .max_encoding_message_size(max),
+        compress,
     );
     let health = HealthServer::new(HealthService);
     let gauge_shard = shard.clone();
