@@ -35,11 +35,11 @@ pub struct Active {
     /// Traces still to take; -1 = unlimited.
     remaining: AtomicI64,
     created: AtomicU64,
-    tx: Option<mpsc::Sender<Msg>>,
+    tx: Option<mpsc::SyncSender<Msg>>,
 }
 
 impl Active {
-    fn new(values: Values, file: &str, tx: Option<mpsc::Sender<Msg>>) -> Arc<Self> {
+    fn new(values: Values, file: &str, tx: Option<mpsc::SyncSender<Msg>>) -> Arc<Self> {
         let sampling = invalid_reason(&values, file).is_none() && tx.is_some();
         Arc::new(Self {
             id: NEXT_SETTING.fetch_add(1, Ordering::Relaxed),
@@ -96,10 +96,13 @@ impl Active {
         self.values.count >= 0
     }
 
+    /// Never waits: a trace that finds the writer's queue full is
+    /// dropped and counted (the writer logs the count).
     pub(super) fn deliver(self: Arc<Self>, finished: Finished) {
         if let Some(tx) = self.tx.clone() {
-            // The writer is gone only at shutdown; the trace is dropped then.
-            let _ = tx.send(Msg::Trace(self, finished));
+            if let Err(mpsc::TrySendError::Full(_)) = tx.try_send(Msg::Trace(self, finished)) {
+                writer::DROPPED.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -130,7 +133,7 @@ pub struct Tracer {
     /// tracing is off.
     enabled: AtomicBool,
     state: RwLock<State>,
-    tx: Option<mpsc::Sender<Msg>>,
+    tx: Option<mpsc::SyncSender<Msg>>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -153,7 +156,7 @@ impl Tracer {
         let (tx, writer) = if config.file.is_empty() {
             (None, None)
         } else {
-            let (tx, rx) = mpsc::channel();
+            let (tx, rx) = mpsc::sync_channel(writer::QUEUE);
             match writer::spawn(PathBuf::from(&config.file), rx) {
                 Ok(handle) => (Some(tx), Some(handle)),
                 Err(e) => {
@@ -239,9 +242,11 @@ impl Tracer {
         Ok(Self::view(&state, &entry.active))
     }
 
+    /// Never waits (updates run on a shard): with the queue full, what
+    /// the setting holds is written at shutdown instead.
     fn retire(&self, active: Arc<Active>) {
         if let Some(tx) = &self.tx {
-            let _ = tx.send(Msg::Retire(active));
+            let _ = tx.try_send(Msg::Retire(active));
         }
     }
 

@@ -15,7 +15,10 @@ use std::{
     fs::{File, OpenOptions},
     io::{self, Seek, SeekFrom, Write},
     path::{Path, PathBuf},
-    sync::{mpsc, Arc},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        mpsc, Arc,
+    },
     thread::JoinHandle,
 };
 
@@ -30,6 +33,13 @@ pub(super) struct Finished {
     pub request_id: String,
     pub events: Vec<(Event, u64)>,
 }
+
+/// Messages the writer's queue holds: traces beyond it are dropped, so a
+/// writer that falls behind never grows memory without bound.
+pub(super) const QUEUE: usize = 64 * 1024;
+
+/// Traces dropped because the queue was full.
+pub(super) static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 pub(super) enum Msg {
     Trace(Arc<Active>, Finished),
@@ -102,6 +112,7 @@ impl Writer {
     }
 
     fn run(mut self, rx: mpsc::Receiver<Msg>) {
+        let mut dropped = 0;
         'outer: while let Ok(msg) = rx.recv() {
             let mut next = Some(msg);
             while let Some(msg) = next.take() {
@@ -111,6 +122,14 @@ impl Writer {
                 next = rx.try_recv().ok();
             }
             self.flush_main();
+            let now = DROPPED.load(Ordering::Relaxed);
+            if now != dropped {
+                tracing::warn!(
+                    dropped = now - dropped,
+                    "traces dropped: the trace writer fell behind (lower trace_rate)"
+                );
+                dropped = now;
+            }
         }
         let all: Vec<Pending> = self.pending.drain().map(|(_, p)| p).collect();
         for p in all {
