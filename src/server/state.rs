@@ -89,6 +89,12 @@ pub fn current() -> Option<Arc<ServerState>> {
     STATE.with(|s| s.borrow().clone())
 }
 
+/// Runs `f` on the server this shard thread belongs to without touching
+/// the `Arc`'s count, which every shard shares (the request path).
+pub fn with_current<R>(f: impl FnOnce(&ServerState) -> R) -> Option<R> {
+    STATE.with(|s| s.borrow().as_deref().map(f))
+}
+
 pub(super) fn install(state: Arc<ServerState>) {
     STATE.with(|s| *s.borrow_mut() = Some(state));
 }
