@@ -8,8 +8,6 @@ mod common;
 use std::{
     io::{ErrorKind, Read, Write},
     net::{SocketAddr, TcpStream},
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -18,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::*;
+use common::{child::*, *};
 use shardserve::server::ServerOptions;
 
 const MIB: usize = 1024 * 1024;
@@ -144,14 +142,6 @@ fn report(what: &str, lat: &[Duration]) {
         percentile(lat, 0.99),
         lat[lat.len() - 1]
     );
-}
-
-fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let until = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
@@ -637,132 +627,6 @@ fn graceful_shutdown_closes_keep_alive_and_sends_goaway() {
         t.elapsed()
     );
     assert!(t.elapsed() < Duration::from_secs(5));
-}
-
-/// The server binary as a child process (logs in a temporary file).
-struct ChildServer {
-    child: Child,
-    dir: PathBuf,
-    log: PathBuf,
-    http: SocketAddr,
-    grpc: SocketAddr,
-}
-
-impl ChildServer {
-    /// Starts `shardserve` on ephemeral loopback ports, one shard, with
-    /// `nofile` as its open-file limit (soft and hard) if given.
-    fn spawn(tag: &str, nofile: Option<u64>, args: &[&str]) -> Self {
-        use std::os::unix::process::CommandExt;
-        let dir = std::env::temp_dir().join(format!("shardserve-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let log = dir.join("server.log");
-        let out = std::fs::File::create(&log).expect("log file");
-        let err = out.try_clone().expect("log file");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_shardserve"));
-        cmd.args(["--model-repository", &repo_path("models").to_string_lossy()])
-            .args([
-                "--host",
-                "127.0.0.1",
-                "--http-port",
-                "0",
-                "--grpc-port",
-                "0",
-            ])
-            .args(["--metrics-port", "0", "--cores", "1", "--no-pin"])
-            .args(args)
-            .env_remove("SHARDSERVE_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err));
-        if let Some(n) = nofile {
-            // SAFETY: only setrlimit (async-signal-safe) runs between fork and exec.
-            unsafe {
-                cmd.pre_exec(move || {
-                    let lim = libc::rlimit {
-                        rlim_cur: n,
-                        rlim_max: n,
-                    };
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-        }
-        let mut child = cmd.spawn().expect("spawn the server");
-        let mut addrs = None;
-        let until = Instant::now() + Duration::from_secs(20);
-        while addrs.is_none() {
-            if Instant::now() > until || child.try_wait().ok().flatten().is_some() {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("server did not start:\n{}", read_text(&log));
-            }
-            thread::sleep(Duration::from_millis(20));
-            let text = read_text(&log);
-            addrs = find_addr(&text, "http").zip(find_addr(&text, "grpc"));
-        }
-        let (http, grpc) = addrs.expect("addresses");
-        let server = Self {
-            child,
-            dir,
-            log,
-            http,
-            grpc,
-        };
-        wait_for("the server to be ready", Duration::from_secs(20), || {
-            get(server.http, "/v2/health/ready").status == 200
-        });
-        server
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn log(&self) -> String {
-        read_text(&self.log)
-    }
-
-    /// Descriptors the server has open.
-    fn open_fds(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map_or(0, |d| d.count())
-    }
-}
-
-impl Drop for ChildServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn read_text(p: &Path) -> String {
-    std::fs::read_to_string(p).unwrap_or_default()
-}
-
-/// An address from the server's `listening` log line (`http=127.0.0.1:N`).
-fn find_addr(log: &str, key: &str) -> Option<SocketAddr> {
-    let line = log.lines().find(|l| l.contains("listening"))?;
-    let start = line.find(&format!("{key}="))? + key.len() + 1;
-    line[start..]
-        .split(|c: char| c.is_whitespace() || c == '\x1b')
-        .next()?
-        .parse()
-        .ok()
-}
-
-/// CPU seconds (user + system) the process has used.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
-    // Fields after the command name, which is in parentheses.
-    let after = &stat[stat.rfind(')').expect("comm") + 2..];
-    let fields: Vec<&str> = after.split(' ').collect();
-    let ticks =
-        fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
-    // SAFETY: sysconf only reads configuration.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
 #[test]

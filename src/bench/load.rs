@@ -5,20 +5,19 @@
 
 use std::{
     cell::{Cell, RefCell},
-    future::Future,
-    pin::Pin,
     rc::Rc,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Mutex,
     },
-    task::{Context, Poll},
     thread::JoinHandle,
     time::{Duration, Instant},
 };
 
 use futures::{channel::mpsc, StreamExt};
 use monoio::{FusionDriver, RuntimeBuilder};
+
+use crate::shard::PreciseTimer;
 
 use super::{
     cli::{Distribution, Load, Target},
@@ -283,39 +282,6 @@ impl Schedule {
     }
 }
 
-/// monoio's timer has millisecond granularity: sleep to within a
-/// millisecond, then yield until the instant (the runtime polls I/O between
-/// yields) so requests are neither early nor a tick late.
-async fn wait_until(t: Instant) {
-    loop {
-        let now = Instant::now();
-        if now >= t {
-            return;
-        }
-        let left = t - now;
-        if left > Duration::from_millis(2) {
-            monoio::time::sleep(left - Duration::from_millis(1)).await;
-        } else {
-            YieldNow(false).await;
-        }
-    }
-}
-
-struct YieldNow(bool);
-
-impl Future for YieldNow {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            Poll::Ready(())
-        } else {
-            self.0 = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    }
-}
-
 async fn open_loop(pool: Rc<Pool>, spec: Rc<WorkerSpec>) {
     let Load::Rate(rate) = spec.load else { return };
     let mut schedule = Schedule::new(
@@ -324,11 +290,16 @@ async fn open_loop(pool: Rc<Pool>, spec: Rc<WorkerSpec>) {
         spec.distribution,
         spec.seed,
     );
+    // Sub-millisecond gaps on a parked runtime. Yielding through them (the
+    // first version) kept the runtime from parking, and on io_uring the
+    // sockets' readiness is only re-armed in a park: at 500 req/s and more
+    // (gaps under 2 ms) no answer was ever read.
+    let timer = PreciseTimer::default();
     let outstanding = Rc::new(Cell::new(0usize));
     let mut i = 0usize;
     while !spec.stop.load(Ordering::Relaxed) {
         let intended = schedule.next_send();
-        wait_until(intended).await;
+        timer.sleep_until(intended).await;
         if outstanding.get() >= spec.max_outstanding {
             spec.recorder.record(Err(format!(
                 "dropped: {} requests outstanding (--max-outstanding)",
@@ -383,10 +354,11 @@ async fn open_loop_sequences(
     }
     // Its own stream, so the arrivals (Poisson) and the picks do not correlate.
     let mut pick = SplitMix64::new(spec.seed ^ 0x5e9_5e9_5e9);
+    let timer = PreciseTimer::default();
     let outstanding = Rc::new(Cell::new(0usize));
     'arrivals: while !spec.stop.load(Ordering::Relaxed) {
         let intended = schedule.next_send();
-        wait_until(intended).await;
+        timer.sleep_until(intended).await;
         if outstanding.get() >= spec.max_outstanding {
             spec.recorder.record(Err(format!(
                 "dropped: {} requests outstanding (--max-outstanding)",

@@ -135,6 +135,8 @@ pub struct ModelScheduler {
     /// Shutting down: accept, but run what is queued without waiting for
     /// batching delays.
     draining: Cell<bool>,
+    /// Batching delays are waited on it (sub-millisecond, reactor parked).
+    timer: shard::PreciseTimer,
 }
 
 impl ModelScheduler {
@@ -200,6 +202,7 @@ impl ModelScheduler {
             notified: Cell::new(false),
             stopped: Cell::new(false),
             draining: Cell::new(false),
+            timer: shard::PreciseTimer::default(),
         })
     }
 
@@ -619,9 +622,12 @@ impl ModelScheduler {
             }
             Poll::Pending
         });
+        if until.is_none() {
+            self.timer.disarm();
+        }
         let precise = async {
             match until {
-                Some(t) => shard::sleep_until(t).await,
+                Some(t) => self.timer.sleep_until(t).await,
                 None => std::future::pending().await,
             }
         };

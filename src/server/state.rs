@@ -96,8 +96,8 @@ pub fn current() -> Option<Arc<ServerState>> {
     STATE.with(|s| s.borrow().clone())
 }
 
-/// Runs `f` with this shard thread's server, without taking a reference
-/// (the request path uses it: no shared reference count is written).
+/// Runs `f` on the server this shard thread belongs to without touching
+/// the `Arc`'s count, which every shard shares (the request path).
 pub fn with_current<R>(f: impl FnOnce(&ServerState) -> R) -> Option<R> {
     STATE.with(|s| s.borrow().as_deref().map(f))
 }

@@ -15,4 +15,4 @@ pub use context::{
 pub use latch::{yield_now, Latch};
 pub use message::ShardMsg;
 pub use ring::ShardId;
-pub use timer::{sleep_until, sleep_until_coarse};
+pub use timer::{sleep_until_coarse, PreciseTimer};

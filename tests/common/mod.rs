@@ -3,17 +3,29 @@
 //! requests on purpose.
 #![allow(dead_code)]
 
+pub mod child;
+
 use std::{
     io::{Read, Write},
     net::{SocketAddr, TcpStream},
     path::PathBuf,
-    time::Duration,
+    thread,
+    time::{Duration, Instant},
 };
 
 use shardserve::server::{self, ServerHandle, ServerOptions};
 
 pub fn repo_path(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// Polls `cond` every 20 ms until it holds; panics after `timeout`.
+pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let until = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Starts a server on the example repository with `shards` shards.

@@ -17,7 +17,7 @@ impl Health for HealthService {
         &self,
         _request: tonic::Request<HealthCheckRequest>,
     ) -> Result<tonic::Response<HealthCheckResponse>, tonic::Status> {
-        let ready = state::current().is_some_and(|s| s.ready());
+        let ready = state::with_current(|s| s.ready()).unwrap_or(false);
         let status = if ready {
             ServingStatus::Serving
         } else {

@@ -2,8 +2,6 @@
 //! UNIMPLEMENTED through the generated default methods; `ModelStreamInfer`
 //! lives in `stream`.
 
-use std::sync::Arc;
-
 use tonic::{codegen::BoxStream, Request, Response, Status, Streaming};
 
 use super::{
@@ -93,8 +91,11 @@ pub(super) async fn decode_infer_request(
 #[derive(Clone, Copy)]
 pub struct InferenceService;
 
-fn table() -> Result<Arc<ModelTable>, Status> {
-    shard::with_current(|s| s.table()).ok_or_else(|| Status::internal("gRPC call outside a shard"))
+/// Runs `f` on the shard's model table, borrowed: the `Arc` is shared by
+/// every shard, so cloning it per call would write a line other cores write.
+fn with_table<R>(f: impl FnOnce(&ModelTable) -> R) -> Result<R, Status> {
+    shard::with_current(|s| s.with_table(f))
+        .ok_or_else(|| Status::internal("gRPC call outside a shard"))
 }
 
 fn tensors(list: &[TensorMetadata]) -> Vec<model_metadata_response::TensorMetadata> {
@@ -113,7 +114,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         _: Request<ServerLiveRequest>,
     ) -> Result<Response<ServerLiveResponse>, Status> {
-        let live = state::current().is_some_and(|s| s.live());
+        let live = state::with_current(|s| s.live()).unwrap_or(false);
         Ok(Response::new(ServerLiveResponse { live }))
     }
 
@@ -121,7 +122,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         _: Request<ServerReadyRequest>,
     ) -> Result<Response<ServerReadyResponse>, Status> {
-        let ready = state::current().is_some_and(|s| s.ready());
+        let ready = state::with_current(|s| s.ready()).unwrap_or(false);
         Ok(Response::new(ServerReadyResponse { ready }))
     }
 
@@ -131,8 +132,8 @@ impl GrpcInferenceService for InferenceService {
     ) -> Result<Response<ModelReadyResponse>, Status> {
         let req = req.into_inner();
         // Triton answers ready=false for an unknown model rather than an error.
-        let ready =
-            req.name.len() <= MAX_MODEL_NAME && table()?.resolve(&req.name, &req.version).is_ok();
+        let ready = req.name.len() <= MAX_MODEL_NAME
+            && with_table(|t| t.resolve(&req.name, &req.version).is_ok())?;
         Ok(Response::new(ModelReadyResponse { ready }))
     }
 
@@ -156,19 +157,21 @@ impl GrpcInferenceService for InferenceService {
     ) -> Result<Response<ModelMetadataResponse>, Status> {
         let req = req.into_inner();
         check_name_length(&req.name)?;
-        let table = table()?;
-        let m = table.resolve(&req.name, &req.version).map_err(to_status)?;
-        Ok(Response::new(ModelMetadataResponse {
-            name: m.name.clone(),
-            versions: table
-                .ready_versions(&m.name)
-                .iter()
-                .map(i64::to_string)
-                .collect(),
-            platform: m.metadata.platform.clone(),
-            inputs: tensors(&m.metadata.inputs),
-            outputs: tensors(&m.metadata.outputs),
-        }))
+        let response = with_table(|table| {
+            let m = table.resolve(&req.name, &req.version).map_err(to_status)?;
+            Ok::<_, Status>(ModelMetadataResponse {
+                name: m.name.clone(),
+                versions: table
+                    .ready_versions(&m.name)
+                    .iter()
+                    .map(i64::to_string)
+                    .collect(),
+                platform: m.metadata.platform.clone(),
+                inputs: tensors(&m.metadata.inputs),
+                outputs: tensors(&m.metadata.outputs),
+            })
+        })??;
+        Ok(Response::new(response))
     }
 
     async fn model_config(
@@ -177,10 +180,12 @@ impl GrpcInferenceService for InferenceService {
     ) -> Result<Response<ModelConfigResponse>, Status> {
         let req = req.into_inner();
         check_name_length(&req.name)?;
-        let table = table()?;
-        let m = table.resolve(&req.name, &req.version).map_err(to_status)?;
+        let config = with_table(|table| {
+            let m = table.resolve(&req.name, &req.version).map_err(to_status)?;
+            Ok::<_, Status>((*m.config).clone())
+        })??;
         Ok(Response::new(ModelConfigResponse {
-            config: Some((*m.config).clone()),
+            config: Some(config),
         }))
     }
 
@@ -191,7 +196,7 @@ impl GrpcInferenceService for InferenceService {
         let req = req.into_inner();
         check_name_length(&req.name)?;
         let model_stats =
-            statistics::collect(&*table()?, &req.name, &req.version).map_err(to_status)?;
+            with_table(|t| statistics::collect(t, &req.name, &req.version))?.map_err(to_status)?;
         Ok(Response::new(ModelStatisticsResponse { model_stats }))
     }
 

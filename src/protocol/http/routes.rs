@@ -1,8 +1,6 @@
 //! KServe v2 REST routes (plus Triton's config endpoint). Decodes with
 //! `codec`, runs through `scheduler::infer`, encodes the answer.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use http_body_util::Full;
@@ -10,7 +8,7 @@ use hyper::{body::Incoming, Request, Response};
 use serde_json::json;
 
 use super::{
-    codec::{decode_request_body, encode_infer_response, error_body},
+    codec::{decode_body, decode_request_body, decodes_inline, encode_infer_response, error_body},
     server::HttpResponse,
     status::status_for,
 };
@@ -66,12 +64,16 @@ pub(super) fn empty(status: StatusCode) -> HttpResponse {
     resp
 }
 
-fn server_state() -> InferResult<Arc<ServerState>> {
-    state::current().ok_or_else(|| InferError::internal("HTTP request outside a server shard"))
+// The server state and the model table are shared by every shard: they are
+// borrowed here, never cloned, so a request writes no reference count that
+// other cores write too.
+fn with_server_state<R>(f: impl FnOnce(&ServerState) -> R) -> InferResult<R> {
+    state::with_current(f)
+        .ok_or_else(|| InferError::internal("HTTP request outside a server shard"))
 }
 
-fn model_table() -> InferResult<Arc<ModelTable>> {
-    shard::with_current(|s| s.table())
+fn with_model_table<R>(f: impl FnOnce(&ModelTable) -> R) -> InferResult<R> {
+    shard::with_current(|s| s.with_table(f))
         .ok_or_else(|| InferError::internal("HTTP request outside a shard"))
 }
 
@@ -101,7 +103,7 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
         }
         ["v2", "health", "live"] => {
             expect_get(&method).ok_or_else(not_allowed)?;
-            let live = server_state()?.live();
+            let live = with_server_state(ServerState::live)?;
             Ok(empty(if live {
                 StatusCode::OK
             } else {
@@ -110,7 +112,7 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
         }
         ["v2", "health", "ready"] => {
             expect_get(&method).ok_or_else(not_allowed)?;
-            let ready = server_state()?.ready();
+            let ready = with_server_state(ServerState::ready)?;
             Ok(empty(if ready {
                 StatusCode::OK
             } else {
@@ -124,7 +126,7 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
         }
         ["v2", "models", "stats"] => {
             expect_get(&method).ok_or_else(not_allowed)?;
-            stats_response(&*model_table()?, "", "")
+            with_model_table(|table| stats_response(table, "", ""))?
         }
         ["v2", "repository", rest @ ..] => super::repository::route(req, rest).await,
         ["v2", "models", model, rest @ ..] => {
@@ -155,11 +157,20 @@ async fn model_route(
     if let ["trace", "setting"] = action {
         return crate::protocol::trace_api::http(req, Some(model)).await;
     }
-    let table = model_table()?;
     match (action, &method) {
+        (["infer"], &Method::POST) => return infer(req, model, version).await,
+        (["generate"], &Method::POST) => {
+            return super::generate::generate(req, model, version, false).await
+        }
+        (["generate_stream"], &Method::POST) => {
+            return super::generate::generate(req, model, version, true).await
+        }
+        _ => {}
+    }
+    with_model_table(|table| match (action, &method) {
         ([], &Method::GET) => {
             let m = table.resolve(model, version)?;
-            Ok(json_ok(&metadata_json(&table, m)))
+            Ok(json_ok(&metadata_json(table, m)))
         }
         (["ready"], &Method::GET) => {
             let ready = table.resolve(model, version).is_ok();
@@ -177,14 +188,7 @@ async fn model_route(
                 m.config_json.clone(),
             ))
         }
-        (["infer"], &Method::POST) => infer(req, model, version).await,
-        (["generate"], &Method::POST) => {
-            super::generate::generate(req, model, version, false).await
-        }
-        (["generate_stream"], &Method::POST) => {
-            super::generate::generate(req, model, version, true).await
-        }
-        (["stats"], &Method::GET) => stats_response(&table, model, version),
+        (["stats"], &Method::GET) => stats_response(table, model, version),
         ([] | ["ready"] | ["config"] | ["infer"] | ["stats"], _) => {
             Err(InferError::invalid(format!(
                 "method {method} is not allowed on {}",
@@ -195,7 +199,7 @@ async fn model_route(
             "no such endpoint: {method} {}",
             crate::types::clip(req.uri().path())
         ))),
-    }
+    })?
 }
 
 fn stats_response(table: &ModelTable, model: &str, version: &str) -> InferResult<HttpResponse> {
@@ -221,7 +225,7 @@ fn metadata_json(table: &ModelTable, m: &ModelVersion) -> serde_json::Value {
 async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResult<HttpResponse> {
     let mut trace = state::sample_trace(model);
     trace.stamp(Event::HttpRecvStart);
-    let limit = server_state()?.options.http_max_input_size;
+    let limit = with_server_state(|s| s.options.http_max_input_size)?;
     let headers = req.headers().clone();
     let header_length = parse_header_length(&headers)?;
     let body = match read_body(req.into_body(), limit).await {
@@ -229,38 +233,57 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
         Err(e) => return Ok(body_error_response(&e)),
     };
     trace.stamp(Event::HttpRecvEnd);
-    // Resolved for the decoder's shape checks only: a model that does not
-    // resolve is answered by `scheduler::infer` as before.
+    // The model is resolved for the decoder's shape checks only: one that
+    // does not resolve is answered by `scheduler::infer` as before.
     let received = std::time::Instant::now();
-    let target = model_table()?.resolve(model, version).ok().cloned();
-    if let Some(m) = &target {
-        scheduler::refuse_decoupled_http(m)?;
-    }
     let encoding = content_encoding(&headers)?;
-    let request =
-        match decode_request_body(body, encoding, header_length, model, version, target, limit)
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => {
-                // A request for a known model that fails its checks counts
-                // as that model's failure, as when `scheduler::infer`
-                // refuses it. Looked up again here so the success path
-                // clones nothing for it.
-                shard::with_current(|s| {
-                    s.with_table(|table| {
-                        if let Ok(m) = table.resolve(model, version) {
-                            m.stats.shard(s.id).record_failure(
-                                crate::metrics::FailureReason::for_error(&e),
-                                received.elapsed(),
-                            );
-                        }
-                    })
-                });
-                return Err(e);
+    let decoded = if decodes_inline(&body, encoding.is_some(), header_length) {
+        // Borrowed from the shard's table for the whole decode.
+        with_model_table(|table| -> InferResult<InferResult<_>> {
+            let target = table.resolve(model, version).ok();
+            if let Some(m) = target {
+                scheduler::refuse_decoupled_http(m)?;
             }
-        };
-    let mut request = request;
+            let io = target.map(|m| &m.io);
+            Ok(decode_body(
+                body,
+                encoding.as_deref(),
+                header_length,
+                model,
+                version,
+                io,
+                limit,
+            ))
+        })??
+    } else {
+        // Large bodies decode on the offload pool, which needs its own
+        // handle on the model.
+        let target = with_model_table(|table| table.resolve(model, version).ok().cloned())?;
+        if let Some(m) = &target {
+            scheduler::refuse_decoupled_http(m)?;
+        }
+        decode_request_body(body, encoding, header_length, model, version, target, limit).await
+    };
+    let mut request = match decoded {
+        Ok(r) => r,
+        Err(e) => {
+            // A request for a known model that fails its checks counts
+            // as that model's failure, as when `scheduler::infer`
+            // refuses it. Looked up again here so the success path
+            // touches nothing for it.
+            shard::with_current(|s| {
+                s.with_table(|table| {
+                    if let Ok(m) = table.resolve(model, version) {
+                        m.stats.shard(s.id).record_failure(
+                            crate::metrics::FailureReason::for_error(&e),
+                            received.elapsed(),
+                        );
+                    }
+                })
+            });
+            return Err(e);
+        }
+    };
     request.trace = trace;
     let requested = request.outputs.clone();
     let parameters = request.parameters.clone();

@@ -25,7 +25,7 @@ pub use request::{decode_infer_request, decode_infer_request_for};
 pub use response::{encode_infer_response, EncodedResponse};
 
 use crate::{
-    model::ModelVersion,
+    model::{IoSpec, ModelVersion},
     offload,
     protocol::compression::decompress,
     types::{clip, clip_to, InferRequest, InferResult, ParamValue, Parameters, MESSAGE_BYTES},
@@ -35,13 +35,41 @@ use crate::{
 /// at most ~1032:1, so they inflate to about [`offload::BODY_THRESHOLD`].
 const INLINE_COMPRESSED_MAX: usize = 256;
 
+/// Whether an `/infer` body is decoded on the shard ([`decode_body`]) or
+/// on the [`offload`] pool ([`decode_request_body`]): bodies whose JSON is
+/// larger than [`offload::BODY_THRESHOLD`], and compressed bodies beyond a
+/// few hundred bytes, go to the pool so the shard keeps serving.
+pub fn decodes_inline(body: &Bytes, compressed: bool, header_length: Option<usize>) -> bool {
+    if compressed {
+        body.len() <= INLINE_COMPRESSED_MAX
+    } else {
+        header_length.unwrap_or(body.len()) <= offload::BODY_THRESHOLD
+    }
+}
+
 /// An `/infer` body as it arrived → [`InferRequest`]: inflated first when
 /// `encoding` (a `Content-Encoding` other than identity) says so, never
 /// past `limit` bytes; each input checked against `model` (the addressed
-/// model, when it could be resolved) before its data is decoded. Bodies
-/// whose JSON is larger than [`offload::BODY_THRESHOLD`], and compressed
-/// bodies beyond a few hundred bytes, are decoded on the [`offload`]
-/// pool so the shard keeps serving; a full pool answers UNAVAILABLE.
+/// model's I/O, when it could be resolved) before its data is decoded.
+pub fn decode_body(
+    body: Bytes,
+    encoding: Option<&str>,
+    header_length: Option<usize>,
+    model_name: &str,
+    model_version: &str,
+    model: Option<&IoSpec>,
+    limit: usize,
+) -> InferResult<InferRequest> {
+    let body = match encoding {
+        Some(enc) => decompress(enc, &body, limit)?,
+        None => body,
+    };
+    decode_infer_request_for(body, header_length, model_name, model_version, model)
+}
+
+/// [`decode_body`] on the [`offload`] pool, for bodies that
+/// [`decodes_inline`] keeps off the shard; a full pool answers UNAVAILABLE.
+/// The model is owned here because the decode runs on another thread.
 pub async fn decode_request_body(
     body: Bytes,
     encoding: Option<String>,
@@ -51,27 +79,19 @@ pub async fn decode_request_body(
     model: Option<Arc<ModelVersion>>,
     limit: usize,
 ) -> InferResult<InferRequest> {
-    let json_len = header_length.unwrap_or(body.len());
-    let inline = match encoding {
-        Some(_) => body.len() <= INLINE_COMPRESSED_MAX,
-        None => json_len <= offload::BODY_THRESHOLD,
-    };
-    let decode = {
-        let (model_name, model_version) = (model_name.to_string(), model_version.to_string());
-        move || {
-            let body = match encoding {
-                Some(enc) => decompress(&enc, &body, limit)?,
-                None => body,
-            };
-            let io = model.as_deref().map(|m| &m.io);
-            decode_infer_request_for(body, header_length, &model_name, &model_version, io)
-        }
-    };
-    if inline {
-        decode()
-    } else {
-        offload::run(decode).await?
-    }
+    let (model_name, model_version) = (model_name.to_string(), model_version.to_string());
+    offload::run(move || {
+        decode_body(
+            body,
+            encoding.as_deref(),
+            header_length,
+            &model_name,
+            &model_version,
+            model.as_deref().map(|m| &m.io),
+            limit,
+        )
+    })
+    .await?
 }
 
 /// Request parameter: send every output in binary unless the output says otherwise.
