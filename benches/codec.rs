@@ -76,6 +76,7 @@ fn response() -> InferResponse {
             ),
         ],
         parameters: Parameters::new(),
+        ..Default::default()
     }
 }
 

@@ -282,8 +282,7 @@ impl ResponseSink for ChannelSink {
                 model_name: self.model.name.clone(),
                 model_version: self.model.version_str.clone(),
                 id: self.request.id.clone(),
-                outputs: Vec::new(),
-                parameters: Default::default(),
+                ..Default::default()
             }),
         };
         shard::reply(self.origin, reply, result);

@@ -110,7 +110,7 @@ pub(super) async fn submit(
             // An ensemble runs here, on the receiving shard; its steps go
             // to their models' schedulers.
             let pending = match ensemble {
-                Some(plan) => super::ensemble::start(plan, job),
+                Some(plan) => super::ensemble::start(plan, target.key, job),
                 None => s.dispatch(target, job),
             };
             (pending, target, s.request_timeout)

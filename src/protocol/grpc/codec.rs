@@ -421,6 +421,7 @@ pub fn encode_model_infer_response(resp: InferResponse) -> ModelInferResponse {
         id,
         outputs,
         parameters,
+        ..
     } = resp;
     let mut raw_output_contents = Vec::with_capacity(outputs.len());
     let outputs = outputs
@@ -869,6 +870,7 @@ mod tests {
             id: "x".into(),
             outputs: vec![Tensor::new("OUTPUT0", DataType::Int32, vec![1, 1], data)],
             parameters,
+            ..Default::default()
         };
         let m = encode_model_infer_response(resp);
         assert_eq!(
