@@ -98,12 +98,20 @@ pub(super) async fn submit(
             }
         })
         .map(|(target, sequence, ensemble)| {
+            // A decoupled request's responses flow for as long as its model
+            // sends them, so the server's request timeout bounds only its
+            // wait in the queue (where Triton applies request timeouts).
+            // Every other request is bounded as a whole by `infer`.
+            let deadline = match (&responses, s.request_timeout) {
+                (Some(_), Some(t)) => Some(received + t),
+                _ => None,
+            };
             let job = Job {
                 request,
                 reply: tx,
                 origin: s.id,
                 received,
-                deadline: None,
+                deadline,
                 sequence,
                 responses,
             };
