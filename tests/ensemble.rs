@@ -170,6 +170,24 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "OUTPUT
             "bad_batch",
             ensemble("bad_batch", &wide_io, &chain("simple")),
         ),
+        (
+            "rep",
+            std::fs::read_to_string(common::repo_path("models/repeat_int32/config.pbtxt"))
+                .expect("repeat_int32 config")
+                .replace("name: \"repeat_int32\"", "name: \"rep\""),
+        ),
+        (
+            "bad_decoupled",
+            ensemble(
+                "bad_decoupled",
+                r#"max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] }, { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]"#,
+                r#"{ model_name: "rep" model_version: -1
+  input_map [ { key: "IN" value: "IN" }, { key: "DELAY" value: "DELAY" }, { key: "WAIT" value: "WAIT" } ]
+  output_map { key: "OUT" value: "OUT" } }"#,
+            ),
+        ),
         ("loop_a", ensemble("loop_a", SIMPLE_IO, &chain("loop_b"))),
         ("loop_b", ensemble("loop_b", SIMPLE_IO, &chain("loop_a"))),
     ];
@@ -228,6 +246,7 @@ fn invalid_ensembles_fail_to_load_with_tritons_reasons_and_the_rest_serve() {
         ("bad_shape", "inconsistent shape: [-1,8] is inferred from model bad_shape while [-1,16] is inferred from model simple"),
         ("bad_output", "ensemble output 'OUTX' for ensemble 'bad_output' is not used"),
         ("bad_batch", "ensemble bad_batch allows maximum batch size 16, but it contains model simple which only allows maximum batch size to be 8"),
+        ("bad_decoupled", "ensemble bad_decoupled contains decoupled model rep (model_transaction_policy decoupled: true): decoupled composing models are not supported yet"),
         ("loop_a", "circular dependency between ensembles"),
         ("loop_b", "circular dependency between ensembles"),
     ];
