@@ -534,11 +534,8 @@ async fn graceful_shutdown_waits_for_a_running_decoupled_request() {
     assert_eq!(out_idx(&first), (0, 0));
     let shutdown = std::thread::spawn(move || server.shutdown());
     let mut rest = Vec::new();
-    loop {
-        match inbound.message().await {
-            Ok(Some(r)) => rest.push(r),
-            Ok(None) | Err(_) => break,
-        }
+    while let Ok(Some(r)) = inbound.message().await {
+        rest.push(r);
     }
     shutdown.join().expect("join").expect("shutdown");
     drop(tx);
