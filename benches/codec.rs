@@ -76,7 +76,7 @@ fn response() -> InferResponse {
             ),
         ],
         parameters: Parameters::new(),
-        trace: Default::default(),
+        ..Default::default()
     }
 }
 

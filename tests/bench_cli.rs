@@ -540,3 +540,38 @@ fn sequence_model_runs_sequences() {
     assert!(err.contains("collide"), "{err}");
     server.shutdown().expect("server stops");
 }
+
+/// `--streaming` on a decoupled model: a request ends at its final
+/// response, and every response of it is counted.
+#[test]
+fn streaming_counts_a_decoupled_models_responses_per_request() {
+    let server = common::start_server(2);
+    let grpc = server.grpc_addr().to_string();
+    let data = std::env::temp_dir().join(format!("bench-repeat-{}.json", std::process::id()));
+    std::fs::write(
+        &data,
+        r#"{"data": [{"IN": [1, 2, 3, 4, 5], "DELAY": [0, 0, 0, 0, 0], "WAIT": [0]}]}"#,
+    )
+    .expect("input data");
+    let results = run(&[
+        "-m",
+        "repeat_int32",
+        "-i",
+        "grpc",
+        "-u",
+        &grpc,
+        "--streaming",
+        "--input-data",
+        data.to_str().expect("utf-8 path"),
+    ]);
+    let _ = std::fs::remove_file(&data);
+    let r = &results[0];
+    check_sane(r);
+    assert_eq!(r.responses, 5 * r.requests, "{r:?}");
+    let first = r
+        .first_response_us
+        .as_ref()
+        .expect("time to first response");
+    assert!(first.p50 <= r.latency_us.p99, "{r:?}");
+    server.shutdown().expect("server stops");
+}

@@ -412,3 +412,212 @@ async fn generate_and_generate_stream() {
     assert!(String::from_utf8_lossy(&reply.body).starts_with("data: {\"error\""));
     server.shutdown().expect("shutdown");
 }
+
+/// Reads from `conn` until `done` holds for what was read so far.
+fn read_until(conn: &mut std::net::TcpStream, buf: &mut Vec<u8>, done: impl Fn(&[u8]) -> bool) {
+    use std::io::Read;
+    let mut chunk = [0u8; 4096];
+    while !done(buf) {
+        let n = conn.read(&mut chunk).expect("read");
+        assert!(
+            n > 0,
+            "connection closed early: {}",
+            String::from_utf8_lossy(buf)
+        );
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn events(raw: &[u8]) -> usize {
+    raw.windows(6).filter(|w| w == b"data: ").count()
+}
+
+/// `repeat_int32` sending `n` events 150 ms apart, as a generate_stream
+/// request on a keep-alive connection.
+fn slow_generate_stream(addr: std::net::SocketAddr, n: usize) -> std::net::TcpStream {
+    use std::io::Write;
+    let body = serde_json::json!({
+        "IN": (0..n as i32).collect::<Vec<_>>(),
+        "DELAY": vec![150; n],
+        "WAIT": 0,
+    })
+    .to_string();
+    let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+    conn.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    write!(
+        conn,
+        "POST /v2/models/repeat_int32/generate_stream HTTP/1.1\r\nHost: x\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    conn
+}
+
+/// The idle timeout counts from the end of the stream, not from its
+/// headers: a stream longer than it is neither cut nor followed by a
+/// close, and the connection serves the next request.
+#[test]
+fn a_generate_stream_longer_than_the_idle_timeout_keeps_its_connection() {
+    use std::io::Write;
+    let mut opts = ServerOptions::for_tests(common::repo_path("models"));
+    opts.cores = Some(2);
+    opts.idle_timeout = Duration::from_millis(200);
+    let server = start_with(opts);
+    let mut conn = slow_generate_stream(server.http_addr(), 6);
+    let mut buf = Vec::new();
+    read_until(&mut conn, &mut buf, |b| b.ends_with(b"0\r\n\r\n"));
+    assert_eq!(events(&buf), 6, "{}", String::from_utf8_lossy(&buf));
+    let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+    assert!(!head.contains("connection: close"), "{head}");
+    conn.write_all(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("second request on the connection");
+    let mut next = Vec::new();
+    read_until(&mut conn, &mut next, |b| {
+        b.windows(4).any(|w| w == b"\r\n\r\n")
+    });
+    assert!(
+        next.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&next)
+    );
+    server.shutdown().expect("shutdown");
+}
+
+/// Graceful shutdown waits for an SSE stream in progress, as for any
+/// request in flight: every event arrives, then the connection closes.
+#[test]
+fn graceful_shutdown_waits_for_a_generate_stream() {
+    let mut opts = ServerOptions::for_tests(common::repo_path("models"));
+    opts.cores = Some(2);
+    opts.exit_timeout = Duration::from_secs(30);
+    let server = start_with(opts);
+    let mut conn = slow_generate_stream(server.http_addr(), 8);
+    let mut buf = Vec::new();
+    read_until(&mut conn, &mut buf, |b| events(b) >= 1);
+    let reader = std::thread::spawn(move || {
+        read_until(&mut conn, &mut buf, |b| b.ends_with(b"0\r\n\r\n"));
+        buf
+    });
+    server.shutdown().expect("shutdown");
+    let buf = reader.join().expect("reader");
+    assert_eq!(events(&buf), 8, "{}", String::from_utf8_lossy(&buf));
+    for i in 0..8 {
+        let idx = format!("\"IDX\":{i}");
+        assert!(
+            String::from_utf8_lossy(&buf).contains(&idx),
+            "event {i} missing"
+        );
+    }
+}
+
+/// Graceful shutdown with a decoupled request running on a gRPC stream:
+/// its remaining responses and final flag arrive before the stream ends.
+#[tokio::test]
+async fn graceful_shutdown_waits_for_a_running_decoupled_request() {
+    let mut opts = ServerOptions::for_tests(common::repo_path("models"));
+    opts.cores = Some(2);
+    opts.exit_timeout = Duration::from_secs(30);
+    let server = start_with(opts);
+    let mut c = client(server.grpc_addr()).await;
+    let (mut tx, rx) = mpsc::channel(4);
+    let mut inbound = c.model_stream_infer(rx).await.expect("stream").into_inner();
+    tx.send(repeat("long", &[0, 1, 2, 3, 4, 5], &[150; 6], 0, true))
+        .await
+        .expect("send");
+    let first = inbound
+        .message()
+        .await
+        .expect("ok")
+        .expect("first response");
+    assert_eq!(out_idx(&first), (0, 0));
+    let shutdown = std::thread::spawn(move || server.shutdown());
+    let mut rest = Vec::new();
+    while let Ok(Some(r)) = inbound.message().await {
+        rest.push(r);
+    }
+    shutdown.join().expect("join").expect("shutdown");
+    drop(tx);
+    let data: Vec<(i32, u32)> = rest
+        .iter()
+        .filter(|r| final_flag(r) != Some(true))
+        .map(out_idx)
+        .collect();
+    assert_eq!(data, (1..6).map(|i| (i, i as u32)).collect::<Vec<_>>());
+    let last = rest.last().expect("final response");
+    assert_eq!(final_flag(last), Some(true));
+    assert_eq!(id(last), "long");
+}
+
+/// `--request-timeout-ms` and the request's `timeout` parameter bound a
+/// decoupled request's wait in the queue (as Triton applies request
+/// timeouts), never its responses once it runs.
+#[tokio::test]
+async fn request_timeouts_bound_a_decoupled_requests_queue_time_only() {
+    // Server timeout 300 ms: `long` answers for 450 ms and holds the only
+    // instance for 900 ms (WAIT); `queued` waits behind it and expires.
+    let mut opts = ServerOptions::for_tests(common::repo_path("models"));
+    opts.cores = Some(2);
+    opts.request_timeout = Some(Duration::from_millis(300));
+    let server = start_with(opts);
+    let mut c = client(server.grpc_addr()).await;
+    let out = stream_all(
+        &mut c,
+        vec![
+            repeat("long", &[7, 8, 9], &[150, 150, 150], 900, true),
+            repeat("queued", &[1], &[0], 0, true),
+        ],
+    )
+    .await;
+    let long: Vec<_> = out.iter().filter(|r| id(r) == "long").collect();
+    assert_eq!(long.len(), 4, "{out:?}");
+    assert_eq!(
+        long[..3].iter().map(|r| out_idx(r)).collect::<Vec<_>>(),
+        vec![(7, 0), (8, 1), (9, 2)]
+    );
+    assert_eq!(final_flag(long[3]), Some(true));
+    let queued: Vec<_> = out
+        .iter()
+        .filter(|r| r.error_message.contains("Request timeout expired"))
+        .collect();
+    assert_eq!(queued.len(), 1, "{out:?}");
+    server.shutdown().expect("shutdown");
+
+    // No server timeout: the request's own `timeout` (µs) applies.
+    let server = start_server(2);
+    let mut c = client(server.grpc_addr()).await;
+    let with_timeout = |id: &str, us: i64| {
+        let mut r = repeat(id, &[1], &[0], 0, true);
+        r.parameters.insert(
+            "timeout".into(),
+            InferParameter {
+                parameter_choice: Some(ParameterChoice::Int64Param(us)),
+            },
+        );
+        r
+    };
+    let out = stream_all(
+        &mut c,
+        vec![
+            repeat("busy", &[5], &[0], 600, true),
+            with_timeout("short", 100_000),
+            with_timeout("ample", 30_000_000),
+        ],
+    )
+    .await;
+    let errors: Vec<&str> = out
+        .iter()
+        .filter(|r| !r.error_message.is_empty())
+        .map(|r| r.error_message.as_str())
+        .collect();
+    assert_eq!(errors.len(), 1, "{out:?}");
+    assert!(errors[0].contains("Request timeout expired"), "{errors:?}");
+    let finals: Vec<&str> = out
+        .iter()
+        .filter(|r| r.error_message.is_empty() && final_flag(r) == Some(true))
+        .map(id)
+        .collect();
+    assert_eq!(finals, vec!["busy", "ample"], "{out:?}");
+    server.shutdown().expect("shutdown");
+}

@@ -170,6 +170,24 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "OUTPUT
             "bad_batch",
             ensemble("bad_batch", &wide_io, &chain("simple")),
         ),
+        (
+            "rep",
+            std::fs::read_to_string(common::repo_path("models/repeat_int32/config.pbtxt"))
+                .expect("repeat_int32 config")
+                .replace("name: \"repeat_int32\"", "name: \"rep\""),
+        ),
+        (
+            "bad_decoupled",
+            ensemble(
+                "bad_decoupled",
+                r#"max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] }, { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]"#,
+                r#"{ model_name: "rep" model_version: -1
+  input_map [ { key: "IN" value: "IN" }, { key: "DELAY" value: "DELAY" }, { key: "WAIT" value: "WAIT" } ]
+  output_map { key: "OUT" value: "OUT" } }"#,
+            ),
+        ),
         ("loop_a", ensemble("loop_a", SIMPLE_IO, &chain("loop_b"))),
         ("loop_b", ensemble("loop_b", SIMPLE_IO, &chain("loop_a"))),
     ];
@@ -228,6 +246,7 @@ fn invalid_ensembles_fail_to_load_with_tritons_reasons_and_the_rest_serve() {
         ("bad_shape", "inconsistent shape: [-1,8] is inferred from model bad_shape while [-1,16] is inferred from model simple"),
         ("bad_output", "ensemble output 'OUTX' for ensemble 'bad_output' is not used"),
         ("bad_batch", "ensemble bad_batch allows maximum batch size 16, but it contains model simple which only allows maximum batch size to be 8"),
+        ("bad_decoupled", "ensemble bad_decoupled contains decoupled model rep (model_transaction_policy decoupled: true): decoupled composing models are not supported yet"),
         ("loop_a", "circular dependency between ensembles"),
         ("loop_b", "circular dependency between ensembles"),
     ];
@@ -301,6 +320,112 @@ fn steps_chain_and_nest_and_statistics_count_each_model() {
     assert_eq!(
         stats(addr, "simple")["inference_stats"]["success"]["count"],
         8
+    );
+    server.shutdown().unwrap();
+}
+
+fn ns(stats: &serde_json::Value, phase: &str) -> u64 {
+    stats["inference_stats"][phase]["ns"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{phase} in {stats}"))
+}
+
+fn count(stats: &serde_json::Value, phase: &str) -> u64 {
+    stats["inference_stats"][phase]["count"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{phase} in {stats}"))
+}
+
+/// The value of a Prometheus sample for `model`, version 1.
+fn metric(metrics: std::net::SocketAddr, name: &str, model: &str) -> u64 {
+    let page = String::from_utf8(get(metrics, "/metrics").body).expect("utf-8 metrics");
+    let prefix = format!("{name}{{model=\"{model}\",version=\"1\"}} ");
+    page.lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix} in the metrics"))
+}
+
+#[test]
+fn ensemble_statistics_aggregate_the_composing_requests_compute_times() {
+    let repo = repository("stats");
+    let server = start(&repo, 2);
+    let addr = server.http_addr();
+    for base in 0..3 {
+        let r = post_json(addr, "/v2/models/chain/infer", &rows(2, base));
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    }
+    let chain = stats(addr, "chain");
+    let simple = stats(addr, "simple");
+    // Each composing model counts its own requests and executions.
+    assert_eq!(count(&simple, "success"), 6);
+    assert_eq!(simple["execution_count"], 6);
+    // The ensemble counts each request once, as one execution of its
+    // batch size, with its own queue time...
+    assert_eq!(count(&chain, "success"), 3);
+    assert_eq!(count(&chain, "queue"), 3);
+    assert_eq!(chain["inference_count"], 6);
+    assert_eq!(chain["execution_count"], 3);
+    assert_eq!(chain["batch_stats"][0]["batch_size"], 2);
+    assert_eq!(chain["batch_stats"][0]["compute_infer"]["count"], 3);
+    assert!(chain["last_inference"].as_u64().unwrap() > 0);
+    // ...and the compute phases of all its steps' requests, summed: only
+    // the ensemble sent `simple` requests, so the totals are equal.
+    for phase in ["compute_input", "compute_infer", "compute_output"] {
+        assert_eq!(count(&chain, phase), 3, "{phase}");
+        assert_eq!(
+            ns(&chain, phase),
+            ns(&simple, phase),
+            "{phase}: {chain} {simple}"
+        );
+        assert_eq!(
+            chain["batch_stats"][0][phase]["ns"].as_u64(),
+            Some(ns(&simple, phase)),
+            "{phase}"
+        );
+    }
+    assert!(ns(&chain, "compute_infer") > 0);
+
+    // A nested ensemble sums through the inner one: its one request
+    // counts every `simple` execution the inner `chain` requests took.
+    let (chain_before, simple_before) = (ns(&chain, "compute_infer"), ns(&simple, "compute_infer"));
+    let r = post_json(addr, "/v2/models/nested/infer", &rows(1, 0));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let nested = stats(addr, "nested");
+    let chain = stats(addr, "chain");
+    let simple = stats(addr, "simple");
+    assert_eq!(count(&nested, "compute_infer"), 1);
+    assert_eq!(
+        ns(&nested, "compute_infer"),
+        ns(&simple, "compute_infer") - simple_before
+    );
+    assert_eq!(
+        ns(&chain, "compute_infer") - chain_before,
+        ns(&nested, "compute_infer")
+    );
+
+    // A failed request counts as a failure, adding no compute time.
+    let mut bad = rows(1, 0);
+    bad["inputs"].as_array_mut().unwrap().pop();
+    let r = post_json(addr, "/v2/models/chain/infer", &bad);
+    assert_ne!(r.status, 200);
+    let after = stats(addr, "chain");
+    assert_eq!(count(&after, "fail"), 1);
+    assert_eq!(
+        count(&after, "compute_infer"),
+        count(&chain, "compute_infer")
+    );
+
+    // The Prometheus counters read the same totals (in microseconds).
+    let metrics = server.metrics_addr();
+    assert_eq!(metric(metrics, "nv_inference_request_success", "chain"), 5);
+    assert_eq!(metric(metrics, "nv_inference_exec_count", "chain"), 5);
+    assert_eq!(
+        metric(metrics, "nv_inference_compute_infer_duration_us", "chain"),
+        ns(&after, "compute_infer") / 1000
+    );
+    assert_eq!(
+        metric(metrics, "nv_inference_queue_duration_us", "chain"),
+        ns(&after, "queue") / 1000
     );
     server.shutdown().unwrap();
 }

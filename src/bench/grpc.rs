@@ -2,7 +2,7 @@
 //! from headers (trailers-only) or trailers, unary calls and a
 //! ModelStreamInfer stream for the streaming mode.
 
-use std::{future::Future, pin::Pin};
+use std::{future::Future, pin::Pin, time::Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures::channel::mpsc;
@@ -16,7 +16,25 @@ use super::{
     sequence::Spliced,
     wire::{BenchBody, RawH2, H2},
 };
-use crate::proto::inference::ModelStreamInferResponse;
+use crate::proto::inference::{infer_parameter::ParameterChoice, ModelStreamInferResponse};
+
+/// What one request got: its responses (a decoupled model may send many,
+/// or none) and when the first of them arrived.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Completion {
+    pub responses: u64,
+    pub first_response: Option<std::time::Duration>,
+}
+
+impl Completion {
+    /// A unary request: one response, which is also its end.
+    pub fn single() -> Self {
+        Self {
+            responses: 1,
+            first_response: None,
+        }
+    }
+}
 
 pub fn request_headers() -> HeaderMap {
     let mut h = HeaderMap::new();
@@ -229,15 +247,42 @@ impl GrpcStream {
         self.broken
     }
 
-    pub async fn call(&mut self, message: Spliced) -> Result<(), String> {
-        let r = self.call_inner(message).await;
-        if r.is_err() && self.body.is_none() {
-            self.broken = true;
+    /// Sends one request and reads its responses up to its final one
+    /// (`triton_final_response: true`, or a response without the flag: a
+    /// server that does not mark single responses).
+    pub async fn call(&mut self, message: Spliced) -> Result<Completion, String> {
+        let sent = Instant::now();
+        let mut done = Completion::default();
+        let mut message = Some(message);
+        loop {
+            let r = self.next_response(message.take()).await;
+            if r.is_err() && self.body.is_none() {
+                self.broken = true;
+            }
+            let (last, has_outputs) = r?;
+            // The empty final response carries no outputs: not counted.
+            if has_outputs || last.is_none() {
+                done.responses += 1;
+                if done.first_response.is_none() {
+                    done.first_response = Some(sent.elapsed());
+                }
+            }
+            if last != Some(false) {
+                return Ok(done);
+            }
         }
-        r
     }
 
-    async fn call_inner(&mut self, message: Spliced) -> Result<(), String> {
+    /// Sends `message` (if any) and reads the next response: its
+    /// `triton_final_response` flag (`None` when it has none) and whether
+    /// it carries outputs.
+    async fn next_response(
+        &mut self,
+        message: Option<Spliced>,
+    ) -> Result<(Option<bool>, bool), String> {
+        let Some(message) = message else {
+            return self.read_response().await;
+        };
         // The body is a byte stream: a message may span two chunks.
         for part in std::iter::once(message.head).chain(message.tail) {
             if self.tx.unbounded_send(part).is_err() {
@@ -258,15 +303,26 @@ impl GrpcStream {
             }
             self.body = Some(resp.into_body());
         }
+        self.read_response().await
+    }
+
+    async fn read_response(&mut self) -> Result<(Option<bool>, bool), String> {
         loop {
             if let Some(m) = take_message(&mut self.buf).inspect_err(|_| self.broken = true)? {
                 let r = ModelStreamInferResponse::decode(m)
                     .map_err(|e| format!("bad stream response: {e}"))?;
-                return if r.error_message.is_empty() {
-                    Ok(())
-                } else {
-                    Err(r.error_message)
-                };
+                if !r.error_message.is_empty() {
+                    return Err(r.error_message);
+                }
+                let response = r.infer_response.as_ref();
+                let last = response
+                    .and_then(|i| i.parameters.get("triton_final_response"))
+                    .and_then(|p| match p.parameter_choice {
+                        Some(ParameterChoice::BoolParam(b)) => Some(b),
+                        _ => None,
+                    });
+                let has_outputs = response.is_some_and(|i| !i.outputs.is_empty());
+                return Ok((last, has_outputs));
             }
             let Some(body) = self.body.as_mut() else {
                 self.broken = true;

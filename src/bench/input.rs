@@ -426,8 +426,10 @@ pub fn encode_http(
     })
 }
 
-/// gRPC `ModelInferRequest`, 5-byte framed.
-pub fn encode_grpc(model: &ModelInfo, set: &[TensorData]) -> Bytes {
+/// gRPC `ModelInferRequest`, 5-byte framed. On a stream (`streaming`)
+/// the request asks for Triton's empty final response, so that the end of
+/// a decoupled model's many responses is known.
+pub fn encode_grpc(model: &ModelInfo, set: &[TensorData], streaming: bool) -> Bytes {
     use crate::proto::inference::model_infer_request::{
         InferInputTensor, InferRequestedOutputTensor,
     };
@@ -452,6 +454,18 @@ pub fn encode_grpc(model: &ModelInfo, set: &[TensorData]) -> Bytes {
             })
             .collect(),
         raw_input_contents: set.iter().map(|t| Bytes::from(t.raw.clone())).collect(),
+        parameters: if streaming {
+            use crate::proto::inference::{infer_parameter::ParameterChoice, InferParameter};
+            [(
+                "triton_enable_empty_final_response".to_string(),
+                InferParameter {
+                    parameter_choice: Some(ParameterChoice::BoolParam(true)),
+                },
+            )]
+            .into()
+        } else {
+            Default::default()
+        },
         ..Default::default()
     };
     grpc_frame(&request)
@@ -568,7 +582,7 @@ mod tests {
         assert!(js.header_len.is_none());
         let v: Value = serde_json::from_slice(&js.body).unwrap();
         assert_eq!(v["inputs"][1]["data"].as_array().unwrap().len(), 16);
-        let g = encode_grpc(&m, &sets[0]);
+        let g = encode_grpc(&m, &sets[0], false);
         assert_eq!(g[0], 0);
         let len = u32::from_be_bytes([g[1], g[2], g[3], g[4]]) as usize;
         assert_eq!(len + 5, g.len());

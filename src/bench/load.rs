@@ -21,6 +21,7 @@ use crate::shard::PreciseTimer;
 
 use super::{
     cli::{Distribution, Load, Target},
+    grpc::Completion,
     request::{send, Prepared},
     sequence::{SeqStep, SequenceGen, Slot},
     stats::{dur_ns, SplitMix64},
@@ -36,6 +37,11 @@ pub struct WindowBuf {
     pub first_error: Option<String>,
     /// Sequences whose last request succeeded (perf_analyzer's count).
     pub sequences: u64,
+    /// Responses of the successful requests (a decoupled model's many).
+    pub responses: u64,
+    /// Time from send to the first response, ns, of the successful
+    /// requests on a stream that got any.
+    pub first_response: Vec<u64>,
 }
 
 /// Shared by one worker (writer) and the coordinator (takes per window).
@@ -48,16 +54,21 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn record(&self, result: Result<u64, String>) {
-        self.record_request(result, false);
+        self.record_request(result.map(|ns| (ns, Completion::single())), false);
     }
 
-    /// Records a request; `ends_sequence` when it carried `sequence_end`.
-    pub fn record_request(&self, result: Result<u64, String>, ends_sequence: bool) {
+    /// Records a request: its latency to its final response and what it
+    /// got; `ends_sequence` when it carried `sequence_end`.
+    pub fn record_request(&self, result: Result<(u64, Completion), String>, ends_sequence: bool) {
         let mut b = self.buf.lock().unwrap_or_else(|e| e.into_inner());
         match result {
-            Ok(ns) => {
+            Ok((ns, done)) => {
                 b.latencies.push(ns);
                 b.sequences += u64::from(ends_sequence);
+                b.responses += done.responses;
+                if let Some(first) = done.first_response {
+                    b.first_response.push(dur_ns(first));
+                }
             }
             Err(e) => {
                 b.errors += 1;
@@ -230,7 +241,7 @@ async fn closed_loop(
         let r = send(&pool, &prepared, i, step.as_ref()).await;
         let elapsed = dur_ns(t0.elapsed());
         let failed_to_connect = matches!(&r, Err(e) if e.starts_with("cannot connect"));
-        recorder.record_request(r.map(|()| elapsed), step.is_some_and(|s| s.end));
+        recorder.record_request(r.map(|c| (elapsed, c)), step.is_some_and(|s| s.end));
         if failed_to_connect {
             // Do not spin on a refused connection.
             monoio::time::sleep(Duration::from_millis(10)).await;
@@ -317,7 +328,7 @@ async fn open_loop(pool: Rc<Pool>, spec: Rc<WorkerSpec>) {
         monoio::spawn(async move {
             let r = send(&pool, &prepared, i, None).await;
             // From the intended time: a late send is latency the user would see.
-            recorder.record(r.map(|()| dur_ns(intended.elapsed())));
+            recorder.record_request(r.map(|c| (dur_ns(intended.elapsed()), c)), false);
             outstanding.set(outstanding.get() - 1);
         });
         i = i.wrapping_add(1);
@@ -398,7 +409,7 @@ async fn open_loop_sequences(
         );
         monoio::spawn(async move {
             let r = send(&pool, &prepared, 0, Some(&step)).await;
-            recorder.record_request(r.map(|()| dur_ns(intended.elapsed())), step.end);
+            recorder.record_request(r.map(|c| (dur_ns(intended.elapsed()), c)), step.end);
             outstanding.set(outstanding.get() - 1);
             if serial {
                 let _ = free_tx.unbounded_send(s);

@@ -110,12 +110,21 @@ pub struct StepResult {
     pub windows: u32,
     pub stable: bool,
     pub latency_us: LatencyUs,
+    /// Responses of the successful requests: more than `requests` for a
+    /// decoupled model sending several per request (`--streaming`).
+    pub responses: u64,
+    pub responses_per_second: f64,
+    /// `--streaming`: from sending a request to its first response (the
+    /// latency above runs to its final one).
+    pub first_response_us: Option<LatencyUs>,
     pub server: Option<ServerBreakdown>,
 }
 
 struct Window {
     duration: Duration,
     latencies: Vec<u64>,
+    responses: u64,
+    first_response: Vec<u64>,
     errors: u64,
     first_error: Option<String>,
     sequences: u64,
@@ -280,12 +289,16 @@ async fn measure(
         }
         let t1 = Instant::now();
         let mut latencies = Vec::new();
+        let mut responses = 0;
+        let mut first_response = Vec::new();
         let mut errors = 0;
         let mut sequences = 0;
         let mut first_error = None;
         for r in recorders {
             let b = r.take();
             latencies.extend_from_slice(&b.latencies);
+            responses += b.responses;
+            first_response.extend_from_slice(&b.first_response);
             errors += b.errors;
             sequences += b.sequences;
             if first_error.is_none() {
@@ -302,6 +315,8 @@ async fn measure(
         let w = Window {
             duration: t1 - t0,
             latencies,
+            responses,
+            first_response,
             errors,
             first_error,
             sequences,
@@ -343,6 +358,13 @@ fn summarise(
         .collect();
     let s = LatencySummary::from_samples(&mut latencies, percentile);
     let secs: f64 = used.iter().map(|w| w.duration.as_secs_f64()).sum();
+    let responses: u64 = used.iter().map(|w| w.responses).sum();
+    let mut first: Vec<u64> = used
+        .iter()
+        .flat_map(|w| w.first_response.iter().copied())
+        .collect();
+    let first_response_us = (!first.is_empty())
+        .then(|| latency_us(&LatencySummary::from_samples(&mut first, percentile)));
     let requests = s.count;
     let rps = requests as f64 / secs.max(1e-9);
     let server = if used.iter().all(|w| w.server.is_some()) {
@@ -390,17 +412,24 @@ fn summarise(
         measured_seconds: secs,
         windows,
         stable,
-        latency_us: LatencyUs {
-            avg: us(s.avg_ns),
-            min: us(s.min_ns as f64),
-            p50: us(s.p50_ns as f64),
-            p90: us(s.p90_ns as f64),
-            p95: us(s.p95_ns as f64),
-            p99: us(s.p99_ns as f64),
-            max: us(s.max_ns as f64),
-            percentile: s.custom.map(|(_, v)| us(v as f64)),
-        },
+        latency_us: latency_us(&s),
+        responses,
+        responses_per_second: responses as f64 / secs.max(1e-9),
+        first_response_us,
         server,
+    }
+}
+
+fn latency_us(s: &LatencySummary) -> LatencyUs {
+    LatencyUs {
+        avg: us(s.avg_ns),
+        min: us(s.min_ns as f64),
+        p50: us(s.p50_ns as f64),
+        p90: us(s.p90_ns as f64),
+        p95: us(s.p95_ns as f64),
+        p99: us(s.p99_ns as f64),
+        max: us(s.max_ns as f64),
+        percentile: s.custom.map(|(_, v)| us(v as f64)),
     }
 }
 
@@ -414,6 +443,8 @@ mod tests {
         Window {
             duration: Duration::from_secs(1),
             latencies,
+            responses: thr as u64,
+            first_response: Vec::new(),
             errors: 0,
             first_error: None,
             sequences: 0,

@@ -166,7 +166,10 @@ async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::R
             request::http_prepared(&target.authority, &path, bodies, header_len, true)?
         }
         Protocol::Grpc => {
-            let bodies = sets.iter().map(|s| encode_grpc(&info, s)).collect();
+            let bodies = sets
+                .iter()
+                .map(|s| encode_grpc(&info, s, opts.streaming))
+                .collect();
             let method = if opts.streaming {
                 "ModelStreamInfer"
             } else {

@@ -85,6 +85,19 @@ pub fn table_row(r: &StepResult, multi: bool) -> String {
         inf,
         if r.stable { "yes" } else { "no" }
     );
+    if let Some(first) = &r.first_response_us {
+        // A stream's requests end at their final response (the latencies
+        // above); a decoupled model may send many responses per request.
+        let _ = write!(
+            row,
+            "\n    stream: {:.1} requests/s, {:.1} responses/s ({:.2} per request), first response p50 {:.1} us p99 {:.1} us",
+            r.requests_per_second,
+            r.responses_per_second,
+            r.responses as f64 / r.requests.max(1) as f64,
+            first.p50,
+            first.p99
+        );
+    }
     if let Some(e) = &r.first_error {
         let _ = write!(row, "\n    first error: {}", truncate(e, 200));
     }
@@ -411,6 +424,9 @@ mod tests {
             requests: 10,
             sequences: 0,
             sequences_per_second: None,
+            responses: 10,
+            responses_per_second: thr,
+            first_response_us: None,
             errors: 0,
             first_error: None,
             measured_seconds: 1.0,

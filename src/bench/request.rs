@@ -5,7 +5,7 @@ use http::{header, HeaderMap, HeaderValue, Method, Request, Uri};
 use http_body_util::BodyExt;
 
 use super::{
-    grpc,
+    grpc::{self, Completion},
     sequence::{SeqStep, Spliced, Template},
     wire::{BenchBody, Lane, Pool, Wire},
 };
@@ -126,14 +126,15 @@ pub fn grpc_prepared(
 }
 
 /// Sends one request (a sequence request when `step` is given) and waits
-/// for its whole response. The error string is what the report shows (the
-/// server's message where there is one).
+/// for its whole response (on a stream: up to its final response). The
+/// error string is what the report shows (the server's message where
+/// there is one).
 pub async fn send(
     pool: &Pool,
     prepared: &Prepared,
     i: usize,
     step: Option<&SeqStep>,
-) -> Result<(), String> {
+) -> Result<Completion, String> {
     let mut lane = pool.acquire(prepared).await.map_err(|e| format!("{e:#}"))?;
     let payload = prepared.payload(i, step);
     let result = match &mut lane {
@@ -141,14 +142,18 @@ pub async fn send(
             if let Err(e) = sender.ready().await {
                 return Err(format!("connection lost: {e}"));
             }
-            send_http(sender.send_request(prepared.request_with(payload))).await
+            send_http(sender.send_request(prepared.request_with(payload)))
+                .await
+                .map(|()| Completion::single())
         }
         Lane::H2(sender) => {
             grpc::unary_response(sender.send_request(prepared.request_with(payload)))
                 .await
-                .map(drop)
+                .map(|_| Completion::single())
         }
-        Lane::Raw(sender) => grpc::raw_unary(sender, prepared, payload).await.map(drop),
+        Lane::Raw(sender) => grpc::raw_unary(sender, prepared, payload)
+            .await
+            .map(|_| Completion::single()),
         Lane::Stream(stream) => stream.call(payload).await,
     };
     pool.release(lane);

@@ -23,6 +23,8 @@ use crate::proto::inference::{
 ///   `sequence_batching` (the sequence executor answers once per request),
 ///   or with `shardserve_execution: "inline"` (a decoupled backend may block
 ///   while its client is slow, which must never happen on a shard);
+/// - (checked by `scheduler::ensemble` at load, as it needs the composing
+///   models) an ensemble step naming a decoupled model;
 /// - `instance_group` of `kind: KIND_GPU`, or `KIND_AUTO` listing `gpus`
 ///   (no GPU backend yet), `secondary_devices`, TensorRT `profile`s, and
 ///   `passive` instances;

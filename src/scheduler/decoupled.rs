@@ -97,8 +97,10 @@ pub type ResponseStream = Pin<Box<dyn Stream<Item = InferResult<Streamed>> + Sen
 /// one `Response { last: true }`. The request is validated and queued on
 /// the stream's first poll, so callers keep their order by polling each
 /// stream once as they create it. Dropping the stream cancels the request.
-/// Unlike `infer`, the server's request timeout does not apply: a stream
-/// lasts as long as its model keeps answering.
+/// For a decoupled model the server's request timeout (and the request's
+/// own `timeout` parameter) bound only its wait in the queue, as Triton
+/// applies request timeouts: once it runs, its stream lasts as long as its
+/// model keeps answering.
 pub fn infer_stream(request: InferRequest) -> ResponseStream {
     let decoupled = shard::with_current(|s| {
         s.with_table(|table| {
@@ -282,9 +284,7 @@ impl ResponseSink for ChannelSink {
                 model_name: self.model.name.clone(),
                 model_version: self.model.version_str.clone(),
                 id: self.request.id.clone(),
-                outputs: Vec::new(),
-                parameters: Default::default(),
-                trace: Default::default(),
+                ..Default::default()
             }),
         };
         shard::reply(self.origin, reply, result);

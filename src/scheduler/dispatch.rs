@@ -104,19 +104,27 @@ pub(super) async fn submit(
             }
         })
         .map(|(target, sequence, ensemble)| {
+            // A decoupled request's responses flow for as long as its model
+            // sends them, so the server's request timeout bounds only its
+            // wait in the queue (where Triton applies request timeouts).
+            // Every other request is bounded as a whole by `infer`.
+            let deadline = match (&responses, s.request_timeout) {
+                (Some(_), Some(t)) => Some(received + t),
+                _ => None,
+            };
             let job = Job {
                 request,
                 reply: tx,
                 origin: s.id,
                 received,
-                deadline: None,
+                deadline,
                 sequence,
                 responses,
             };
             // An ensemble runs here, on the receiving shard; its steps go
             // to their models' schedulers.
             let pending = match ensemble {
-                Some(plan) => super::ensemble::start(plan, job),
+                Some(plan) => super::ensemble::start(plan, target.key, job),
                 None => s.dispatch(target, job),
             };
             (pending, target, s.request_timeout)

@@ -20,7 +20,7 @@ use crate::{
     model::ModelVersion,
     shard,
     trace::{instants_ns, Event},
-    types::{InferError, InferRequest, InferResult, Tensor},
+    types::{ComputeTimes, InferError, InferRequest, InferResult, Tensor},
 };
 
 /// One execution's worth of requests. `rows` is set for a sequence
@@ -184,7 +184,7 @@ fn finish(
     total_rows: usize,
     [start, input_done, infer_done]: [Instant; 3],
 ) {
-    let results: Vec<InferResult<_>> = match per_job {
+    let mut results: Vec<InferResult<_>> = match per_job {
         Ok(outs) => jobs
             .iter()
             .zip(outs)
@@ -199,6 +199,16 @@ fn finish(
         infer_done - input_done,
         output_done - infer_done,
     );
+    // Every request of the batch took the whole execution, as Triton counts
+    // it; an ensemble adds these to its own compute statistics.
+    let compute = ComputeTimes {
+        input,
+        infer,
+        output,
+    };
+    for response in results.iter_mut().flatten() {
+        response.compute = compute;
+    }
     stats.record_execution(total_rows, input, infer, output);
     for _ in 0..jobs.len() {
         stats.compute_input.record(input);

@@ -52,7 +52,6 @@ pub fn build_response(
         model_version: model.version_str.clone(),
         id: request.id.clone(),
         outputs,
-        parameters: Default::default(),
-        trace: Default::default(),
+        ..Default::default()
     })
 }

@@ -10,5 +10,7 @@ pub use datatype::DataType;
 pub use error::{
     clip, clip_to, show_shape, ErrorKind, InferError, InferResult, CLIP_BYTES, MESSAGE_BYTES,
 };
-pub use request::{InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput};
+pub use request::{
+    ComputeTimes, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput,
+};
 pub use tensor::{bytes_elements, element_count, encode_bytes_elements, Tensor};

@@ -1,4 +1,4 @@
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 use super::Tensor;
 
@@ -66,4 +66,25 @@ pub struct InferResponse {
     pub parameters: Parameters,
     /// The request's trace, handed back for the protocol's last stamps.
     pub trace: crate::trace::TraceSlot,
+    /// How long the execution that produced this response spent in each
+    /// compute phase; an ensemble's response carries the sum over its
+    /// steps, which is what Triton reports as the ensemble's compute time.
+    pub compute: ComputeTimes,
+}
+
+/// Triton's per-request compute phases: `compute_input`, `compute_infer`
+/// and `compute_output` of the execution (or executions) a request took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ComputeTimes {
+    pub input: Duration,
+    pub infer: Duration,
+    pub output: Duration,
+}
+
+impl std::ops::AddAssign for ComputeTimes {
+    fn add_assign(&mut self, o: Self) {
+        self.input += o.input;
+        self.infer += o.infer;
+        self.output += o.output;
+    }
 }

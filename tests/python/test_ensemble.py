@@ -103,6 +103,36 @@ def test_statistics_count_the_ensemble_once_and_simple_twice(http):
     assert stats(http, "simple")["inference_count"] == before_simple + 6
 
 
+def test_ensemble_statistics_sum_the_composing_compute_times(grpc):
+    """Triton's ensemble statistics: its own queue time, one execution per
+    request, and the compute times of its steps' requests summed."""
+
+    def read(model):
+        s = grpc.get_inference_statistics(model, as_json=True)["model_stats"][0]
+        i = s["inference_stats"]
+        return {
+            "exec": int(s.get("execution_count", 0)),
+            "queue": int(i["queue"].get("count", 0)),
+            **{p: int(i[p].get("ns", 0)) for p in ("compute_input", "compute_infer", "compute_output")},
+            "batch2": next((int(b["compute_infer"].get("count", 0)) for b in s.get("batch_stats", []) if int(b["batch_size"]) == 2), 0),
+        }
+
+    ens0, simple0 = read("simple_ensemble"), read("simple")
+    inputs, _, _ = simple_inputs(grpcclient, 2)
+    for _ in range(3):
+        grpc.infer("simple_ensemble", inputs)
+    ens, simple = read("simple_ensemble"), read("simple")
+    assert ens["exec"] - ens0["exec"] == 3
+    assert ens["queue"] - ens0["queue"] == 3
+    assert ens["batch2"] - ens0["batch2"] == 3
+    assert simple["exec"] - simple0["exec"] == 6
+    # This module runs its tests one by one, so only the ensemble used
+    # `simple` meanwhile.
+    for phase in ("compute_input", "compute_infer", "compute_output"):
+        assert ens[phase] - ens0[phase] == simple[phase] - simple0[phase], phase
+    assert ens["compute_infer"] > ens0["compute_infer"]
+
+
 def test_mlp_pipeline_equals_its_steps_called_one_by_one(grpc):
     rng = np.random.default_rng(7)
     raw = rng.integers(0, 256, size=(3, 256), dtype=np.uint8)

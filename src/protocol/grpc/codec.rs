@@ -871,7 +871,7 @@ mod tests {
             id: "x".into(),
             outputs: vec![Tensor::new("OUTPUT0", DataType::Int32, vec![1, 1], data)],
             parameters,
-            trace: Default::default(),
+            ..Default::default()
         };
         let m = encode_model_infer_response(resp);
         assert_eq!(

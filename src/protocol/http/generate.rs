@@ -15,10 +15,10 @@
 //! `/generate_stream` takes its HTTP status from the first response, as
 //! Triton does; a later error arrives as a `data: {"error": ...}` event.
 //! The event stream rides on the connection as a streaming body (see
-//! [`into_wire`]); its request is not counted in flight by graceful
-//! shutdown once the headers are sent, and the connection's idle timeout
-//! is not suspended while events flow (partial: long-lived streams need
-//! `--http-idle-timeout` above their length).
+//! [`into_wire`]). Until its last event is sent (or the client goes away)
+//! it counts in flight on the shard, so graceful shutdown waits for it up
+//! to the exit timeout, and as an active request on its connection, so
+//! the idle timeout never cuts it.
 
 use std::{
     convert::Infallible,
@@ -40,7 +40,7 @@ use serde_json::{Map, Number, Value};
 use super::{codec::error_body, server::HttpResponse, status::status_for};
 use crate::{
     model::ModelVersion,
-    protocol::transport::read_body,
+    protocol::transport::{read_body, ActiveRequest, TrackedBody},
     scheduler::{self, ResponseStream, Streamed},
     server::state,
     shard,
@@ -102,6 +102,7 @@ pub async fn generate(
     let body = SseBody {
         first,
         rest: Some(responses),
+        _in_flight: shard::InFlight::enter(),
     };
     resp.extensions_mut()
         .insert(PendingStream(Arc::new(Mutex::new(Some(body)))));
@@ -155,18 +156,20 @@ fn sse_event(item: &InferResult<Value>) -> Bytes {
 #[derive(Clone)]
 struct PendingStream(Arc<Mutex<Option<SseBody>>>);
 
-/// What the HTTP connection sends: a full body, or an event stream.
-pub type WireBody = Either<Full<Bytes>, SseBody>;
+/// What the HTTP connection sends: a full body, or an event stream that
+/// keeps its request active on the connection while it lasts.
+pub type WireBody = Either<Full<Bytes>, TrackedBody<SseBody>>;
 
 /// Turns a route's response into what goes on the wire: the event stream
-/// a `/generate_stream` response carries, else its full body.
-pub fn into_wire(mut resp: HttpResponse) -> http::Response<WireBody> {
+/// a `/generate_stream` response carries (holding `active` until it ends),
+/// else its full body (`active` ends now).
+pub fn into_wire(mut resp: HttpResponse, active: ActiveRequest) -> http::Response<WireBody> {
     let stream = resp
         .extensions_mut()
         .remove::<PendingStream>()
         .and_then(|p| p.0.lock().ok().and_then(|mut s| s.take()));
     match stream {
-        Some(body) => resp.map(|_| Either::Right(body)),
+        Some(body) => resp.map(|_| Either::Right(TrackedBody::new(body, active))),
         None => resp.map(Either::Left),
     }
 }
@@ -175,6 +178,8 @@ pub struct SseBody {
     first: Option<Bytes>,
     /// `None` once the last event was sent.
     rest: Option<ResponseStream>,
+    /// Graceful shutdown waits for the stream as for any request.
+    _in_flight: shard::InFlight,
 }
 
 impl Body for SseBody {

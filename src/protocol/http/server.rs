@@ -92,9 +92,9 @@ async fn serve_connection<H, F>(
             }
             resp.headers_mut()
                 .insert(header::SERVER, crate::protocol::identity::server_header());
-            drop(active);
-            // A `/generate_stream` response streams its events.
-            Ok::<_, std::convert::Infallible>(super::generate::into_wire(resp))
+            // A `/generate_stream` response streams its events and stays
+            // active until the last one; any other response ends here.
+            Ok::<_, std::convert::Infallible>(super::generate::into_wire(resp, active))
         }
     });
     let conn = http1::Builder::new()

@@ -8,7 +8,11 @@
 //! Tensors move from slot to step by value; a tensor read by several
 //! steps is shared by cloning its `Bytes` (a reference count, no copy).
 
-use std::{pin::pin, sync::Arc};
+use std::{
+    pin::pin,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use futures::{
     future::{select, Either},
@@ -18,19 +22,31 @@ use futures::{
 
 use super::plan::{dims_match, EnsemblePlan};
 use crate::{
-    scheduler::Job,
-    shard::Dispatch,
-    types::{InferError, InferRequest, InferResponse, InferResult, Parameters, Tensor},
+    scheduler::{batch::batch_rows, Job},
+    shard::{self, Dispatch},
+    types::{
+        ComputeTimes, InferError, InferRequest, InferResponse, InferResult, Parameters, Tensor,
+    },
 };
 
-/// Starts `job` (a validated request to the ensemble) as a task on this
-/// shard; its answer goes to the job's responder. When the client stops
-/// waiting, the task stops and its in-flight steps are cancelled.
-pub fn start(plan: Arc<EnsemblePlan>, job: Job) -> Dispatch {
+/// Starts `job` (a validated request to the ensemble whose statistics
+/// live under scheduler `key`) as a task on this shard; its answer goes
+/// to the job's responder. When the client stops waiting, the task stops
+/// and its in-flight steps are cancelled.
+pub fn start(plan: Arc<EnsemblePlan>, key: u64, job: Job) -> Dispatch {
     let Job {
         request, mut reply, ..
     } = job;
+    let enqueued = Instant::now();
     monoio::spawn(async move {
+        // Triton's ensemble queue time: from being handed to the ensemble
+        // scheduler until its steps start being scheduled.
+        let queue = enqueued.elapsed();
+        let rows = if plan.batching {
+            batch_rows(&request).max(1) as usize
+        } else {
+            1
+        };
         let result = {
             let run = pin!(run(&plan, request));
             match select(reply.cancellation(), run).await {
@@ -40,9 +56,29 @@ pub fn start(plan: Arc<EnsemblePlan>, job: Job) -> Dispatch {
                 Either::Right((result, _)) => result,
             }
         };
+        if let Ok(response) = &result {
+            record_success(key, rows, queue, response.compute);
+        }
         let _ = reply.send(result);
     });
     Dispatch::Queued
+}
+
+/// Counts a successful ensemble request as Triton does: its own (short)
+/// queue time, the compute phases of every composing request summed, and
+/// one "execution" of the request's batch size. The request's success and
+/// duration are counted by `dispatch` like any other model's.
+fn record_success(key: u64, rows: usize, queue: Duration, compute: ComputeTimes) {
+    shard::with_current(|s| {
+        s.with_model(key, |m| {
+            let counters = m.stats.shard(s.id);
+            counters.queue.record(queue);
+            counters.compute_input.record(compute.input);
+            counters.compute_infer.record(compute.infer);
+            counters.compute_output.record(compute.output);
+            counters.record_execution(rows, compute.input, compute.infer, compute.output);
+        })
+    });
 }
 
 /// An ensemble tensor that exists, and the batch size it carries when it
@@ -209,6 +245,7 @@ async fn run(plan: &EnsemblePlan, request: InferRequest) -> InferResult<InferRes
         flow.provide(*slot, value, &mut ready);
     }
 
+    let mut compute = ComputeTimes::default();
     let mut running = FuturesUnordered::new();
     loop {
         for step in ready.drain(..) {
@@ -228,6 +265,7 @@ async fn run(plan: &EnsemblePlan, request: InferRequest) -> InferResult<InferRes
                 ),
             )
         })?;
+        compute += response.compute;
         for tensor in response.outputs {
             if let Some((_, slot)) = spec.outputs.iter().find(|(n, _)| *n == tensor.name) {
                 let value = Value {
@@ -278,6 +316,7 @@ async fn run(plan: &EnsemblePlan, request: InferRequest) -> InferResult<InferRes
         outputs,
         parameters: Default::default(),
         trace: info.trace,
+        compute,
     })
 }
 

@@ -188,6 +188,16 @@ pub fn compile(
     for (index, step) in steps.iter().enumerate() {
         let model = composing_model(name, step, table)?;
         let composing = &model.config;
+        // Triton runs a decoupled composing model's every response through
+        // the downstream steps (the ensemble becomes decoupled); that data
+        // flow is not built here yet, so refuse at load rather than fail
+        // every request.
+        if crate::scheduler::is_decoupled(composing) {
+            bail!(
+                "ensemble {name} contains decoupled model {} (model_transaction_policy decoupled: true): decoupled composing models are not supported yet by shardserve",
+                step.model_name
+            );
+        }
         let step_batching = composing.max_batch_size > 0;
         if composing.max_batch_size != 0 && composing.max_batch_size < config.max_batch_size {
             bail!(

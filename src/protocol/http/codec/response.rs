@@ -186,8 +186,7 @@ mod tests {
             model_version: "1".into(),
             id: String::new(),
             outputs,
-            parameters: Parameters::new(),
-            trace: Default::default(),
+            ..Default::default()
         }
     }
 
