@@ -163,6 +163,7 @@ fn init_logging(verbose: u8) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_verbose);
+    shardserve::backend::capi::keep_exported();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

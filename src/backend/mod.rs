@@ -3,6 +3,7 @@
 //! a protocol type or a shard; they get validated tensors and return tensors.
 
 pub mod builtin;
+pub mod capi;
 pub mod onnxruntime;
 mod response_sender;
 
