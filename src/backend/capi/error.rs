@@ -49,6 +49,10 @@ pub fn not_found(message: impl Into<String>) -> ErrorPtr {
     TRITONSERVER_Error::boxed(ERROR_NOT_FOUND, message)
 }
 
+pub fn unavailable(message: impl Into<String>) -> ErrorPtr {
+    TRITONSERVER_Error::boxed(ERROR_UNAVAILABLE, message)
+}
+
 pub fn unsupported(message: impl Into<String>) -> ErrorPtr {
     TRITONSERVER_Error::boxed(ERROR_UNSUPPORTED, message)
 }

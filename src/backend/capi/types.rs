@@ -166,6 +166,15 @@ pub fn datatype_name(dt: TritonDataType) -> &'static [u8] {
     }
 }
 
+pub fn memory_type_name(memory_type: MemoryType) -> &'static str {
+    match memory_type {
+        MEMORY_CPU => "CPU",
+        MEMORY_CPU_PINNED => "CPU_PINNED",
+        MEMORY_GPU => "GPU",
+        _ => "<invalid>",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
