@@ -17,6 +17,7 @@ pub use options::{ModelControlMode, ServerOptions};
 pub use state::{ServerState, EXTENSIONS};
 
 use crate::{
+    backend::capi::server_api::TRITONSERVER_Server,
     model::ModelTable,
     protocol::transport::{self, TransportLimits, TransportStats},
     repository::{
@@ -43,6 +44,8 @@ pub struct ServerHandle {
     threads: Vec<JoinHandle<()>>,
     table: Arc<ModelTable>,
     transport: Arc<TransportStats>,
+    /// The handle C API backends call back into the server with.
+    capi_server: Option<Arc<TRITONSERVER_Server>>,
 }
 
 impl ServerHandle {
@@ -84,6 +87,9 @@ impl ServerHandle {
         self.state.begin_shutdown();
         if let Some(repository) = self.state.repository.get() {
             repository.stop();
+        }
+        if let Some(s) = &self.capi_server {
+            s.publish(Arc::new(ModelTable::default()));
         }
         for c in &self.control {
             let _ = c.unbounded_send(ShardControl::Shutdown);
@@ -183,12 +189,22 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
         threads,
         table: Arc::new(ModelTable::default()),
         transport,
+        capi_server: None,
     };
     if let Some(e) = failure {
         let _ = handle.shutdown();
         bail!("server start failed: {e}");
     }
     log_addresses(&addresses, shard_count);
+
+    // What C API backends get from `TRITONBACKEND_ModelServer`: set before
+    // the initial load, as backends may ask for it while loading. Kept
+    // alive for the process (a backend may hold the pointer), and emptied
+    // at shutdown so it keeps no model alive.
+    let capi_server = TRITONSERVER_Server::new(handle.state.clone(), handle.control.clone());
+    crate::backend::capi::settings::set_server(Arc::as_ptr(&capi_server).cast_mut());
+    std::mem::forget(capi_server.clone());
+    handle.capi_server = Some(capi_server.clone());
 
     let placement = Placement::new(shard_count, compute)
         .with_workers(worker_cpus, options.tuning.compute.nice());
@@ -204,8 +220,10 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
                 placement,
                 control: handle.control.clone(),
                 table: table.clone(),
+                capi_server: capi_server.clone(),
             };
             let table = Arc::new(table);
+            capi_server.publish(table.clone());
             for c in &handle.control {
                 let _ = c.unbounded_send(ShardControl::Table(table.clone()));
             }

@@ -36,8 +36,10 @@ pub type ReleaseFn = unsafe extern "C" fn(
     memory_type_id: i64,
 ) -> ErrorPtr;
 
-pub type StartFn =
-    unsafe extern "C" fn(allocator: *mut TRITONSERVER_ResponseAllocator, userp: *mut c_void) -> ErrorPtr;
+pub type StartFn = unsafe extern "C" fn(
+    allocator: *mut TRITONSERVER_ResponseAllocator,
+    userp: *mut c_void,
+) -> ErrorPtr;
 
 pub type QueryFn = unsafe extern "C" fn(
     allocator: *mut TRITONSERVER_ResponseAllocator,

@@ -32,7 +32,9 @@ use futures::{
 use super::{
     super::{
         error::{invalid_arg, status, ErrorPtr, TRITONSERVER_Error},
-        types::{error_kind_to_code, ERROR_UNAVAILABLE, REQUEST_RELEASE_ALL, RESPONSE_COMPLETE_FINAL},
+        types::{
+            error_kind_to_code, ERROR_UNAVAILABLE, REQUEST_RELEASE_ALL, RESPONSE_COMPLETE_FINAL,
+        },
     },
     request::{Cancel, RequestReleaseFn, ResponseCallback, TRITONSERVER_InferenceRequest},
     response::TRITONSERVER_InferenceResponse,
@@ -57,8 +59,10 @@ struct Delivery {
 }
 
 // SAFETY: the pointers are the caller's, valid until the release callback
-// (the API's contract); they are only used on the callback thread.
+// (the API's contract); they are only used on the callback thread, and the
+// struct is never written after creation (shared only for reading).
 unsafe impl Send for Delivery {}
+unsafe impl Sync for Delivery {}
 
 enum Event {
     Response(InferResponse, bool),
@@ -221,8 +225,9 @@ pub unsafe extern "C" fn TRITONSERVER_ServerInferAsync(
         let mut request = r.to_infer_request()?;
         // Checked here so that a bad request is the caller's error, before
         // anything is queued; the shard checks again against its table.
+        let (name, version) = (request.model_name.clone(), request.model_version.clone());
         let shard = server
-            .with_model(&request.model_name, &request.model_version, |m| {
+            .with_model(&name, &version, |m| {
                 validate_request(&m.io, &m.name, &mut request).map(|()| server.shard_for(Some(m)))
             })
             .and_then(|checked| checked)

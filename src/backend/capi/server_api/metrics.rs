@@ -2,11 +2,7 @@
 //! `TRITONSERVER_MetricArgs*`: backends' custom metrics, kept in
 //! `metrics::custom` and shown on the metrics endpoint.
 
-use std::{
-    ffi::c_char,
-    ptr,
-    sync::Arc,
-};
+use std::{ffi::c_char, ptr, sync::Arc};
 
 use super::super::{
     error::{c_str, invalid_arg, non_null, status, ErrorPtr, TRITONSERVER_Error},
@@ -84,7 +80,7 @@ pub unsafe extern "C" fn TRITONSERVER_GetMetricFamilyKind(
     status((|| {
         non_null(family, "family")?;
         non_null(kind, "kind")?;
-        unsafe { *kind = kind_to_c((*family).0.kind) };
+        unsafe { *kind = kind_to_c((&*family).0.kind) };
         Ok(())
     })())
 }
@@ -108,7 +104,8 @@ pub unsafe extern "C" fn TRITONSERVER_MetricArgsSetHistogram(
 ) -> ErrorPtr {
     status((|| {
         non_null(args, "args")?;
-        let n = usize::try_from(buckets_count).map_err(|_| invalid_arg("buckets_count too large"))?;
+        let n =
+            usize::try_from(buckets_count).map_err(|_| invalid_arg("buckets_count too large"))?;
         let bounds = if n == 0 {
             Vec::new()
         } else {
@@ -121,7 +118,9 @@ pub unsafe extern "C" fn TRITONSERVER_MetricArgsSetHistogram(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn TRITONSERVER_MetricArgsDelete(args: *mut TRITONSERVER_MetricArgs) -> ErrorPtr {
+pub unsafe extern "C" fn TRITONSERVER_MetricArgsDelete(
+    args: *mut TRITONSERVER_MetricArgs,
+) -> ErrorPtr {
     if !args.is_null() {
         drop(unsafe { Box::from_raw(args) });
     }
@@ -144,7 +143,9 @@ unsafe fn labels_of(
             let key = p.name.to_string_lossy().into_owned();
             match &p.value {
                 CParam::String(v) => Ok((key, v.to_string_lossy().into_owned())),
-                _ => Err(invalid_arg(format!("label '{key}' must be a string parameter"))),
+                _ => Err(invalid_arg(format!(
+                    "label '{key}' must be a string parameter"
+                ))),
             }
         })
         .collect()
@@ -217,7 +218,10 @@ pub unsafe extern "C" fn TRITONSERVER_MetricIncrement(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn TRITONSERVER_MetricSet(metric: *mut TRITONSERVER_Metric, value: f64) -> ErrorPtr {
+pub unsafe extern "C" fn TRITONSERVER_MetricSet(
+    metric: *mut TRITONSERVER_Metric,
+    value: f64,
+) -> ErrorPtr {
     status((|| {
         non_null(metric, "metric")?;
         unsafe { (*metric).0.set(value) }.map_err(unsupported)
@@ -243,7 +247,7 @@ pub unsafe extern "C" fn TRITONSERVER_GetMetricKind(
     status((|| {
         non_null(metric, "metric")?;
         non_null(kind, "kind")?;
-        unsafe { *kind = kind_to_c((*metric).0.kind) };
+        unsafe { *kind = kind_to_c((&*metric).0.kind) };
         Ok(())
     })())
 }

@@ -425,7 +425,11 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestPriority(
 ) -> ErrorPtr {
     unsafe {
         with_request(inference_request, |r| {
-            out(priority, "priority", u32::try_from(r.priority).unwrap_or(u32::MAX))
+            out(
+                priority,
+                "priority",
+                u32::try_from(r.priority).unwrap_or(u32::MAX),
+            )
         })
     }
 }
@@ -469,7 +473,11 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestTimeoutMicroseconds(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     timeout_us: *mut u64,
 ) -> ErrorPtr {
-    unsafe { with_request(inference_request, |r| out(timeout_us, "timeout_us", r.timeout_us)) }
+    unsafe {
+        with_request(inference_request, |r| {
+            out(timeout_us, "timeout_us", r.timeout_us)
+        })
+    }
 }
 
 #[no_mangle]
@@ -507,7 +515,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAddInput(
                 non_null(shape, "shape")?;
                 std::slice::from_raw_parts(shape, dims).to_vec()
             };
-            if r.inputs.iter().any(|i| i.name.as_bytes() == name.as_bytes()) {
+            if r.inputs
+                .iter()
+                .any(|i| i.name.as_bytes() == name.as_bytes())
+            {
                 return Err(invalid_arg(format!(
                     "input '{name}' already exists in request"
                 )));
@@ -713,8 +724,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetResponseCallback(
 ) -> ErrorPtr {
     unsafe {
         with_request(inference_request, |r| {
-            let response_fn =
-                response_fn.ok_or_else(|| invalid_arg("response_fn is null"))?;
+            let response_fn = response_fn.ok_or_else(|| invalid_arg("response_fn is null"))?;
             // A null allocator is allowed for requests whose responses
             // carry no outputs; one with outputs then fails with an error.
             r.response = Some(ResponseCallback {
@@ -781,4 +791,127 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetDoubleParameter(
     value: f64,
 ) -> ErrorPtr {
     unsafe { set_parameter(request, key, CParam::Double(value)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::{ServerOptions, ServerState};
+
+    fn request() -> Box<TRITONSERVER_InferenceRequest> {
+        let state = ServerState::new(ServerOptions::for_tests("models"), 1);
+        Box::new(TRITONSERVER_InferenceRequest {
+            server: TRITONSERVER_Server::new(state, Vec::new()),
+            model_name: "simple".into(),
+            model_version: -1,
+            id: CString::default(),
+            flags: 0,
+            correlation: Correlation::None,
+            priority: 0,
+            timeout_us: 0,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            parameters: Vec::new(),
+            release: None,
+            response: None,
+            cancel: Arc::default(),
+        })
+    }
+
+    #[test]
+    fn the_c_setters_build_our_request_with_kserve_parameters() {
+        let r = Box::into_raw(request());
+        unsafe {
+            assert!(TRITONSERVER_InferenceRequestSetId(r, c"req-7".as_ptr()).is_null());
+            assert!(
+                TRITONSERVER_InferenceRequestSetCorrelationIdString(r, c"seq-a".as_ptr()).is_null()
+            );
+            assert!(TRITONSERVER_InferenceRequestSetFlags(
+                r,
+                REQUEST_FLAG_SEQUENCE_START | REQUEST_FLAG_SEQUENCE_END
+            )
+            .is_null());
+            assert!(TRITONSERVER_InferenceRequestSetPriority(r, 2).is_null());
+            assert!(
+                TRITONSERVER_InferenceRequestSetIntParameter(r, c"custom".as_ptr(), 5).is_null()
+            );
+            let shape = [1i64, 2];
+            assert!(TRITONSERVER_InferenceRequestAddInput(
+                r,
+                c"INPUT0".as_ptr(),
+                super::super::super::types::TYPE_INT32,
+                shape.as_ptr(),
+                2
+            )
+            .is_null());
+            let duplicate = TRITONSERVER_InferenceRequestAddInput(
+                r,
+                c"INPUT0".as_ptr(),
+                super::super::super::types::TYPE_INT32,
+                shape.as_ptr(),
+                2,
+            );
+            assert!(!duplicate.is_null());
+            super::super::super::error::TRITONSERVER_ErrorDelete(duplicate);
+            // Two appended chunks become one tensor; the caller's buffers
+            // are copied at once.
+            let first = [1u8, 0, 0, 0];
+            let second = [2u8, 0, 0, 0];
+            for chunk in [&first, &second] {
+                assert!(TRITONSERVER_InferenceRequestAppendInputData(
+                    r,
+                    c"INPUT0".as_ptr(),
+                    chunk.as_ptr().cast(),
+                    4,
+                    MEMORY_CPU,
+                    0
+                )
+                .is_null());
+            }
+            let gpu = TRITONSERVER_InferenceRequestAppendInputData(
+                r,
+                c"INPUT0".as_ptr(),
+                first.as_ptr().cast(),
+                4,
+                super::super::super::types::MEMORY_GPU,
+                0,
+            );
+            assert!(!gpu.is_null());
+            super::super::super::error::TRITONSERVER_ErrorDelete(gpu);
+            assert!(
+                TRITONSERVER_InferenceRequestAddRequestedOutput(r, c"OUTPUT1".as_ptr()).is_null()
+            );
+
+            let ours = (*r).to_infer_request().map_err(|_| "conversion failed");
+            let ours = ours.expect("converts");
+            assert_eq!(ours.model_name, "simple");
+            assert_eq!(ours.model_version, "");
+            assert_eq!(ours.id, "req-7");
+            assert_eq!(ours.inputs.len(), 1);
+            assert_eq!(ours.inputs[0].shape, vec![1, 2]);
+            assert_eq!(&ours.inputs[0].data[..], &[1, 0, 0, 0, 2, 0, 0, 0]);
+            assert_eq!(ours.outputs.len(), 1);
+            assert_eq!(ours.outputs[0].name, "OUTPUT1");
+            let p = &ours.parameters;
+            assert_eq!(
+                p.get("sequence_id"),
+                Some(&ParamValue::String("seq-a".into()))
+            );
+            assert_eq!(p.get("sequence_start"), Some(&ParamValue::Bool(true)));
+            assert_eq!(p.get("sequence_end"), Some(&ParamValue::Bool(true)));
+            assert_eq!(p.get("priority"), Some(&ParamValue::Uint(2)));
+            assert_eq!(p.get("custom"), Some(&ParamValue::Int(5)));
+            assert_eq!(p.get("timeout"), None);
+
+            let mut id: u64 = 0;
+            let not_uint = TRITONSERVER_InferenceRequestCorrelationId(r, &mut id);
+            assert!(!not_uint.is_null());
+            super::super::super::error::TRITONSERVER_ErrorDelete(not_uint);
+            assert!(TRITONSERVER_InferenceRequestSetCorrelationId(r, 42).is_null());
+            assert!(TRITONSERVER_InferenceRequestCorrelationId(r, &mut id).is_null());
+            assert_eq!(id, 42);
+            assert!(TRITONSERVER_InferenceRequestRemoveInput(r, c"INPUT0".as_ptr()).is_null());
+            assert!(TRITONSERVER_InferenceRequestDelete(r).is_null());
+        }
+    }
 }

@@ -276,7 +276,11 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseId(
     inference_response: *mut TRITONSERVER_InferenceResponse,
     request_id: *mut *const c_char,
 ) -> ErrorPtr {
-    unsafe { with_response(inference_response, |r| out(request_id, "request_id", r.id.as_ptr())) }
+    unsafe {
+        with_response(inference_response, |r| {
+            out(request_id, "request_id", r.id.as_ptr())
+        })
+    }
 }
 
 #[no_mangle]
@@ -286,7 +290,11 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseParameterCount(
 ) -> ErrorPtr {
     unsafe {
         with_response(inference_response, |r| {
-            out(count, "count", u32::try_from(r.parameters.len()).unwrap_or(u32::MAX))
+            out(
+                count,
+                "count",
+                u32::try_from(r.parameters.len()).unwrap_or(u32::MAX),
+            )
         })
     }
 }
@@ -321,7 +329,11 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseOutputCount(
 ) -> ErrorPtr {
     unsafe {
         with_response(inference_response, |r| {
-            out(count, "count", u32::try_from(r.outputs.len()).unwrap_or(u32::MAX))
+            out(
+                count,
+                "count",
+                u32::try_from(r.outputs.len()).unwrap_or(u32::MAX),
+            )
         })
     }
 }
@@ -371,4 +383,188 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseOutputClassificationLabel
     // Labels are applied by the protocol layer's classification
     // extension; in-process responses carry raw outputs, so no label.
     unsafe { with_response(inference_response, |_| out(label, "label", ptr::null())) }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::types::{DataType, Tensor};
+
+    static RELEASED: AtomicUsize = AtomicUsize::new(0);
+
+    /// Allocates with `malloc`-like Vec storage, handing the Vec back as
+    /// the buffer's userp so release can free it.
+    unsafe extern "C" fn alloc(
+        _allocator: *mut TRITONSERVER_ResponseAllocator,
+        _name: *const c_char,
+        byte_size: usize,
+        _memory_type: MemoryType,
+        _memory_type_id: i64,
+        _userp: *mut c_void,
+        buffer: *mut *mut c_void,
+        buffer_userp: *mut *mut c_void,
+        actual_memory_type: *mut MemoryType,
+        actual_memory_type_id: *mut i64,
+    ) -> ErrorPtr {
+        let mut storage = Box::new(vec![0u8; byte_size]);
+        unsafe {
+            *buffer = storage.as_mut_ptr().cast();
+            *buffer_userp = Box::into_raw(storage).cast();
+            *actual_memory_type = MEMORY_CPU;
+            *actual_memory_type_id = 0;
+        }
+        ptr::null_mut()
+    }
+
+    unsafe extern "C" fn release(
+        _allocator: *mut TRITONSERVER_ResponseAllocator,
+        _buffer: *mut c_void,
+        buffer_userp: *mut c_void,
+        _byte_size: usize,
+        _memory_type: MemoryType,
+        _memory_type_id: i64,
+    ) -> ErrorPtr {
+        drop(unsafe { Box::from_raw(buffer_userp.cast::<Vec<u8>>()) });
+        RELEASED.fetch_add(1, Ordering::SeqCst);
+        ptr::null_mut()
+    }
+
+    unsafe extern "C" fn refuse(
+        _allocator: *mut TRITONSERVER_ResponseAllocator,
+        _name: *const c_char,
+        _byte_size: usize,
+        _memory_type: MemoryType,
+        _memory_type_id: i64,
+        _userp: *mut c_void,
+        _buffer: *mut *mut c_void,
+        _buffer_userp: *mut *mut c_void,
+        _actual_memory_type: *mut MemoryType,
+        _actual_memory_type_id: *mut i64,
+    ) -> ErrorPtr {
+        super::super::super::error::internal("out of memory")
+    }
+
+    unsafe extern "C" fn ignore(
+        _response: *mut TRITONSERVER_InferenceResponse,
+        _flags: u32,
+        _userp: *mut c_void,
+    ) {
+    }
+
+    fn callback(allocator: *mut TRITONSERVER_ResponseAllocator) -> ResponseCallback {
+        ResponseCallback {
+            allocator,
+            allocator_userp: ptr::null_mut(),
+            response_fn: ignore,
+            response_userp: ptr::null_mut(),
+        }
+    }
+
+    fn response() -> InferResponse {
+        let mut r = InferResponse {
+            model_name: "simple".into(),
+            model_version: "1".into(),
+            id: "req-1".into(),
+            ..Default::default()
+        };
+        r.outputs.push(Tensor::new(
+            "OUTPUT0",
+            DataType::Int32,
+            vec![1, 2],
+            Bytes::from_static(&[1, 0, 0, 0, 2, 0, 0, 0]),
+        ));
+        r.parameters
+            .insert("count".into(), crate::types::ParamValue::Int(7));
+        r
+    }
+
+    #[test]
+    fn outputs_are_written_into_the_callers_buffers_and_released_on_delete() {
+        let mut allocator: *mut TRITONSERVER_ResponseAllocator = ptr::null_mut();
+        unsafe {
+            assert!(super::super::allocator::TRITONSERVER_ResponseAllocatorNew(
+                &mut allocator,
+                Some(alloc),
+                Some(release),
+                None
+            )
+            .is_null());
+            let r = Box::into_raw(TRITONSERVER_InferenceResponse::build(
+                response(),
+                &callback(allocator),
+            ));
+            assert!(TRITONSERVER_InferenceResponseError(r).is_null());
+            let mut count = 0;
+            assert!(TRITONSERVER_InferenceResponseOutputCount(r, &mut count).is_null());
+            assert_eq!(count, 1);
+            let (mut name, mut dt, mut shape, mut dims) = (ptr::null(), 0, ptr::null(), 0);
+            let (mut base, mut size, mut mt, mut mid, mut userp) =
+                (ptr::null(), 0, 9, 9, ptr::null_mut());
+            assert!(TRITONSERVER_InferenceResponseOutput(
+                r, 0, &mut name, &mut dt, &mut shape, &mut dims, &mut base, &mut size, &mut mt,
+                &mut mid, &mut userp,
+            )
+            .is_null());
+            assert_eq!(std::ffi::CStr::from_ptr(name).to_str(), Ok("OUTPUT0"));
+            assert_eq!(dt, super::super::super::types::TYPE_INT32);
+            assert_eq!(std::slice::from_raw_parts(shape, dims as usize), &[1, 2]);
+            assert_eq!(
+                std::slice::from_raw_parts(base.cast::<u8>(), size),
+                &[1, 0, 0, 0, 2, 0, 0, 0]
+            );
+            assert_eq!(mt, MEMORY_CPU);
+            assert!(!userp.is_null());
+            let (mut pname, mut pkind, mut pvalue) = (ptr::null(), 9, ptr::null());
+            assert!(TRITONSERVER_InferenceResponseParameter(
+                r,
+                0,
+                &mut pname,
+                &mut pkind,
+                &mut pvalue
+            )
+            .is_null());
+            assert_eq!(pkind, super::super::super::types::PARAMETER_INT);
+            assert_eq!(*pvalue.cast::<i64>(), 7);
+            let out_of_range = TRITONSERVER_InferenceResponseOutput(
+                r, 1, &mut name, &mut dt, &mut shape, &mut dims, &mut base, &mut size, &mut mt,
+                &mut mid, &mut userp,
+            );
+            assert!(!out_of_range.is_null());
+            super::super::super::error::TRITONSERVER_ErrorDelete(out_of_range);
+            let before = RELEASED.load(Ordering::SeqCst);
+            assert!(TRITONSERVER_InferenceResponseDelete(r).is_null());
+            assert_eq!(RELEASED.load(Ordering::SeqCst), before + 1);
+            super::super::allocator::TRITONSERVER_ResponseAllocatorDelete(allocator);
+        }
+    }
+
+    #[test]
+    fn a_refused_allocation_makes_an_error_response() {
+        let mut allocator: *mut TRITONSERVER_ResponseAllocator = ptr::null_mut();
+        unsafe {
+            super::super::allocator::TRITONSERVER_ResponseAllocatorNew(
+                &mut allocator,
+                Some(refuse),
+                Some(release),
+                None,
+            );
+            let r = Box::into_raw(TRITONSERVER_InferenceResponse::build(
+                response(),
+                &callback(allocator),
+            ));
+            let e = TRITONSERVER_InferenceResponseError(r);
+            assert!(!e.is_null());
+            assert_eq!((*e).message_str(), "out of memory");
+            super::super::super::error::TRITONSERVER_ErrorDelete(e);
+            let mut count = 9;
+            TRITONSERVER_InferenceResponseOutputCount(r, &mut count);
+            assert_eq!(count, 0);
+            TRITONSERVER_InferenceResponseDelete(r);
+            super::super::allocator::TRITONSERVER_ResponseAllocatorDelete(allocator);
+        }
+    }
 }

@@ -347,7 +347,13 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelConfig(
         }
         let (_, m) = unsafe { model_of(server, model_name, model_version) }?;
         let json = String::from_utf8_lossy(&m.config_json).into_owned();
-        unsafe { out(model_config, "model_config", TRITONSERVER_Message::boxed(json)) }
+        unsafe {
+            out(
+                model_config,
+                "model_config",
+                TRITONSERVER_Message::boxed(json),
+            )
+        }
     })())
 }
 
@@ -380,7 +386,13 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelIndex(
             })
             .collect();
         let json = serde_json::Value::Array(doc).to_string();
-        unsafe { out(model_index, "model_index", TRITONSERVER_Message::boxed(json)) }
+        unsafe {
+            out(
+                model_index,
+                "model_index",
+                TRITONSERVER_Message::boxed(json),
+            )
+        }
     })())
 }
 
