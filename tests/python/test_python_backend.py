@@ -238,3 +238,51 @@ def test_bls_calls_another_model_of_the_server(http, grpc, proto):
     after = http.get_inference_statistics(target)["model_stats"][0]
     # The rows went through the target model's own scheduler.
     assert int(after["inference_count"]) - int(before["inference_count"]) == 2
+
+
+def test_without_the_python_backend_its_models_fail_with_the_reason(tmp_path):
+    """An empty backend directory: the Python models are UNAVAILABLE with a
+    reason naming the missing library; every other model serves."""
+    ports = [_free_port() for _ in range(3)]
+    proc = subprocess.Popen(
+        [
+            str(BINARY),
+            "--model-repository", str(ROOT / "models"),
+            "--model-repository", str(ROOT / "models_python"),
+            "--backend-directory", str(tmp_path),
+            "--host", "127.0.0.1",
+            "--http-port", str(ports[0]),
+            "--grpc-port", str(ports[1]),
+            "--metrics-port", str(ports[2]),
+            "--cores", "1",
+            "--exit-timeout-secs", "5",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{ports[0]}")
+        deadline = time.time() + 60
+        while True:
+            try:
+                if client.is_server_ready():
+                    break
+            except Exception:
+                pass
+            assert proc.poll() is None, f"server exited with {proc.returncode}"
+            assert time.time() < deadline, "server did not become ready"
+            time.sleep(0.1)
+        index = {m["name"]: m for m in client.get_model_repository_index()}
+        for m in MODELS:
+            assert index[m]["state"] == "UNAVAILABLE", index[m]
+            assert "libtriton_python.so" in index[m]["reason"], index[m]
+            assert not client.is_model_ready(m)
+        a = np.ones((1, 16), dtype=np.int32)
+        result = client.infer("simple", simple_inputs(httpclient, a, a))
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
