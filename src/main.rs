@@ -201,7 +201,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.model_repository.is_empty() {
         anyhow::bail!("--model-repository is required");
     }
-    let mut backend_config = std::collections::BTreeMap::<_, std::collections::BTreeMap<_, _>>::new();
+    let mut backend_config =
+        std::collections::BTreeMap::<_, std::collections::BTreeMap<_, _>>::new();
     for (name, key, value) in cli.backend_config {
         backend_config.entry(name).or_default().insert(key, value);
     }

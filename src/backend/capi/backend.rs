@@ -34,8 +34,10 @@ type ExecuteFn = unsafe extern "C" fn(
     *mut *mut TRITONBACKEND_Request,
     u32,
 ) -> ErrorPtr;
-type AttributeFn =
-    unsafe extern "C" fn(*mut TRITONBACKEND_Backend, *mut TRITONBACKEND_BackendAttribute) -> ErrorPtr;
+type AttributeFn = unsafe extern "C" fn(
+    *mut TRITONBACKEND_Backend,
+    *mut TRITONBACKEND_BackendAttribute,
+) -> ErrorPtr;
 
 /// The entry points a backend library may define; only `execute` is
 /// required.
@@ -116,7 +118,11 @@ pub fn find_library(
 }
 
 /// The backend in `library`, loaded and initialized on first use.
-pub fn load(name: &str, library: &Path, auto_complete: bool) -> anyhow::Result<Arc<TRITONBACKEND_Backend>> {
+pub fn load(
+    name: &str,
+    library: &Path,
+    auto_complete: bool,
+) -> anyhow::Result<Arc<TRITONBACKEND_Backend>> {
     // $ORIGIN in the library's RPATH is taken from the path given to
     // dlopen, so a symlinked library finds its dependencies next to its
     // real file (the Python backend's wheel layout).
@@ -166,7 +172,8 @@ fn open(
             finalize: optional(b"TRITONBACKEND_Finalize\0").map(|p| std::mem::transmute(p)),
             model_initialize: optional(b"TRITONBACKEND_ModelInitialize\0")
                 .map(|p| std::mem::transmute(p)),
-            model_finalize: optional(b"TRITONBACKEND_ModelFinalize\0").map(|p| std::mem::transmute(p)),
+            model_finalize: optional(b"TRITONBACKEND_ModelFinalize\0")
+                .map(|p| std::mem::transmute(p)),
             instance_initialize: optional(b"TRITONBACKEND_ModelInstanceInitialize\0")
                 .map(|p| std::mem::transmute(p)),
             instance_finalize: optional(b"TRITONBACKEND_ModelInstanceFinalize\0")
@@ -195,14 +202,20 @@ fn initialize(backend: &Arc<TRITONBACKEND_Backend>) -> anyhow::Result<()> {
     if let Some(init) = init {
         // SAFETY: a backend's own entry point with its own handle.
         if let Some(e) = unsafe { error::take(init(backend.as_ptr())) } {
-            bail!("backend '{name}': TRITONBACKEND_Initialize failed: {}", e.message);
+            bail!(
+                "backend '{name}': TRITONBACKEND_Initialize failed: {}",
+                e.message
+            );
         }
     }
     if let Some(attribute) = attribute {
         let mut attrs = TRITONBACKEND_BackendAttribute::default();
         // SAFETY: as above; `attrs` outlives the call.
         if let Some(e) = unsafe { error::take(attribute(backend.as_ptr(), &mut attrs)) } {
-            bail!("backend '{name}': TRITONBACKEND_GetBackendAttribute failed: {}", e.message);
+            bail!(
+                "backend '{name}': TRITONBACKEND_GetBackendAttribute failed: {}",
+                e.message
+            );
         }
         *backend.attributes.lock().unwrap_or_else(|p| p.into_inner()) = attrs;
     }
@@ -233,7 +246,9 @@ fn backend_config_json(name: &str, auto_complete: bool) -> String {
     serde_json::json!({ "cmdline": cmdline }).to_string()
 }
 
-unsafe fn backend<'a>(b: *mut TRITONBACKEND_Backend) -> Result<&'a TRITONBACKEND_Backend, ErrorPtr> {
+unsafe fn backend<'a>(
+    b: *mut TRITONBACKEND_Backend,
+) -> Result<&'a TRITONBACKEND_Backend, ErrorPtr> {
     non_null(b, "backend")?;
     Ok(unsafe { &*b })
 }
@@ -287,7 +302,9 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendSetExecutionPolicy(
     status((|| {
         let b = unsafe { backend(b)? };
         if policy > super::types::EXECUTION_DEVICE_BLOCKING {
-            return Err(error::invalid_arg(format!("unknown execution policy {policy}")));
+            return Err(error::invalid_arg(format!(
+                "unknown execution policy {policy}"
+            )));
         }
         b.policy.store(policy, Ordering::Relaxed);
         Ok(())
@@ -361,7 +378,9 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendAttributeAddPreferredInstanceGroup
     status((|| {
         non_null(attributes, "backend_attributes")?;
         if kind > super::types::INSTANCEGROUPKIND_MODEL {
-            return Err(error::invalid_arg(format!("unknown instance group kind {kind}")));
+            return Err(error::invalid_arg(format!(
+                "unknown instance group kind {kind}"
+            )));
         }
         let ids = if id_count == 0 || device_ids.is_null() {
             Vec::new()

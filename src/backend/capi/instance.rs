@@ -67,7 +67,10 @@ impl CapiInstance {
         if let Some(init) = instance.model.backend.entry.instance_initialize {
             // SAFETY: the backend's entry point with a live instance.
             if let Some(e) = unsafe { error::take(init(&mut *instance)) } {
-                bail!("TRITONBACKEND_ModelInstanceInitialize failed: {}", e.message);
+                bail!(
+                    "TRITONBACKEND_ModelInstanceInitialize failed: {}",
+                    e.message
+                );
             }
         }
         instance.initialized = true;
@@ -119,7 +122,12 @@ impl ModelInstance for CapiInstance {
         let mut handles: Vec<*mut TRITONBACKEND_Request> = requests
             .into_iter()
             .map(|r| {
-                TRITONBACKEND_Request::into_raw(r, model, self.decoupled, self.state_outputs.clone())
+                TRITONBACKEND_Request::into_raw(
+                    r,
+                    model,
+                    self.decoupled,
+                    self.state_outputs.clone(),
+                )
             })
             .collect();
         let released: Vec<_> = handles

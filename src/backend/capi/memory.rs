@@ -54,7 +54,9 @@ pub unsafe extern "C" fn TRITONBACKEND_MemoryManagerAllocate(
         // SAFETY: the layout has a non-zero size.
         let p = unsafe { alloc(layout) };
         if p.is_null() {
-            return Err(error::internal(format!("out of memory allocating {byte_size} bytes")));
+            return Err(error::internal(format!(
+                "out of memory allocating {byte_size} bytes"
+            )));
         }
         let manager = unsafe { &*manager };
         manager
@@ -147,22 +149,54 @@ macro_rules! attr_set {
     };
 }
 
-attr_get!(TRITONSERVER_BufferAttributesMemoryType, memory_type, MemoryType, |a| a.memory_type);
-attr_get!(TRITONSERVER_BufferAttributesMemoryTypeId, memory_type_id, i64, |a| a.memory_type_id);
-attr_get!(TRITONSERVER_BufferAttributesByteSize, byte_size, usize, |a| a.byte_size);
-attr_get!(TRITONSERVER_BufferAttributesCudaIpcHandle, cuda_ipc_handle, *mut c_void, |a| {
-    a.cuda_ipc_handle as *mut c_void
-});
-attr_set!(TRITONSERVER_BufferAttributesSetMemoryType, memory_type, MemoryType, |a, v| {
-    a.memory_type = v
-});
-attr_set!(TRITONSERVER_BufferAttributesSetMemoryTypeId, memory_type_id, i64, |a, v| {
-    a.memory_type_id = v
-});
-attr_set!(TRITONSERVER_BufferAttributesSetByteSize, byte_size, usize, |a, v| a.byte_size = v);
-attr_set!(TRITONSERVER_BufferAttributesSetCudaIpcHandle, cuda_ipc_handle, *mut c_void, |a, v| {
-    a.cuda_ipc_handle = v as usize
-});
+attr_get!(
+    TRITONSERVER_BufferAttributesMemoryType,
+    memory_type,
+    MemoryType,
+    |a| a.memory_type
+);
+attr_get!(
+    TRITONSERVER_BufferAttributesMemoryTypeId,
+    memory_type_id,
+    i64,
+    |a| a.memory_type_id
+);
+attr_get!(
+    TRITONSERVER_BufferAttributesByteSize,
+    byte_size,
+    usize,
+    |a| a.byte_size
+);
+attr_get!(
+    TRITONSERVER_BufferAttributesCudaIpcHandle,
+    cuda_ipc_handle,
+    *mut c_void,
+    |a| { a.cuda_ipc_handle as *mut c_void }
+);
+attr_set!(
+    TRITONSERVER_BufferAttributesSetMemoryType,
+    memory_type,
+    MemoryType,
+    |a, v| { a.memory_type = v }
+);
+attr_set!(
+    TRITONSERVER_BufferAttributesSetMemoryTypeId,
+    memory_type_id,
+    i64,
+    |a, v| { a.memory_type_id = v }
+);
+attr_set!(
+    TRITONSERVER_BufferAttributesSetByteSize,
+    byte_size,
+    usize,
+    |a, v| a.byte_size = v
+);
+attr_set!(
+    TRITONSERVER_BufferAttributesSetCudaIpcHandle,
+    cuda_ipc_handle,
+    *mut c_void,
+    |a, v| { a.cuda_ipc_handle = v as usize }
+);
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_BufferAttributesNew(
@@ -195,14 +229,20 @@ mod tests {
         let mut m = TRITONBACKEND_MemoryManager::default();
         let mut p = std::ptr::null_mut();
         unsafe {
-            assert!(TRITONBACKEND_MemoryManagerAllocate(&mut m, &mut p, MEMORY_CPU_PINNED, 0, 100).is_null());
+            assert!(
+                TRITONBACKEND_MemoryManagerAllocate(&mut m, &mut p, MEMORY_CPU_PINNED, 0, 100)
+                    .is_null()
+            );
             assert!(!p.is_null());
             assert!(TRITONBACKEND_MemoryManagerFree(&mut m, p, MEMORY_CPU_PINNED, 0).is_null());
             let e = TRITONBACKEND_MemoryManagerFree(&mut m, p, MEMORY_CPU, 0);
             assert!(!e.is_null());
             crate::backend::capi::error::TRITONSERVER_ErrorDelete(e);
             let e = TRITONBACKEND_MemoryManagerAllocate(&mut m, &mut p, MEMORY_GPU, 0, 8);
-            assert_eq!(crate::backend::capi::error::TRITONSERVER_ErrorCode(e), crate::backend::capi::types::ERROR_UNSUPPORTED);
+            assert_eq!(
+                crate::backend::capi::error::TRITONSERVER_ErrorCode(e),
+                crate::backend::capi::types::ERROR_UNSUPPORTED
+            );
             crate::backend::capi::error::TRITONSERVER_ErrorDelete(e);
         }
     }

@@ -51,7 +51,9 @@ pub unsafe extern "C" fn TRITONSERVER_MessageNewFromSerializedJson(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn TRITONSERVER_MessageDelete(message: *mut TRITONSERVER_Message) -> ErrorPtr {
+pub unsafe extern "C" fn TRITONSERVER_MessageDelete(
+    message: *mut TRITONSERVER_Message,
+) -> ErrorPtr {
     if !message.is_null() {
         drop(unsafe { Box::from_raw(message) });
     }

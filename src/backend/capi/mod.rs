@@ -13,8 +13,9 @@
 //! when it links a `libtritonserver.so` of its own: the executable comes
 //! first in the global lookup scope.
 
-// The C names are the ABI.
-#![allow(non_camel_case_types)]
+// The C names are the ABI, and every exported function's safety contract
+// is the one tritonbackend.h/tritonserver.h document for its pointers.
+#![allow(non_camel_case_types, clippy::missing_safety_doc)]
 
 pub mod backend;
 pub mod error;

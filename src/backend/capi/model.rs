@@ -65,8 +65,11 @@ impl TRITONBACKEND_Model {
     fn set_config(&self, config: &ModelConfig) {
         let json = model_config_to_json(config).to_string();
         *self.config_json.lock().unwrap_or_else(|p| p.into_inner()) = json;
-        *self.outputs.lock().unwrap_or_else(|p| p.into_inner()) =
-            config.output.iter().map(|o| lossy_cstring(&o.name)).collect();
+        *self.outputs.lock().unwrap_or_else(|p| p.into_inner()) = config
+            .output
+            .iter()
+            .map(|o| lossy_cstring(&o.name))
+            .collect();
     }
 
     /// Creates the model and runs `TRITONBACKEND_ModelInitialize`.
@@ -293,7 +296,11 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelConfig(
                 "model configuration version {config_version} not supported, supported versions are: 1"
             )));
         }
-        let json = m.config_json.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let json = m
+            .config_json
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         unsafe { *config = TRITONSERVER_Message::boxed(json) };
         Ok(())
     })())
@@ -329,8 +336,8 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelSetConfig(
             )));
         }
         let json = unsafe { (*config).json() }.to_owned();
-        let parsed = model_config_from_json(&json)
-            .map_err(|e| error::invalid_arg(format!("{e:#}")))?;
+        let parsed =
+            model_config_from_json(&json).map_err(|e| error::invalid_arg(format!("{e:#}")))?;
         if parsed.name != m.name.to_string_lossy() {
             return Err(error::invalid_arg(format!(
                 "the model configuration's name '{}' is not the model's ('{}')",

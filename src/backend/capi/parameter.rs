@@ -22,7 +22,10 @@ pub enum ParamValue {
     Double(f64),
     /// A shallow reference, as Triton keeps it: the caller keeps the bytes
     /// alive until the parameter is deleted.
-    Bytes { ptr: *const c_void, size: u64 },
+    Bytes {
+        ptr: *const c_void,
+        size: u64,
+    },
 }
 
 /// Opaque to C.
@@ -92,7 +95,8 @@ pub unsafe extern "C" fn TRITONSERVER_ParameterNew(
     }
     let value = match kind {
         PARAMETER_STRING => {
-            let Ok(s) = (unsafe { c_str(value.cast(), "value") }).map_err(|e| unsafe { drop_error(e) })
+            let Ok(s) =
+                (unsafe { c_str(value.cast(), "value") }).map_err(|e| unsafe { drop_error(e) })
             else {
                 return std::ptr::null_mut();
             };
@@ -155,17 +159,20 @@ mod tests {
     fn parameters_hand_out_triton_value_pointers() {
         unsafe {
             let v: i64 = 42;
-            let p = TRITONSERVER_ParameterNew(c"n".as_ptr(), PARAMETER_INT, (&v as *const i64).cast());
+            let p =
+                TRITONSERVER_ParameterNew(c"n".as_ptr(), PARAMETER_INT, (&v as *const i64).cast());
             assert!(!p.is_null());
             assert_eq!((*p).kind(), PARAMETER_INT);
             assert_eq!(*(*p).value_ptr().cast::<i64>(), 42);
             TRITONSERVER_ParameterDelete(p);
 
-            let s = TRITONSERVER_ParameterNew(c"s".as_ptr(), PARAMETER_STRING, c"abc".as_ptr().cast());
+            let s =
+                TRITONSERVER_ParameterNew(c"s".as_ptr(), PARAMETER_STRING, c"abc".as_ptr().cast());
             assert_eq!(CStr::from_ptr((*s).value_ptr().cast()).to_str(), Ok("abc"));
             TRITONSERVER_ParameterDelete(s);
 
-            let bytes_as_new = TRITONSERVER_ParameterNew(c"b".as_ptr(), PARAMETER_BYTES, c"x".as_ptr().cast());
+            let bytes_as_new =
+                TRITONSERVER_ParameterNew(c"b".as_ptr(), PARAMETER_BYTES, c"x".as_ptr().cast());
             assert!(bytes_as_new.is_null());
         }
     }

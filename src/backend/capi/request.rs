@@ -58,6 +58,8 @@ pub struct TRITONBACKEND_Request {
     pub(super) state_updates: Option<StateUpdates>,
     pub(super) state_outputs: Arc<[String]>,
     /// States created for this request: they live as long as it does.
+    /// Boxed: the backend holds their addresses while the list grows.
+    #[allow(clippy::vec_box)]
     pub(super) states: Mutex<Vec<Box<TRITONBACKEND_State>>>,
     /// Set by whoever frees the request (the backend's release, or the
     /// server when execute fails), so it is freed once.
@@ -117,8 +119,15 @@ impl TRITONBACKEND_Request {
             })
             .collect();
         let seq = sequence.unwrap_or_default();
-        let flags = if seq.start { REQUEST_FLAG_SEQUENCE_START } else { 0 }
-            | if seq.end { REQUEST_FLAG_SEQUENCE_END } else { 0 };
+        let flags = if seq.start {
+            REQUEST_FLAG_SEQUENCE_START
+        } else {
+            0
+        } | if seq.end {
+            REQUEST_FLAG_SEQUENCE_END
+        } else {
+            0
+        };
         Box::into_raw(Box::new(Self {
             id: lossy_cstring(&request.id),
             correlation_id: seq.id,
@@ -155,11 +164,15 @@ impl TRITONBACKEND_Request {
     }
 
     fn input(&self, name: &str) -> Option<&TRITONBACKEND_Input> {
-        self.inputs.iter().find(|i| i.name.as_bytes() == name.as_bytes())
+        self.inputs
+            .iter()
+            .find(|i| i.name.as_bytes() == name.as_bytes())
     }
 }
 
-unsafe fn request<'a>(r: *mut TRITONBACKEND_Request) -> Result<&'a TRITONBACKEND_Request, ErrorPtr> {
+unsafe fn request<'a>(
+    r: *mut TRITONBACKEND_Request,
+) -> Result<&'a TRITONBACKEND_Request, ErrorPtr> {
     non_null(r, "request")?;
     Ok(unsafe { &*r })
 }
@@ -349,9 +362,9 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInput(
         let r = unsafe { request(r)? };
         let name = unsafe { c_str(name, "name")? };
         non_null(out, "input")?;
-        let i = r.input(name).ok_or_else(|| {
-            error::invalid_arg(format!("unknown request input name {name}"))
-        })?;
+        let i = r
+            .input(name)
+            .ok_or_else(|| error::invalid_arg(format!("unknown request input name {name}")))?;
         unsafe { *out = (i as *const TRITONBACKEND_Input).cast_mut() };
         Ok(())
     })())
@@ -511,7 +524,17 @@ pub unsafe extern "C" fn TRITONBACKEND_InputPropertiesForHostPolicy(
     byte_size: *mut u64,
     buffer_count: *mut u32,
 ) -> ErrorPtr {
-    unsafe { TRITONBACKEND_InputProperties(i, name, datatype, shape, dims_count, byte_size, buffer_count) }
+    unsafe {
+        TRITONBACKEND_InputProperties(
+            i,
+            name,
+            datatype,
+            shape,
+            dims_count,
+            byte_size,
+            buffer_count,
+        )
+    }
 }
 
 /// The data is one contiguous host buffer (index 0), whatever memory
@@ -555,7 +578,16 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBufferForHostPolicy(
     memory_type: *mut MemoryType,
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
-    unsafe { TRITONBACKEND_InputBuffer(i, index, buffer, buffer_byte_size, memory_type, memory_type_id) }
+    unsafe {
+        TRITONBACKEND_InputBuffer(
+            i,
+            index,
+            buffer,
+            buffer_byte_size,
+            memory_type,
+            memory_type_id,
+        )
+    }
 }
 
 /// The attributes object belongs to the input (not to be deleted).

@@ -96,6 +96,7 @@ pub struct TRITONBACKEND_Output {
 pub struct TRITONBACKEND_Response {
     target: Arc<ResponseTarget>,
     /// Boxed: the backend keeps output addresses.
+    #[allow(clippy::vec_box)]
     outputs: Vec<Box<TRITONBACKEND_Output>>,
     parameters: Parameters,
 }
@@ -429,4 +430,3 @@ pub unsafe extern "C" fn TRITONBACKEND_InferenceResponseOutputByName(
         Ok(())
     })())
 }
-
