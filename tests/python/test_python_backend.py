@@ -286,3 +286,10 @@ def test_without_the_python_backend_its_models_fail_with_the_reason(tmp_path):
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def test_bls_streams_a_decoupled_models_responses(http):
+    a = (np.arange(16, dtype=np.int32) * 3).reshape(1, 16)
+    result = http.infer("py_bls", simple_inputs(httpclient, a, a), parameters={"via": "repeat"})
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.arange(16).reshape(1, 16))

@@ -222,13 +222,14 @@ pub unsafe extern "C" fn TRITONSERVER_ServerInferAsync(
         let response = r.response.ok_or_else(|| {
             invalid_arg("the inference request has no response callback (TRITONSERVER_InferenceRequestSetResponseCallback)")
         })?;
-        let mut request = r.to_infer_request()?;
+        let request = r.to_infer_request()?;
         // Checked here so that a bad request is the caller's error, before
-        // anything is queued; the shard checks again against its table.
-        let (name, version) = (request.model_name.clone(), request.model_version.clone());
+        // anything is queued. On a copy: validation applies the config's
+        // reshapes, and the shard validates (and reshapes) the original.
         let shard = server
-            .with_model(&name, &version, |m| {
-                validate_request(&m.io, &m.name, &mut request).map(|()| server.shard_for(Some(m)))
+            .with_model(&request.model_name, &request.model_version, |m| {
+                let mut probe = request.clone();
+                validate_request(&m.io, &m.name, &mut probe).map(|()| server.shard_for(Some(m)))
             })
             .and_then(|checked| checked)
             .map_err(|e| TRITONSERVER_Error::boxed(error_kind_to_code(e.kind), e.message))?;
