@@ -226,6 +226,19 @@ fn identity_backend_serves_http_and_grpc_and_batches_requests() {
         "{body}"
     );
 
+    // Request parameters reach the backend (not the protocol's own).
+    let mut with_params = simple_json_request(1);
+    with_params["parameters"] =
+        json!({"tag": "x", "n": 5, "flag": true, "binary_data_output": false});
+    let body = post_json(server.http, "/v2/models/cid/infer", &with_params).json();
+    let p = &body["parameters"];
+    assert_eq!(
+        (&p["echo_tag"], &p["echo_n"], &p["echo_flag"]),
+        (&json!("x"), &json!(5), &json!(true)),
+        "{body}"
+    );
+    assert!(p.get("echo_binary_data_output").is_none(), "{body}");
+
     // One requested output only.
     let mut only = simple_json_request(3);
     only["outputs"] = json!([{"name": "OUTPUT1"}]);

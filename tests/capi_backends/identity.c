@@ -1,8 +1,39 @@
 /* Identity backend: each requested output OUTPUTn is a copy of input
    INPUTn. Every response carries the number of requests its execution
-   had ("execution_requests"), so tests can see batching. Also records
-   its lifecycle in the response ("backend_name", "model_version"). */
+   had ("execution_requests"), so tests can see batching, and echoes the
+   request's parameters as "echo_<key>". */
 #include "common.h"
+
+static TRITONSERVER_Error* echo_parameters(TRITONBACKEND_Request* request, TRITONBACKEND_Response* response)
+{
+  uint32_t count = 0;
+  RETURN_IF_ERROR(TRITONBACKEND_RequestParameterCount(request, &count));
+  for (uint32_t i = 0; i < count; i++) {
+    const char* key = NULL;
+    TRITONSERVER_ParameterType type;
+    const void* value = NULL;
+    RETURN_IF_ERROR(TRITONBACKEND_RequestParameter(request, i, &key, &type, &value));
+    char name[256];
+    snprintf(name, sizeof name, "echo_%s", key);
+    switch (type) {
+      case TRITONSERVER_PARAMETER_STRING:
+        RETURN_IF_ERROR(TRITONBACKEND_ResponseSetStringParameter(response, name, (const char*)value));
+        break;
+      case TRITONSERVER_PARAMETER_INT:
+        RETURN_IF_ERROR(TRITONBACKEND_ResponseSetIntParameter(response, name, *(const int64_t*)value));
+        break;
+      case TRITONSERVER_PARAMETER_BOOL:
+        RETURN_IF_ERROR(TRITONBACKEND_ResponseSetBoolParameter(response, name, *(const bool*)value));
+        break;
+      case TRITONSERVER_PARAMETER_DOUBLE:
+        RETURN_IF_ERROR(TRITONBACKEND_ResponseSetDoubleParameter(response, name, *(const double*)value));
+        break;
+      default:
+        break;
+    }
+  }
+  return NULL;
+}
 
 TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend)
 {
@@ -44,6 +75,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(
     if (err == NULL) {
       err = TRITONBACKEND_ResponseSetIntParameter(response, "execution_requests", (int64_t)count);
     }
+    if (err == NULL) err = echo_parameters(request, response);
     TRITONSERVER_Error* send = TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, err);
     TRITONSERVER_ErrorDelete(err);
     TRITONSERVER_ErrorDelete(send);

@@ -32,6 +32,18 @@ use crate::{
     types::{self, InferError},
 };
 
+/// Request parameters the protocols consume themselves (sequence,
+/// scheduling, response format); Triton does not hand them to backends.
+const PROTOCOL_PARAMETERS: [&str; 7] = [
+    "sequence_id",
+    "sequence_start",
+    "sequence_end",
+    "priority",
+    "timeout",
+    "binary_data_output",
+    "triton_enable_empty_final_response",
+];
+
 /// Opaque to C.
 pub struct TRITONBACKEND_Input {
     name: CString,
@@ -107,6 +119,7 @@ impl TRITONBACKEND_Request {
         let parameters = request
             .parameters
             .iter()
+            .filter(|(k, _)| !PROTOCOL_PARAMETERS.contains(&k.as_str()))
             .filter_map(|(k, v)| {
                 let value = match v {
                     types::ParamValue::Bool(b) => ParamValue::Bool(*b),
