@@ -32,7 +32,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `src/backend/capi/mod.rs`). GNU ld and lld take globs here.
     if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
         for pattern in ["TRITONSERVER_*", "TRITONBACKEND_*"] {
-            println!("cargo:rustc-link-arg-bins=-Wl,--export-dynamic-symbol={pattern}");
+            // Tests too: an in-process test server may load a C backend.
+            for kind in ["bins", "tests"] {
+                println!("cargo:rustc-link-arg-{kind}=-Wl,--export-dynamic-symbol={pattern}");
+            }
         }
     }
     Ok(())

@@ -572,3 +572,34 @@ fn lifecycle_and_request_failures_stay_contained() {
     assert_eq!(reply.status, 200);
     assert!(server.alive(), "{}", server.log());
 }
+
+#[test]
+fn in_process_server_loads_a_backend_from_the_model_version_folder() {
+    // The library sits in the version folder (searched first), and the
+    // server runs inside this test executable, which exports the C API
+    // too (build.rs).
+    let repo = common::TempRepo::new(
+        "capi-inprocess",
+        &[("vid", simple_config("vid", "capi_version_local", ""))],
+    );
+    let version_dir = repo.root.join("vid").join("1");
+    build_backend(&version_dir, "identity", "capi_version_local");
+    let built = version_dir.join("capi_version_local/libtriton_capi_version_local.so");
+    std::fs::rename(&built, version_dir.join("libtriton_capi_version_local.so")).expect("move");
+    let mut opts = shardserve::server::ServerOptions::for_tests(repo.root.clone());
+    opts.cores = Some(1);
+    let server = common::start_with(opts);
+    let reply = post_json(
+        server.http_addr(),
+        "/v2/models/vid/infer",
+        &simple_json_request(4),
+    );
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert_eq!(i32s(&output(&reply.json(), "OUTPUT1")["data"]), vec![4; 16]);
+    server.shutdown().expect("shutdown");
+}

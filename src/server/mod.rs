@@ -107,6 +107,9 @@ impl ServerHandle {
 /// Returns once the initial load is done; models that failed to load are
 /// reported in the log and the model table, and do not stop the server.
 pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
+    // Any executable that runs a server (also test binaries) keeps the
+    // backend C API for the backends it may load.
+    crate::backend::capi::keep_exported();
     for repo in &options.model_repositories {
         if !repo.is_dir() {
             bail!(
