@@ -68,19 +68,28 @@ fn valid_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
 }
 
-/// A new family; its name must be a Prometheus metric name not in use.
+/// A family by name: a new one, or the live family of that name when its
+/// kind is the same (as Triton, whose Prometheus registry merges them: the
+/// Python backend creates each family twice, and every instance of a model
+/// creates the same ones). Another kind under a name in use is an error.
 pub fn new_family(name: &str, help: &str, kind: Kind) -> Result<Arc<Family>, String> {
     if !valid_name(name) {
         return Err(format!("'{name}' is not a valid metric name"));
     }
     let mut families = lock(&FAMILIES);
     families.retain(|f| f.strong_count() > 0);
-    if families
+    if let Some(existing) = families
         .iter()
         .filter_map(Weak::upgrade)
-        .any(|f| f.name == name)
+        .find(|f| f.name == name)
     {
-        return Err(format!("a metric family named '{name}' already exists"));
+        if existing.kind == kind {
+            return Ok(existing);
+        }
+        return Err(format!(
+            "a metric family named '{name}' already exists as a {}",
+            existing.kind.as_str()
+        ));
     }
     let family = Arc::new(Family {
         name: name.to_string(),
@@ -131,19 +140,29 @@ impl Family {
             (_, Some(_)) => return Err("only histogram metrics take buckets".into()),
             (_, None) => None,
         };
-        let labels = labels
+        let mut sorted = labels.to_vec();
+        sorted.sort();
+        let labels = sorted
             .iter()
             .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
             .collect::<Vec<_>>()
             .join(",");
+        let mut metrics = lock(&self.metrics);
+        metrics.retain(|m| m.strong_count() > 0);
+        // The same labels are the same metric (as in Prometheus families).
+        if let Some(existing) = metrics
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|m| m.labels == labels)
+        {
+            return Ok(existing);
+        }
         let metric = Arc::new(Metric {
             kind: self.kind,
             labels,
             value: AtomicU64::new(0f64.to_bits()),
             histogram,
         });
-        let mut metrics = lock(&self.metrics);
-        metrics.retain(|m| m.strong_count() > 0);
         metrics.push(Arc::downgrade(&metric));
         Ok(metric)
     }
@@ -267,11 +286,19 @@ mod tests {
     fn families_render_their_live_metrics() {
         let f = new_family("custom_test_requests", "Requests seen", Kind::Counter).expect("family");
         assert!(new_family("custom_test_requests", "again", Kind::Gauge).is_err());
+        let same =
+            new_family("custom_test_requests", "Requests seen", Kind::Counter).expect("merged");
+        assert!(Arc::ptr_eq(&f, &same));
         assert!(new_family("1bad", "x", Kind::Gauge).is_err());
         let m = f
             .new_metric(&[("model".into(), "a\"b".into())], None)
             .expect("metric");
         m.increment(2.0).expect("inc");
+        let again = f
+            .new_metric(&[("model".into(), "a\"b".into())], None)
+            .expect("same metric");
+        assert!(Arc::ptr_eq(&m, &again));
+        drop(again);
         assert!(m.increment(-1.0).is_err());
         assert!(m.set(1.0).is_err());
         assert_eq!(m.value(), Ok(2.0));

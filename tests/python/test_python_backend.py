@@ -32,15 +32,20 @@ from conftest import _free_port  # noqa: E402
 
 
 class Urls:
-    def __init__(self, http, grpc):
+    def __init__(self, http, grpc, metrics=None):
         self.http = http
         self.grpc = grpc
+        self.metrics = metrics
 
 
 @pytest.fixture(scope="module")
 def urls():
     if os.environ.get("PYBACKEND_HTTP_URL"):
-        yield Urls(os.environ["PYBACKEND_HTTP_URL"], os.environ["PYBACKEND_GRPC_URL"])
+        yield Urls(
+            os.environ["PYBACKEND_HTTP_URL"],
+            os.environ["PYBACKEND_GRPC_URL"],
+            os.environ.get("PYBACKEND_METRICS_URL"),
+        )
         return
     if not BACKEND.exists():
         pytest.skip(f"Triton's Python backend is not installed ({BACKEND}); scripts/setup.sh installs it")
@@ -75,7 +80,7 @@ def urls():
             proc.kill()
             pytest.fail("server did not become ready within 90 s")
         time.sleep(0.1)
-    yield Urls(f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}")
+    yield Urls(f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}")
     proc.send_signal(signal.SIGTERM)
     try:
         code = proc.wait(timeout=30)
@@ -201,7 +206,17 @@ def test_decoupled_responses_over_the_grpc_stream(urls):
         client.close()
 
 
-def test_sequence_keeps_a_running_sum_per_correlation_id(grpc):
+def starts_metric(urls):
+    with urllib.request.urlopen(f"http://{urls.metrics}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    samples = [l for l in text.splitlines() if l.startswith("py_sequence_accumulator_starts{")]
+    assert len(samples) == 1, f"expected one py_sequence_accumulator_starts sample in:\n{text}"
+    return float(samples[0].rsplit(" ", 1)[1])
+
+
+def test_sequence_keeps_a_running_sum_per_correlation_id(grpc, urls):
+    starts_before = starts_metric(urls) if urls.metrics else None
+
     def step(seq, value, start=False, end=False):
         i = grpcclient.InferInput("INPUT", [1, 1], "INT32")
         i.set_data_from_numpy(np.array([[value]], dtype=np.int32))
@@ -223,6 +238,9 @@ def test_sequence_keeps_a_running_sum_per_correlation_id(grpc):
     # A new sequence with the same id starts from its own first value.
     assert step(1001, 3, start=True) == 3
     assert step(1001, 0, end=True) == 3
+    # The model's custom metric (TRITONSERVER_Metric* through the C API).
+    if urls.metrics:
+        assert starts_metric(urls) - starts_before == 3
 
 
 @pytest.mark.parametrize("proto", ["http", "grpc"])

@@ -1,6 +1,7 @@
 """`sequence_accumulator` in Python: a running sum per sequence, keyed by the
 request's correlation ID, driven by the START/END/READY control inputs the
-sequence batcher adds to every request."""
+sequence batcher adds to every request. Counts the sequences it starts in a
+custom metric (`py_sequence_accumulator_starts`, on the metrics endpoint)."""
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -14,6 +15,12 @@ def _flag(request, name):
 class TritonPythonModel:
     def initialize(self, args):
         self._sums = {}
+        self._family = pb_utils.MetricFamily(
+            name="py_sequence_accumulator_starts",
+            description="Sequences started (requests with START = 1)",
+            kind=pb_utils.MetricFamily.COUNTER,
+        )
+        self._starts = self._family.Metric(labels={"model": args["model_name"]})
 
     def execute(self, requests):
         responses = []
@@ -26,6 +33,7 @@ class TritonPythonModel:
                 with np.errstate(over="ignore"):
                     if _flag(request, "START") or key not in self._sums:
                         total = value.astype(np.int32)
+                        self._starts.increment(1)
                     else:
                         total = (self._sums[key] + value).astype(np.int32)
                 self._sums[key] = total
