@@ -26,5 +26,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &["proto"],
         )?;
     println!("cargo:rerun-if-changed=proto");
+    // The backend C API: a dlopened `libtriton_<name>.so` binds to the
+    // executable's `TRITONSERVER_*`/`TRITONBACKEND_*` functions, so the
+    // binaries put them in their dynamic symbol table (see
+    // `src/backend/capi/mod.rs`). GNU ld and lld take globs here.
+    if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        for pattern in ["TRITONSERVER_*", "TRITONBACKEND_*"] {
+            // Tests too: an in-process test server may load a C backend.
+            for kind in ["bins", "tests"] {
+                println!("cargo:rustc-link-arg-{kind}=-Wl,--export-dynamic-symbol={pattern}");
+            }
+        }
+    }
     Ok(())
 }

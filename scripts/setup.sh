@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs everything shardserve needs on a fresh Debian 12 machine, idempotently:
 # Debian packages, a Python venv (.venv) with ONNX Runtime and tritonclient,
-# the ONNX Runtime library linked at .ort/libonnxruntime.so, and a release build.
+# the ONNX Runtime library linked at .ort/libonnxruntime.so, Triton's Python
+# backend in .backends/python (scripts/install_python_backend.sh), and a
+# release build.
 # Usage: scripts/setup.sh [--no-build]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-APT_PACKAGES=(pkg-config libhwloc-dev libudev-dev wrk nghttp2-client python3-venv)
+APT_PACKAGES=(pkg-config libhwloc-dev libudev-dev wrk nghttp2-client python3-venv binutils libpython3.11 gcc)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -39,6 +41,8 @@ if [ -z "$lib" ]; then
 fi
 mkdir -p .ort
 ln -sf "$lib" .ort/libonnxruntime.so
+
+scripts/install_python_backend.sh
 
 if [ "${1:-}" != "--no-build" ]; then
   echo "setup: building (release)"

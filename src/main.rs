@@ -78,6 +78,15 @@ struct Cli {
     /// (Triton: unbounded). Overflow is answered "Exceeds maximum queue size".
     #[arg(long, default_value_t = shardserve::scheduler::DEFAULT_MAX_QUEUE_SIZE)]
     max_queue_size: usize,
+    /// Where backend libraries are found: `<DIR>/<name>/libtriton_<name>.so`.
+    /// Default: the checkout's `.backends/` (the nearest one at or above the
+    /// executable's folder), else `./.backends`.
+    #[arg(long)]
+    backend_directory: Option<PathBuf>,
+    /// A backend setting, `<name>,<key>=<value>` (repeatable), handed to the
+    /// backend in its config message as `{"cmdline":{"<key>":"<value>"}}`.
+    #[arg(long, value_parser = parse_backend_config)]
+    backend_config: Vec<(String, String, String)>,
     /// Verbose logging level (0 = info).
     #[arg(long, default_value_t = 0)]
     log_verbose: u8,
@@ -219,6 +228,7 @@ fn init_logging(verbose: u8) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_verbose);
+    shardserve::backend::capi::keep_exported();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -226,6 +236,10 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn parse_backend_config(arg: &str) -> Result<(String, String, String), String> {
+    shardserve::backend::capi::settings::parse_backend_config(arg)
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -243,6 +257,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.model_repository.is_empty() {
         anyhow::bail!("--model-repository is required");
     }
+    let mut backend_config =
+        std::collections::BTreeMap::<_, std::collections::BTreeMap<_, _>>::new();
+    for (name, key, value) in cli.backend_config {
+        backend_config.entry(name).or_default().insert(key, value);
+    }
+    shardserve::backend::capi::settings::configure(shardserve::backend::capi::settings::Settings {
+        backend_directory: cli.backend_directory,
+        backend_config,
+    });
     let mode = match cli.model_control_mode {
         ControlMode::None => ModelControlMode::None,
         ControlMode::Explicit => ModelControlMode::Explicit,

@@ -3,9 +3,12 @@
 //! a protocol type or a shard; they get validated tensors and return tensors.
 
 pub mod builtin;
+pub mod capi;
 pub mod onnxruntime;
+mod request;
 mod response_sender;
 
+pub use request::{BackendRequest, SequenceInfo, StateUpdates};
 pub use response_sender::{ReceiverGone, ResponseSender, ResponseSink};
 
 use std::{path::PathBuf, sync::Arc};
@@ -63,6 +66,12 @@ pub trait Backend: Send + Sync {
         false
     }
 
+    /// Whether its instances must run on compute workers whatever the
+    /// config says (foreign code that may block: the C API's backends).
+    fn needs_worker(&self) -> bool {
+        false
+    }
+
     /// Fills in what the configuration leaves out (`max_batch_size`,
     /// `input`, `output`) from the model itself, as Triton's auto-complete
     /// does. Called only when `--strict-model-config` is off. Must leave
@@ -111,6 +120,25 @@ pub trait ModelInstance: Send {
             Err(e) => sender.fail(e),
         }
     }
+
+    /// Whether this instance takes a batch's requests one by one
+    /// ([`execute_requests`](Self::execute_requests)) instead of merged
+    /// tensors: true for the C API's backends, which batch themselves.
+    fn takes_requests(&self) -> bool {
+        false
+    }
+
+    /// Executes a batch as separate requests, each answered through its
+    /// own sender (now or later, from any thread), for ordinary and
+    /// decoupled models alike. Called only when `takes_requests`, always
+    /// on a compute worker.
+    fn execute_requests(&mut self, requests: Vec<BackendRequest>) {
+        for r in requests {
+            r.sender.fail(crate::types::InferError::internal(
+                "this instance does not take requests one by one",
+            ));
+        }
+    }
 }
 
 /// Picks the backend a configuration names, by `backend` or else `platform`.
@@ -126,13 +154,10 @@ pub fn backend_for(config: &ModelConfig) -> anyhow::Result<Arc<dyn Backend>> {
             "model '{}' names no backend or platform, and none could be inferred from its files",
             config.name
         ),
-        other => builtin::backend(other).ok_or_else(|| {
-            anyhow::anyhow!(
-                "model '{}' asks for backend '{other}', which this server does not have \
-                 (available: onnxruntime, {})",
-                config.name,
-                builtin::NAMES.join(", ")
-            )
-        }),
+        other => match builtin::backend(other) {
+            Some(b) => Ok(b),
+            // Any other name is a shared-library backend (Triton's C API).
+            None => Ok(Arc::new(capi::CapiBackend::new(config)?)),
+        },
     }
 }

@@ -7,7 +7,7 @@
 //! scheduler's business, behind [`ResponseSink`]. Non-decoupled backends
 //! never see any of this.
 
-use crate::types::{InferError, InferResult, Tensor};
+use crate::types::{InferError, InferResult, Parameters, Tensor};
 
 /// The client is gone (stream closed, request cancelled) or the request
 /// already failed: stop producing responses for it.
@@ -19,7 +19,15 @@ pub trait ResponseSink: Send + 'static {
     /// Delivers one response built from `outputs`; blocks while the
     /// request's channel is full (back-pressure), so it must only be
     /// called off the shards (compute workers, the backend's threads).
-    fn send(&mut self, outputs: Vec<Tensor>) -> Result<(), ReceiverGone>;
+    fn send(&mut self, outputs: Vec<Tensor>) -> Result<(), ReceiverGone> {
+        self.send_with(outputs, Parameters::new())
+    }
+    /// [`send`](Self::send) with response parameters.
+    fn send_with(
+        &mut self,
+        outputs: Vec<Tensor>,
+        parameters: Parameters,
+    ) -> Result<(), ReceiverGone>;
     /// Whether the client stopped waiting for this request.
     fn is_cancelled(&self) -> bool;
     /// Ends the request: the final flag (`Ok`) or an error response.
@@ -44,6 +52,18 @@ impl ResponseSender {
     pub fn send(&mut self, outputs: Vec<Tensor>) -> Result<(), ReceiverGone> {
         match &mut self.sink {
             Some(sink) => sink.send(outputs),
+            None => Err(ReceiverGone),
+        }
+    }
+
+    /// [`send`](Self::send) with response parameters.
+    pub fn send_with(
+        &mut self,
+        outputs: Vec<Tensor>,
+        parameters: Parameters,
+    ) -> Result<(), ReceiverGone> {
+        match &mut self.sink {
+            Some(sink) => sink.send_with(outputs, parameters),
             None => Err(ReceiverGone),
         }
     }

@@ -187,5 +187,6 @@ pub fn render(table: &ModelTable, shards: &[ShardGauges]) -> String {
             }
         }
     }
+    super::custom::render(&mut out);
     out
 }

@@ -341,7 +341,17 @@ fn load_version(
     let count = instance_count(&config);
     // A decoupled backend may block on a slow client: never on a shard.
     let inline = backend.runs_inline(&config) && !crate::scheduler::is_decoupled(&config);
-    let place = execution_place(&config, inline)?;
+    let place = match execution_place(&config, inline)? {
+        ExecutionPlace::Inline if backend.needs_worker() => {
+            tracing::warn!(
+                "model '{}': backend '{}' always runs on a compute worker (shardserve_execution \"inline\" ignored)",
+                config.name,
+                backend.name()
+            );
+            ExecutionPlace::Worker
+        }
+        place => place,
+    };
     let max_batch = config.max_batch_size.max(0) as usize;
     let mut created = Vec::with_capacity(count);
     for index in 0..count {

@@ -123,6 +123,8 @@ pub struct Manager {
     pub placement: Placement,
     pub control: Vec<UnboundedSender<ShardControl>>,
     pub table: ModelTable,
+    /// Told of every table published (C API backends read it).
+    pub capi_server: Arc<crate::backend::capi::server_api::TRITONSERVER_Server>,
 }
 
 /// How an ensemble's unavailability names a missing composing model.
@@ -272,6 +274,7 @@ impl Manager {
         for c in &self.control {
             let _ = c.unbounded_send(ShardControl::Table(table.clone()));
         }
+        self.capi_server.publish(table);
     }
 
     /// Stops the schedulers of every loaded version in `entry` (after a

@@ -48,7 +48,7 @@ use crate::{
     model::ModelVersion,
     proto::inference::ModelConfig,
     shard::{self, ShardId},
-    types::{InferError, InferRequest, InferResponse, InferResult, Tensor},
+    types::{InferError, InferRequest, InferResponse, InferResult, Parameters, Tensor},
 };
 
 /// The sending half of a decoupled request's response channel.
@@ -214,14 +214,7 @@ pub(super) fn run_decoupled(
         let inputs = std::mem::take(&mut request.inputs);
         let requested: Vec<String> = request.outputs.iter().map(|o| o.name.clone()).collect();
         let requested: Vec<&str> = requested.iter().map(String::as_str).collect();
-        let sink = ChannelSink {
-            model: model.clone(),
-            request,
-            tx: Some(tx),
-            reply: Some(reply),
-            origin,
-            failed: None,
-        };
+        let sink = ChannelSink::new(model.clone(), request, tx, reply, origin);
         instance.execute_decoupled(&inputs, &requested, ResponseSender::new(Box::new(sink)));
         let infer = start.elapsed();
         stats.record_execution(1, Default::default(), infer, Default::default());
@@ -233,7 +226,7 @@ pub(super) fn run_decoupled(
 
 /// Delivers a decoupled request's responses into its channel and its end
 /// through its `reply`.
-struct ChannelSink {
+pub(super) struct ChannelSink {
     model: Arc<ModelVersion>,
     /// The request without its inputs: ids and requested outputs.
     request: InferRequest,
@@ -244,13 +237,37 @@ struct ChannelSink {
     failed: Option<InferError>,
 }
 
+impl ChannelSink {
+    /// `request` without its inputs (ids and requested outputs).
+    pub(super) fn new(
+        model: Arc<ModelVersion>,
+        request: InferRequest,
+        tx: ResponseTx,
+        reply: Responder,
+        origin: ShardId,
+    ) -> Self {
+        Self {
+            model,
+            request,
+            tx: Some(tx),
+            reply: Some(reply),
+            origin,
+            failed: None,
+        }
+    }
+}
+
 impl ResponseSink for ChannelSink {
-    fn send(&mut self, outputs: Vec<Tensor>) -> Result<(), ReceiverGone> {
+    fn send_with(
+        &mut self,
+        outputs: Vec<Tensor>,
+        parameters: Parameters,
+    ) -> Result<(), ReceiverGone> {
         let Some(tx) = &mut self.tx else {
             return Err(ReceiverGone);
         };
         let response = match build_response(&self.model, &self.request, outputs) {
-            Ok(r) => r,
+            Ok(r) => InferResponse { parameters, ..r },
             Err(e) => {
                 self.failed = Some(e);
                 self.tx = None;

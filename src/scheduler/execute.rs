@@ -11,6 +11,7 @@ use super::{
     batch::{batch_rows, merge_inputs, split_outputs},
     decoupled::{is_decoupled, run_decoupled},
     output::build_response,
+    per_request::run_requests,
     sequence::{absorb_states, build_inputs, RowControl, SequenceSpec, SlotStates},
     Job,
 };
@@ -56,6 +57,16 @@ impl Runner {
     /// Runs `batch` as one execution, records it in `stats` and answers
     /// each of its requests.
     pub fn run(&mut self, model: &Arc<ModelVersion>, stats: &ShardCounters, batch: Batch) {
+        if self.instance.takes_requests() {
+            return run_requests(
+                self.instance.as_mut(),
+                &mut self.states,
+                model,
+                stats,
+                batch.jobs,
+                batch.rows.as_deref(),
+            );
+        }
         if is_decoupled(&model.config) {
             return run_decoupled(self.instance.as_mut(), model, stats, batch.jobs);
         }

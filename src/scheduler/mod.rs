@@ -17,6 +17,7 @@ mod execute;
 mod job;
 mod model_scheduler;
 mod output;
+mod per_request;
 pub mod sequence;
 
 pub use decoupled::{infer_stream, is_decoupled, refuse_decoupled_http, ResponseStream, Streamed};

@@ -17,6 +17,7 @@ pub use options::{ModelControlMode, ServerOptions};
 pub use state::{ServerState, EXTENSIONS};
 
 use crate::{
+    backend::capi::server_api::TRITONSERVER_Server,
     model::ModelTable,
     protocol::transport::{self, TransportLimits, TransportStats},
     repository::{
@@ -43,6 +44,8 @@ pub struct ServerHandle {
     threads: Vec<JoinHandle<()>>,
     table: Arc<ModelTable>,
     transport: Arc<TransportStats>,
+    /// The handle C API backends call back into the server with.
+    capi_server: Option<Arc<TRITONSERVER_Server>>,
 }
 
 impl ServerHandle {
@@ -85,6 +88,9 @@ impl ServerHandle {
         if let Some(repository) = self.state.repository.get() {
             repository.stop();
         }
+        if let Some(s) = &self.capi_server {
+            s.publish(Arc::new(ModelTable::default()));
+        }
         for c in &self.control {
             let _ = c.unbounded_send(ShardControl::Shutdown);
         }
@@ -103,6 +109,9 @@ impl ServerHandle {
 /// Returns once the initial load is done; models that failed to load are
 /// reported in the log and the model table, and do not stop the server.
 pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
+    // Any executable that runs a server (also test binaries) keeps the
+    // backend C API for the backends it may load.
+    crate::backend::capi::keep_exported();
     for repo in &options.model_repositories {
         if !repo.is_dir() {
             bail!(
@@ -185,12 +194,22 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
         threads,
         table: Arc::new(ModelTable::default()),
         transport,
+        capi_server: None,
     };
     if let Some(e) = failure {
         let _ = handle.shutdown();
         bail!("server start failed: {e}");
     }
     log_addresses(&addresses, shard_count);
+
+    // What C API backends get from `TRITONBACKEND_ModelServer`: set before
+    // the initial load, as backends may ask for it while loading. Kept
+    // alive for the process (a backend may hold the pointer), and emptied
+    // at shutdown so it keeps no model alive.
+    let capi_server = TRITONSERVER_Server::new(handle.state.clone(), handle.control.clone());
+    crate::backend::capi::settings::set_server(Arc::as_ptr(&capi_server).cast_mut());
+    std::mem::forget(capi_server.clone());
+    handle.capi_server = Some(capi_server.clone());
 
     let placement = Placement::new(shard_count, compute)
         .with_workers(worker_cpus, options.tuning.compute.nice());
@@ -206,8 +225,10 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
                 placement,
                 control: handle.control.clone(),
                 table: table.clone(),
+                capi_server: capi_server.clone(),
             };
             let table = Arc::new(table);
+            capi_server.publish(table.clone());
             for c in &handle.control {
                 let _ = c.unbounded_send(ShardControl::Table(table.clone()));
             }

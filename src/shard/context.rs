@@ -38,8 +38,14 @@ pub enum ShardControl {
         key: u64,
     },
     Table(Arc<ModelTable>),
+    /// Work from a thread that is not a shard (the C API's in-process
+    /// inference): run on this shard's thread, where it may spawn tasks.
+    Run(ShardTask),
     Shutdown,
 }
+
+/// A closure sent to a shard with [`ShardControl::Run`].
+pub type ShardTask = Box<dyn FnOnce() + Send>;
 
 /// The scheduler of a model version: the shard that owns it and its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -290,6 +296,7 @@ impl Shard {
                     }
                 }
                 ShardControl::Table(table) => self.set_table(table),
+                ShardControl::Run(task) => task(),
                 ShardControl::Shutdown => {
                     self.shutdown.set();
                     for s in self.schedulers.borrow().values() {

@@ -10,7 +10,8 @@ pub mod ring;
 mod timer;
 
 pub use context::{
-    reply, with_current, ConnectionGauge, Dispatch, InFlight, Shard, ShardControl, Target,
+    reply, with_current, ConnectionGauge, Dispatch, InFlight, Shard, ShardControl, ShardTask,
+    Target,
 };
 pub use latch::{yield_now, Latch};
 pub use message::ShardMsg;

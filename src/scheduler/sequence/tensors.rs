@@ -46,6 +46,44 @@ impl SlotStates {
         }
     }
 
+    /// Keeps `value` (named after a state's output) as `slot`'s state for
+    /// its next request; `None` forgets it (the sequence ended). Fails for
+    /// a name that is no state output or a tensor of the wrong type.
+    pub fn keep(
+        &mut self,
+        spec: &SequenceSpec,
+        slot: usize,
+        value: Tensor,
+        ended: bool,
+    ) -> InferResult<()> {
+        let (index, state) = spec
+            .states
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.output == value.name)
+            .ok_or_else(|| {
+                InferError::internal(format!(
+                    "'{}' is not an implicit state output of this model",
+                    value.name
+                ))
+            })?;
+        if value.datatype != state.datatype {
+            return Err(InferError::internal(format!(
+                "implicit state output '{}' is {}, the configuration says {}",
+                state.output, value.datatype, state.datatype
+            )));
+        }
+        self.set(slot, index, (!ended).then_some(value));
+        Ok(())
+    }
+
+    /// Forgets every state of `slot` (its sequence ended).
+    pub fn forget(&mut self, slot: usize) {
+        if let Some(cells) = self.slots.get_mut(slot) {
+            cells.iter_mut().for_each(|c| *c = None);
+        }
+    }
+
     fn get(&self, slot: usize, state: usize) -> Option<&Tensor> {
         self.slots.get(slot)?.get(state)?.as_ref()
     }

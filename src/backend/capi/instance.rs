@@ -1,0 +1,362 @@
+//! `TRITONBACKEND_ModelInstance` and [`CapiInstance`], the
+//! `ModelInstance` that hands a batch's requests to the backend's
+//! `TRITONBACKEND_ModelInstanceExecute`.
+
+use std::{
+    ffi::{c_char, c_void, CString},
+    sync::{
+        atomic::{AtomicPtr, Ordering},
+        Arc,
+    },
+};
+
+use anyhow::bail;
+
+use super::{
+    error::{self, non_null, status, ErrorPtr},
+    message::TRITONSERVER_Message,
+    model::TRITONBACKEND_Model,
+    parameter::lossy_cstring,
+    request::TRITONBACKEND_Request,
+    types::{InstanceGroupKind, INSTANCEGROUPKIND_CPU},
+};
+use crate::{
+    backend::{BackendRequest, InstanceSpec, ModelInstance},
+    proto::inference::{model_config::SchedulingChoice, ModelConfig},
+    scheduler::is_decoupled,
+    types::{InferError, InferResult, Tensor},
+};
+
+/// Opaque to C.
+pub struct TRITONBACKEND_ModelInstance {
+    name: CString,
+    pub model: Arc<TRITONBACKEND_Model>,
+    host_policy: String,
+    state: AtomicPtr<c_void>,
+    initialized: bool,
+}
+
+/// One instance, owned by its compute worker.
+pub struct CapiInstance {
+    /// Boxed: the backend keeps its address.
+    instance: Box<TRITONBACKEND_ModelInstance>,
+    decoupled: bool,
+    /// The implicit-state outputs the configuration declares.
+    state_outputs: Arc<[String]>,
+}
+
+// SAFETY: the backend's state pointer is the backend's to synchronize;
+// Triton also calls an instance's functions from threads of its choice
+// (never two at once, which holds here: one worker owns the instance).
+unsafe impl Send for CapiInstance {}
+unsafe impl Sync for TRITONBACKEND_ModelInstance {}
+
+impl CapiInstance {
+    pub fn new(
+        model: Arc<TRITONBACKEND_Model>,
+        config: &ModelConfig,
+        spec: &InstanceSpec,
+    ) -> anyhow::Result<Self> {
+        let mut instance = Box::new(TRITONBACKEND_ModelInstance {
+            name: lossy_cstring(&spec.name),
+            model,
+            host_policy: r#"{"cpu":{}}"#.to_owned(),
+            state: AtomicPtr::new(std::ptr::null_mut()),
+            initialized: false,
+        });
+        if let Some(init) = instance.model.backend.entry.instance_initialize {
+            // SAFETY: the backend's entry point with a live instance.
+            if let Some(e) = unsafe { error::take(init(&mut *instance)) } {
+                bail!(
+                    "TRITONBACKEND_ModelInstanceInitialize failed: {}",
+                    e.message
+                );
+            }
+        }
+        instance.initialized = true;
+        let state_outputs = match &config.scheduling_choice {
+            Some(SchedulingChoice::SequenceBatching(s)) => {
+                s.state.iter().map(|st| st.output_name.clone()).collect()
+            }
+            _ => Arc::from(Vec::new()),
+        };
+        Ok(Self {
+            instance,
+            decoupled: is_decoupled(config),
+            state_outputs,
+        })
+    }
+}
+
+impl Drop for TRITONBACKEND_ModelInstance {
+    fn drop(&mut self) {
+        if !self.initialized {
+            return;
+        }
+        if let Some(finalize) = self.model.backend.entry.instance_finalize {
+            // SAFETY: the instance is whole and no execution is running.
+            if let Some(e) = unsafe { error::take(finalize(self)) } {
+                tracing::error!(
+                    "instance '{}': TRITONBACKEND_ModelInstanceFinalize failed: {}",
+                    self.name.to_string_lossy(),
+                    e.message
+                );
+            }
+        }
+    }
+}
+
+impl ModelInstance for CapiInstance {
+    fn execute(&mut self, _inputs: &[Tensor], _outputs: &[&str]) -> InferResult<Vec<Tensor>> {
+        Err(InferError::internal(
+            "a C API backend instance executes requests, not merged tensors",
+        ))
+    }
+
+    fn takes_requests(&self) -> bool {
+        true
+    }
+
+    fn execute_requests(&mut self, requests: Vec<BackendRequest>) {
+        let model = &self.instance.model;
+        let mut handles: Vec<*mut TRITONBACKEND_Request> = requests
+            .into_iter()
+            .map(|r| {
+                TRITONBACKEND_Request::into_raw(
+                    r,
+                    model,
+                    self.decoupled,
+                    self.state_outputs.clone(),
+                )
+            })
+            .collect();
+        let released: Vec<_> = handles
+            .iter()
+            // SAFETY: just created, not yet handed to the backend.
+            .map(|&h| unsafe { (*h).release_flag() })
+            .collect();
+        let count = handles.len() as u32;
+        let execute = model.backend.entry.execute;
+        // SAFETY: the backend's entry point; it owns the requests now.
+        let result = unsafe { execute(&mut *self.instance, handles.as_mut_ptr(), count) };
+        // SAFETY: the error, if any, is the backend's to give us.
+        if let Some(e) = unsafe { error::take(result) } {
+            // An error gives every request back to the server, which
+            // answers each with it (and releases it).
+            for (handle, flag) in handles.into_iter().zip(released) {
+                // SAFETY: still allocated unless the backend released it,
+                // which `claim` rules out.
+                if TRITONBACKEND_Request::claim(&flag) {
+                    unsafe { TRITONBACKEND_Request::fail_and_free(handle, e.clone()) };
+                }
+            }
+        }
+    }
+}
+
+unsafe fn instance<'a>(
+    i: *mut TRITONBACKEND_ModelInstance,
+) -> Result<&'a TRITONBACKEND_ModelInstance, ErrorPtr> {
+    non_null(i, "instance")?;
+    Ok(unsafe { &*i })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceName(
+    i: *mut TRITONBACKEND_ModelInstance,
+    name: *mut *const c_char,
+) -> ErrorPtr {
+    status((|| {
+        let i = unsafe { instance(i)? };
+        non_null(name, "name")?;
+        unsafe { *name = i.name.as_ptr() };
+        Ok(())
+    })())
+}
+
+/// Every instance is a CPU instance here (KIND_GPU is refused at load).
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceKind(
+    i: *mut TRITONBACKEND_ModelInstance,
+    kind: *mut InstanceGroupKind,
+) -> ErrorPtr {
+    status((|| {
+        unsafe { instance(i)? };
+        non_null(kind, "kind")?;
+        unsafe { *kind = INSTANCEGROUPKIND_CPU };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceDeviceId(
+    i: *mut TRITONBACKEND_ModelInstance,
+    device_id: *mut i32,
+) -> ErrorPtr {
+    status((|| {
+        unsafe { instance(i)? };
+        non_null(device_id, "device_id")?;
+        unsafe { *device_id = 0 };
+        Ok(())
+    })())
+}
+
+/// Triton's default host policy of a CPU instance: `{"cpu":{}}`.
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceHostPolicy(
+    i: *mut TRITONBACKEND_ModelInstance,
+    host_policy: *mut *mut TRITONSERVER_Message,
+) -> ErrorPtr {
+    status((|| {
+        let i = unsafe { instance(i)? };
+        non_null(host_policy, "host_policy")?;
+        unsafe { *host_policy = TRITONSERVER_Message::boxed(i.host_policy.clone()) };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceIsPassive(
+    i: *mut TRITONBACKEND_ModelInstance,
+    is_passive: *mut bool,
+) -> ErrorPtr {
+    status((|| {
+        unsafe { instance(i)? };
+        non_null(is_passive, "is_passive")?;
+        unsafe { *is_passive = false };
+        Ok(())
+    })())
+}
+
+/// No optimization profiles (a TensorRT notion) exist here.
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceProfileCount(
+    i: *mut TRITONBACKEND_ModelInstance,
+    count: *mut u32,
+) -> ErrorPtr {
+    status((|| {
+        unsafe { instance(i)? };
+        non_null(count, "count")?;
+        unsafe { *count = 0 };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceProfileName(
+    i: *mut TRITONBACKEND_ModelInstance,
+    index: u32,
+    _profile_name: *mut *const c_char,
+) -> ErrorPtr {
+    status((|| {
+        unsafe { instance(i)? };
+        Err(error::invalid_arg(format!(
+            "out of bounds index {index}: instance has no profiles"
+        )))
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceSecondaryDeviceCount(
+    i: *mut TRITONBACKEND_ModelInstance,
+    count: *mut u32,
+) -> ErrorPtr {
+    status((|| {
+        unsafe { instance(i)? };
+        non_null(count, "count")?;
+        unsafe { *count = 0 };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceSecondaryDeviceProperties(
+    i: *mut TRITONBACKEND_ModelInstance,
+    index: u32,
+    _kind: *mut *const c_char,
+    _id: *mut i64,
+) -> ErrorPtr {
+    status((|| {
+        unsafe { instance(i)? };
+        Err(error::invalid_arg(format!(
+            "out of bounds index {index}: instance has no secondary devices"
+        )))
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceModel(
+    i: *mut TRITONBACKEND_ModelInstance,
+    model: *mut *mut TRITONBACKEND_Model,
+) -> ErrorPtr {
+    status((|| {
+        let i = unsafe { instance(i)? };
+        non_null(model, "model")?;
+        unsafe { *model = i.model.as_ptr() };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceState(
+    i: *mut TRITONBACKEND_ModelInstance,
+    state: *mut *mut c_void,
+) -> ErrorPtr {
+    status((|| {
+        let i = unsafe { instance(i)? };
+        non_null(state, "state")?;
+        unsafe { *state = i.state.load(Ordering::Acquire) };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceSetState(
+    i: *mut TRITONBACKEND_ModelInstance,
+    state: *mut c_void,
+) -> ErrorPtr {
+    status((|| {
+        let i = unsafe { instance(i)? };
+        i.state.store(state, Ordering::Release);
+        Ok(())
+    })())
+}
+
+/// Accepted and not used: the server records every execution itself
+/// (count, queue, compute times of the `execute` call), so the backend's
+/// own report would count it twice.
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportStatistics(
+    i: *mut TRITONBACKEND_ModelInstance,
+    _request: *mut TRITONBACKEND_Request,
+    _success: bool,
+    _exec_start_ns: u64,
+    _compute_start_ns: u64,
+    _compute_end_ns: u64,
+    _exec_end_ns: u64,
+) -> ErrorPtr {
+    status(unsafe { instance(i) }.map(|_| ()))
+}
+
+/// As `ReportStatistics`: the server records batch executions itself.
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportBatchStatistics(
+    i: *mut TRITONBACKEND_ModelInstance,
+    _batch_size: u64,
+    _exec_start_ns: u64,
+    _compute_start_ns: u64,
+    _compute_end_ns: u64,
+    _exec_end_ns: u64,
+) -> ErrorPtr {
+    status(unsafe { instance(i) }.map(|_| ()))
+}
+
+/// Accepted and ignored: memory usage is not reported by this server.
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportMemoryUsage(
+    i: *mut TRITONBACKEND_ModelInstance,
+    _usage: *mut *mut super::memory::TRITONSERVER_BufferAttributes,
+    _usage_size: u32,
+) -> ErrorPtr {
+    status(unsafe { instance(i) }.map(|_| ()))
+}

@@ -1,0 +1,249 @@
+//! `TRITONBACKEND_MemoryManager` and `TRITONSERVER_BufferAttributes`.
+//! Memory is host memory only: CPU, and CPU_PINNED served from plain
+//! host memory (no GPU, so nothing is pinned for DMA); GPU requests are
+//! an UNSUPPORTED error.
+
+use std::{
+    alloc::{alloc, dealloc, Layout},
+    collections::HashMap,
+    ffi::c_void,
+    sync::Mutex,
+};
+
+use super::{
+    error::{self, non_null, status, ErrorPtr},
+    types::{MemoryType, MEMORY_CPU, MEMORY_CPU_PINNED},
+};
+
+/// Alignment of every buffer handed out (what `malloc` gives on x86-64
+/// Linux, enough for any element type).
+const ALIGN: usize = 64;
+
+/// Opaque to C. Allocations are remembered by address so `Free` can
+/// give back the layout and refuse an unknown pointer.
+#[derive(Default)]
+pub struct TRITONBACKEND_MemoryManager {
+    live: Mutex<HashMap<usize, Layout>>,
+}
+
+/// Checks that `memory_type` is host memory.
+pub fn host_memory(memory_type: MemoryType) -> Result<(), ErrorPtr> {
+    match memory_type {
+        MEMORY_CPU | MEMORY_CPU_PINNED => Ok(()),
+        other => Err(error::unsupported(format!(
+            "memory type {} is not available: this server has host memory only",
+            super::types::memory_type_name(other)
+        ))),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_MemoryManagerAllocate(
+    manager: *mut TRITONBACKEND_MemoryManager,
+    buffer: *mut *mut c_void,
+    memory_type: MemoryType,
+    _memory_type_id: i64,
+    byte_size: u64,
+) -> ErrorPtr {
+    status((|| {
+        non_null(manager, "manager")?;
+        non_null(buffer, "buffer")?;
+        host_memory(memory_type)?;
+        let layout = Layout::from_size_align(byte_size.max(1) as usize, ALIGN)
+            .map_err(|_| error::invalid_arg(format!("cannot allocate {byte_size} bytes")))?;
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { alloc(layout) };
+        if p.is_null() {
+            return Err(error::internal(format!(
+                "out of memory allocating {byte_size} bytes"
+            )));
+        }
+        let manager = unsafe { &*manager };
+        manager
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(p as usize, layout);
+        unsafe { *buffer = p.cast() };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_MemoryManagerFree(
+    manager: *mut TRITONBACKEND_MemoryManager,
+    buffer: *mut c_void,
+    memory_type: MemoryType,
+    _memory_type_id: i64,
+) -> ErrorPtr {
+    status((|| {
+        non_null(manager, "manager")?;
+        host_memory(memory_type)?;
+        if buffer.is_null() {
+            return Ok(());
+        }
+        let manager = unsafe { &*manager };
+        let layout = manager
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(buffer as usize))
+            .ok_or_else(|| error::invalid_arg("buffer was not allocated by this memory manager"))?;
+        // SAFETY: allocated above with this layout and not freed since.
+        unsafe { dealloc(buffer.cast(), layout) };
+        Ok(())
+    })())
+}
+
+/// Opaque to C.
+#[derive(Debug, Clone, Default)]
+pub struct TRITONSERVER_BufferAttributes {
+    pub memory_type: MemoryType,
+    pub memory_type_id: i64,
+    pub byte_size: usize,
+    pub cuda_ipc_handle: usize,
+}
+
+impl TRITONSERVER_BufferAttributes {
+    pub fn host(byte_size: usize) -> Self {
+        Self {
+            memory_type: MEMORY_CPU,
+            byte_size,
+            ..Self::default()
+        }
+    }
+}
+
+macro_rules! attr_get {
+    ($fn_name:ident, $field:ident, $ty:ty, $conv:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $fn_name(
+            attributes: *mut TRITONSERVER_BufferAttributes,
+            out: *mut $ty,
+        ) -> ErrorPtr {
+            status((|| {
+                non_null(attributes, "buffer_attributes")?;
+                non_null(out, stringify!($field))?;
+                let conv: fn(&TRITONSERVER_BufferAttributes) -> $ty = $conv;
+                unsafe { *out = conv(&*attributes) };
+                Ok(())
+            })())
+        }
+    };
+}
+
+macro_rules! attr_set {
+    ($fn_name:ident, $field:ident, $ty:ty, $conv:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $fn_name(
+            attributes: *mut TRITONSERVER_BufferAttributes,
+            value: $ty,
+        ) -> ErrorPtr {
+            status((|| {
+                non_null(attributes, "buffer_attributes")?;
+                let conv: fn(&mut TRITONSERVER_BufferAttributes, $ty) = $conv;
+                unsafe { conv(&mut *attributes, value) };
+                Ok(())
+            })())
+        }
+    };
+}
+
+attr_get!(
+    TRITONSERVER_BufferAttributesMemoryType,
+    memory_type,
+    MemoryType,
+    |a| a.memory_type
+);
+attr_get!(
+    TRITONSERVER_BufferAttributesMemoryTypeId,
+    memory_type_id,
+    i64,
+    |a| a.memory_type_id
+);
+attr_get!(
+    TRITONSERVER_BufferAttributesByteSize,
+    byte_size,
+    usize,
+    |a| a.byte_size
+);
+attr_get!(
+    TRITONSERVER_BufferAttributesCudaIpcHandle,
+    cuda_ipc_handle,
+    *mut c_void,
+    |a| { a.cuda_ipc_handle as *mut c_void }
+);
+attr_set!(
+    TRITONSERVER_BufferAttributesSetMemoryType,
+    memory_type,
+    MemoryType,
+    |a, v| { a.memory_type = v }
+);
+attr_set!(
+    TRITONSERVER_BufferAttributesSetMemoryTypeId,
+    memory_type_id,
+    i64,
+    |a, v| { a.memory_type_id = v }
+);
+attr_set!(
+    TRITONSERVER_BufferAttributesSetByteSize,
+    byte_size,
+    usize,
+    |a, v| a.byte_size = v
+);
+attr_set!(
+    TRITONSERVER_BufferAttributesSetCudaIpcHandle,
+    cuda_ipc_handle,
+    *mut c_void,
+    |a, v| { a.cuda_ipc_handle = v as usize }
+);
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_BufferAttributesNew(
+    attributes: *mut *mut TRITONSERVER_BufferAttributes,
+) -> ErrorPtr {
+    status((|| {
+        non_null(attributes, "buffer_attributes")?;
+        unsafe { *attributes = Box::into_raw(Box::default()) };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_BufferAttributesDelete(
+    attributes: *mut TRITONSERVER_BufferAttributes,
+) -> ErrorPtr {
+    if !attributes.is_null() {
+        drop(unsafe { Box::from_raw(attributes) });
+    }
+    std::ptr::null_mut()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::capi::types::MEMORY_GPU;
+
+    #[test]
+    fn host_memory_round_trip_and_gpu_refused() {
+        let mut m = TRITONBACKEND_MemoryManager::default();
+        let mut p = std::ptr::null_mut();
+        unsafe {
+            assert!(
+                TRITONBACKEND_MemoryManagerAllocate(&mut m, &mut p, MEMORY_CPU_PINNED, 0, 100)
+                    .is_null()
+            );
+            assert!(!p.is_null());
+            assert!(TRITONBACKEND_MemoryManagerFree(&mut m, p, MEMORY_CPU_PINNED, 0).is_null());
+            let e = TRITONBACKEND_MemoryManagerFree(&mut m, p, MEMORY_CPU, 0);
+            assert!(!e.is_null());
+            crate::backend::capi::error::TRITONSERVER_ErrorDelete(e);
+            let e = TRITONBACKEND_MemoryManagerAllocate(&mut m, &mut p, MEMORY_GPU, 0, 8);
+            assert_eq!(
+                crate::backend::capi::error::TRITONSERVER_ErrorCode(e),
+                crate::backend::capi::types::ERROR_UNSUPPORTED
+            );
+            crate::backend::capi::error::TRITONSERVER_ErrorDelete(e);
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! `TRITONSERVER_Message`: a serialized JSON document (model config,
+//! backend config, metadata). Kept in serialized form, as backends only
+//! ever ask for the bytes.
+
+use std::ffi::c_char;
+
+use super::error::{invalid_arg, non_null, status, ErrorPtr};
+
+/// Opaque to C.
+pub struct TRITONSERVER_Message {
+    json: String,
+}
+
+impl TRITONSERVER_Message {
+    pub fn new(json: String) -> Self {
+        Self { json }
+    }
+
+    /// A new message for C, owned by the receiver
+    /// (`TRITONSERVER_MessageDelete`).
+    pub fn boxed(json: String) -> *mut TRITONSERVER_Message {
+        Box::into_raw(Box::new(Self::new(json)))
+    }
+
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+}
+
+/// Like Triton, the bytes are taken as they are; whoever reads the
+/// message parses them.
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_MessageNewFromSerializedJson(
+    message: *mut *mut TRITONSERVER_Message,
+    base: *const c_char,
+    byte_size: usize,
+) -> ErrorPtr {
+    status((|| {
+        non_null(message, "message")?;
+        let bytes = if byte_size == 0 {
+            &[][..]
+        } else {
+            non_null(base, "base")?;
+            unsafe { std::slice::from_raw_parts(base.cast::<u8>(), byte_size) }
+        };
+        let json = std::str::from_utf8(bytes)
+            .map_err(|_| invalid_arg("serialized JSON message is not valid UTF-8"))?;
+        unsafe { *message = TRITONSERVER_Message::boxed(json.to_owned()) };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_MessageDelete(
+    message: *mut TRITONSERVER_Message,
+) -> ErrorPtr {
+    if !message.is_null() {
+        drop(unsafe { Box::from_raw(message) });
+    }
+    std::ptr::null_mut()
+}
+
+/// The bytes stay owned by the message (valid until it is deleted); they
+/// are not NUL-terminated, as in Triton.
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_MessageSerializeToJson(
+    message: *mut TRITONSERVER_Message,
+    base: *mut *const c_char,
+    byte_size: *mut usize,
+) -> ErrorPtr {
+    status((|| {
+        non_null(message, "message")?;
+        non_null(base, "base")?;
+        non_null(byte_size, "byte_size")?;
+        let json = unsafe { &(*message).json };
+        unsafe {
+            *base = json.as_ptr().cast();
+            *byte_size = json.len();
+        }
+        Ok(())
+    })())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_keeps_its_json() {
+        let text = r#"{"cmdline":{"k":"v"}}"#;
+        let mut m = std::ptr::null_mut();
+        let mut base = std::ptr::null();
+        let mut len = 0usize;
+        unsafe {
+            assert!(TRITONSERVER_MessageNewFromSerializedJson(
+                &mut m,
+                text.as_ptr().cast(),
+                text.len()
+            )
+            .is_null());
+            assert!(TRITONSERVER_MessageSerializeToJson(m, &mut base, &mut len).is_null());
+            let back = std::slice::from_raw_parts(base.cast::<u8>(), len);
+            assert_eq!(back, text.as_bytes());
+            assert!(TRITONSERVER_MessageDelete(m).is_null());
+        }
+    }
+}

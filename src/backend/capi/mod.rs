@@ -1,0 +1,164 @@
+//! Triton's backend C API: shared-library backends (`libtriton_<name>.so`)
+//! loaded at run time, calling back into the server through the
+//! `TRITONBACKEND_*` and `TRITONSERVER_*` functions defined here with
+//! Triton's names, signatures and enum values (`include/shardserve/` has
+//! our header for backend authors).
+//!
+//! Exporting: the functions are `#[no_mangle] extern "C"` in this library
+//! crate; `build.rs` has the `shardserve` binary export every
+//! `TRITONSERVER_*`/`TRITONBACKEND_*` symbol in its dynamic symbol table
+//! (`--export-dynamic-symbol`), and [`keep_exported`] (called from
+//! `main`) references every one of them so the linker keeps the objects
+//! that define them. A dlopened backend then binds to them first, also
+//! when it links a `libtritonserver.so` of its own: the executable comes
+//! first in the global lookup scope.
+
+// The C names are the ABI, and every exported function's safety contract
+// is the one tritonbackend.h/tritonserver.h document for its pointers.
+#![allow(non_camel_case_types, clippy::missing_safety_doc)]
+
+pub mod backend;
+pub mod error;
+pub mod instance;
+pub mod log;
+pub mod memory;
+pub mod message;
+pub mod model;
+pub mod parameter;
+pub mod request;
+pub mod response;
+pub mod server_api;
+pub mod settings;
+pub mod state;
+pub mod types;
+
+pub use model::CapiBackend;
+
+/// Every exported function, referenced so that none is dropped by the
+/// linker (see the module's doc). New exported functions go here too.
+#[used]
+static EXPORTED: Exported = Exported(&[
+    error::TRITONSERVER_ErrorNew as *const (),
+    error::TRITONSERVER_ErrorDelete as *const (),
+    error::TRITONSERVER_ErrorCode as *const (),
+    error::TRITONSERVER_ErrorCodeString as *const (),
+    error::TRITONSERVER_ErrorMessage as *const (),
+    log::TRITONSERVER_ApiVersion as *const (),
+    log::TRITONBACKEND_ApiVersion as *const (),
+    log::TRITONSERVER_DataTypeString as *const (),
+    log::TRITONSERVER_StringToDataType as *const (),
+    log::TRITONSERVER_DataTypeByteSize as *const (),
+    log::TRITONSERVER_MemoryTypeString as *const (),
+    log::TRITONSERVER_InstanceGroupKindString as *const (),
+    log::TRITONSERVER_LogIsEnabled as *const (),
+    log::TRITONSERVER_LogMessage as *const (),
+    message::TRITONSERVER_MessageNewFromSerializedJson as *const (),
+    message::TRITONSERVER_MessageDelete as *const (),
+    message::TRITONSERVER_MessageSerializeToJson as *const (),
+    parameter::TRITONSERVER_ParameterNew as *const (),
+    parameter::TRITONSERVER_ParameterBytesNew as *const (),
+    parameter::TRITONSERVER_ParameterDelete as *const (),
+    parameter::TRITONSERVER_ParameterTypeString as *const (),
+    memory::TRITONBACKEND_MemoryManagerAllocate as *const (),
+    memory::TRITONBACKEND_MemoryManagerFree as *const (),
+    memory::TRITONSERVER_BufferAttributesNew as *const (),
+    memory::TRITONSERVER_BufferAttributesDelete as *const (),
+    memory::TRITONSERVER_BufferAttributesMemoryType as *const (),
+    memory::TRITONSERVER_BufferAttributesMemoryTypeId as *const (),
+    memory::TRITONSERVER_BufferAttributesByteSize as *const (),
+    memory::TRITONSERVER_BufferAttributesCudaIpcHandle as *const (),
+    memory::TRITONSERVER_BufferAttributesSetMemoryType as *const (),
+    memory::TRITONSERVER_BufferAttributesSetMemoryTypeId as *const (),
+    memory::TRITONSERVER_BufferAttributesSetByteSize as *const (),
+    memory::TRITONSERVER_BufferAttributesSetCudaIpcHandle as *const (),
+    backend::TRITONBACKEND_BackendName as *const (),
+    backend::TRITONBACKEND_BackendConfig as *const (),
+    backend::TRITONBACKEND_BackendExecutionPolicy as *const (),
+    backend::TRITONBACKEND_BackendSetExecutionPolicy as *const (),
+    backend::TRITONBACKEND_BackendArtifacts as *const (),
+    backend::TRITONBACKEND_BackendMemoryManager as *const (),
+    backend::TRITONBACKEND_BackendState as *const (),
+    backend::TRITONBACKEND_BackendSetState as *const (),
+    backend::TRITONBACKEND_BackendAttributeAddPreferredInstanceGroup as *const (),
+    backend::TRITONBACKEND_BackendAttributeSetParallelModelInstanceLoading as *const (),
+    model::TRITONBACKEND_ModelName as *const (),
+    model::TRITONBACKEND_ModelVersion as *const (),
+    model::TRITONBACKEND_ModelRepository as *const (),
+    model::TRITONBACKEND_ModelConfig as *const (),
+    model::TRITONBACKEND_ModelAutoCompleteConfig as *const (),
+    model::TRITONBACKEND_ModelSetConfig as *const (),
+    model::TRITONBACKEND_ModelServer as *const (),
+    model::TRITONBACKEND_ModelBackend as *const (),
+    model::TRITONBACKEND_ModelState as *const (),
+    model::TRITONBACKEND_ModelSetState as *const (),
+    model::TRITONBACKEND_ModelReportMemoryUsage as *const (),
+    instance::TRITONBACKEND_ModelInstanceName as *const (),
+    instance::TRITONBACKEND_ModelInstanceKind as *const (),
+    instance::TRITONBACKEND_ModelInstanceDeviceId as *const (),
+    instance::TRITONBACKEND_ModelInstanceHostPolicy as *const (),
+    instance::TRITONBACKEND_ModelInstanceIsPassive as *const (),
+    instance::TRITONBACKEND_ModelInstanceProfileCount as *const (),
+    instance::TRITONBACKEND_ModelInstanceProfileName as *const (),
+    instance::TRITONBACKEND_ModelInstanceSecondaryDeviceCount as *const (),
+    instance::TRITONBACKEND_ModelInstanceSecondaryDeviceProperties as *const (),
+    instance::TRITONBACKEND_ModelInstanceModel as *const (),
+    instance::TRITONBACKEND_ModelInstanceState as *const (),
+    instance::TRITONBACKEND_ModelInstanceSetState as *const (),
+    instance::TRITONBACKEND_ModelInstanceReportStatistics as *const (),
+    instance::TRITONBACKEND_ModelInstanceReportBatchStatistics as *const (),
+    instance::TRITONBACKEND_ModelInstanceReportMemoryUsage as *const (),
+    request::TRITONBACKEND_RequestId as *const (),
+    request::TRITONBACKEND_RequestIsCancelled as *const (),
+    request::TRITONBACKEND_RequestCorrelationId as *const (),
+    request::TRITONBACKEND_RequestCorrelationIdString as *const (),
+    request::TRITONBACKEND_InferenceRequestTimeoutMicroseconds as *const (),
+    request::TRITONBACKEND_RequestFlags as *const (),
+    request::TRITONBACKEND_RequestParameterCount as *const (),
+    request::TRITONBACKEND_RequestParameter as *const (),
+    request::TRITONBACKEND_RequestInputCount as *const (),
+    request::TRITONBACKEND_RequestInputName as *const (),
+    request::TRITONBACKEND_RequestInput as *const (),
+    request::TRITONBACKEND_RequestInputByIndex as *const (),
+    request::TRITONBACKEND_RequestOutputCount as *const (),
+    request::TRITONBACKEND_RequestOutputName as *const (),
+    request::TRITONBACKEND_RequestOutputBufferProperties as *const (),
+    request::TRITONBACKEND_RequestRelease as *const (),
+    request::TRITONBACKEND_RequestTrace as *const (),
+    request::TRITONBACKEND_InputProperties as *const (),
+    request::TRITONBACKEND_InputPropertiesForHostPolicy as *const (),
+    request::TRITONBACKEND_InputBuffer as *const (),
+    request::TRITONBACKEND_InputBufferForHostPolicy as *const (),
+    request::TRITONBACKEND_InputBufferAttributes as *const (),
+    response::TRITONBACKEND_ResponseFactoryNew as *const (),
+    response::TRITONBACKEND_ResponseFactoryDelete as *const (),
+    response::TRITONBACKEND_ResponseFactoryIsCancelled as *const (),
+    response::TRITONBACKEND_ResponseFactorySendFlags as *const (),
+    response::TRITONBACKEND_ResponseNew as *const (),
+    response::TRITONBACKEND_ResponseNewFromFactory as *const (),
+    response::TRITONBACKEND_ResponseDelete as *const (),
+    response::TRITONBACKEND_ResponseSetStringParameter as *const (),
+    response::TRITONBACKEND_ResponseSetIntParameter as *const (),
+    response::TRITONBACKEND_ResponseSetBoolParameter as *const (),
+    response::TRITONBACKEND_ResponseSetDoubleParameter as *const (),
+    response::TRITONBACKEND_ResponseOutput as *const (),
+    response::TRITONBACKEND_OutputBuffer as *const (),
+    response::TRITONBACKEND_OutputBufferAttributes as *const (),
+    response::TRITONBACKEND_ResponseSend as *const (),
+    response::TRITONBACKEND_InferenceResponseOutputByName as *const (),
+    state::TRITONBACKEND_StateNew as *const (),
+    state::TRITONBACKEND_StateBuffer as *const (),
+    state::TRITONBACKEND_StateBufferAttributes as *const (),
+    state::TRITONBACKEND_StateUpdate as *const (),
+]);
+
+struct Exported(&'static [*const ()]);
+
+// SAFETY: code addresses, never written or dereferenced.
+unsafe impl Sync for Exported {}
+
+/// Keeps every exported C function in the executable; `main` calls it
+/// once. Returns the number of functions, which makes the table's use
+/// observable to the optimizer.
+pub fn keep_exported() -> usize {
+    std::hint::black_box(&EXPORTED).0.len() + server_api::keep_exported()
+}

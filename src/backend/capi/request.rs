@@ -1,0 +1,630 @@
+//! `TRITONBACKEND_Request` and `TRITONBACKEND_Input`: one request of an
+//! execution as the backend sees it. Owned by the backend from
+//! `ModelInstanceExecute` until `TRITONBACKEND_RequestRelease` (or given
+//! back when execute fails); its responses go through a shared
+//! [`ResponseTarget`] that outlives it.
+
+use std::{
+    ffi::{c_char, c_void, CString},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
+};
+
+use bytes::Bytes;
+
+use super::{
+    error::{self, c_str, non_null, status, ErrorPtr},
+    memory::TRITONSERVER_BufferAttributes,
+    model::TRITONBACKEND_Model,
+    parameter::{lossy_cstring, ParamValue, TRITONSERVER_Parameter},
+    response::ResponseTarget,
+    state::TRITONBACKEND_State,
+    types::{
+        datatype_to_c, MemoryType, ParameterType, TritonDataType, MEMORY_CPU,
+        REQUEST_FLAG_SEQUENCE_END, REQUEST_FLAG_SEQUENCE_START, REQUEST_RELEASE_ALL,
+        REQUEST_RELEASE_RESCHEDULE,
+    },
+};
+use crate::{
+    backend::{BackendRequest, StateUpdates},
+    types::{self, InferError},
+};
+
+/// Request parameters the protocols consume themselves (sequence,
+/// scheduling, response format); Triton does not hand them to backends.
+const PROTOCOL_PARAMETERS: [&str; 7] = [
+    "sequence_id",
+    "sequence_start",
+    "sequence_end",
+    "priority",
+    "timeout",
+    "binary_data_output",
+    "triton_enable_empty_final_response",
+];
+
+/// Opaque to C.
+pub struct TRITONBACKEND_Input {
+    name: CString,
+    datatype: TritonDataType,
+    shape: Vec<i64>,
+    data: Bytes,
+    attributes: TRITONSERVER_BufferAttributes,
+}
+
+/// Opaque to C.
+pub struct TRITONBACKEND_Request {
+    id: CString,
+    correlation_id: u64,
+    /// `Some` when the sequence uses a string id.
+    correlation_str: Option<CString>,
+    flags: u32,
+    inputs: Vec<TRITONBACKEND_Input>,
+    /// Requested outputs (all of the model's when the client named none).
+    outputs: Vec<CString>,
+    parameters: Vec<TRITONSERVER_Parameter>,
+    pub(super) target: Arc<ResponseTarget>,
+    /// Where `TRITONBACKEND_StateUpdate` puts states; `None` without
+    /// implicit state.
+    pub(super) state_updates: Option<StateUpdates>,
+    pub(super) state_outputs: Arc<[String]>,
+    /// States created for this request: they live as long as it does.
+    /// Boxed: the backend holds their addresses while the list grows.
+    #[allow(clippy::vec_box)]
+    pub(super) states: Mutex<Vec<Box<TRITONBACKEND_State>>>,
+    /// Set by whoever frees the request (the backend's release, or the
+    /// server when execute fails), so it is freed once.
+    released: Arc<AtomicBool>,
+}
+
+impl TRITONBACKEND_Request {
+    /// Builds the C form of `r`, owned by the returned pointer.
+    pub fn into_raw(
+        r: BackendRequest,
+        model: &TRITONBACKEND_Model,
+        decoupled: bool,
+        state_outputs: Arc<[String]>,
+    ) -> *mut Self {
+        let BackendRequest {
+            request,
+            sender,
+            sequence,
+            states,
+        } = r;
+        let outputs = if request.outputs.is_empty() {
+            model
+                .outputs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        } else {
+            request
+                .outputs
+                .iter()
+                .map(|o| lossy_cstring(&o.name))
+                .collect()
+        };
+        let inputs = request
+            .inputs
+            .into_iter()
+            .map(|t| TRITONBACKEND_Input {
+                name: lossy_cstring(&t.name),
+                datatype: datatype_to_c(t.datatype),
+                attributes: TRITONSERVER_BufferAttributes::host(t.data.len()),
+                shape: t.shape,
+                data: t.data,
+            })
+            .collect();
+        let parameters = request
+            .parameters
+            .iter()
+            .filter(|(k, _)| !PROTOCOL_PARAMETERS.contains(&k.as_str()))
+            .filter_map(|(k, v)| {
+                let value = match v {
+                    types::ParamValue::Bool(b) => ParamValue::Bool(*b),
+                    types::ParamValue::Int(i) => ParamValue::Int(*i),
+                    types::ParamValue::Uint(u) => ParamValue::Int(i64::try_from(*u).ok()?),
+                    types::ParamValue::Double(d) => ParamValue::Double(*d),
+                    types::ParamValue::String(s) => ParamValue::String(lossy_cstring(s)),
+                };
+                Some(TRITONSERVER_Parameter::new(k, value))
+            })
+            .collect();
+        let seq = sequence.unwrap_or_default();
+        let flags = if seq.start {
+            REQUEST_FLAG_SEQUENCE_START
+        } else {
+            0
+        } | if seq.end {
+            REQUEST_FLAG_SEQUENCE_END
+        } else {
+            0
+        };
+        Box::into_raw(Box::new(Self {
+            id: lossy_cstring(&request.id),
+            correlation_id: seq.id,
+            correlation_str: seq.id_str.as_deref().map(lossy_cstring),
+            flags,
+            inputs,
+            outputs,
+            parameters,
+            target: Arc::new(ResponseTarget::new(sender, decoupled)),
+            state_updates: states,
+            state_outputs,
+            states: Mutex::new(Vec::new()),
+            released: Arc::new(AtomicBool::new(false)),
+        }))
+    }
+
+    pub fn release_flag(&self) -> Arc<AtomicBool> {
+        self.released.clone()
+    }
+
+    /// Whether the caller won the right to free the request.
+    pub fn claim(flag: &AtomicBool) -> bool {
+        flag.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Fails the request's response (if not answered yet) and frees it.
+    ///
+    /// # Safety
+    /// `request` came from `into_raw`, and the caller won `claim`.
+    pub unsafe fn fail_and_free(request: *mut Self, e: InferError) {
+        let request = unsafe { Box::from_raw(request) };
+        request.target.fail(e);
+    }
+
+    fn input(&self, name: &str) -> Option<&TRITONBACKEND_Input> {
+        self.inputs
+            .iter()
+            .find(|i| i.name.as_bytes() == name.as_bytes())
+    }
+}
+
+unsafe fn request<'a>(
+    r: *mut TRITONBACKEND_Request,
+) -> Result<&'a TRITONBACKEND_Request, ErrorPtr> {
+    non_null(r, "request")?;
+    Ok(unsafe { &*r })
+}
+
+unsafe fn input<'a>(i: *mut TRITONBACKEND_Input) -> Result<&'a TRITONBACKEND_Input, ErrorPtr> {
+    non_null(i, "input")?;
+    Ok(unsafe { &*i })
+}
+
+/// Writes `value` where `out` points, when the caller asked for it.
+unsafe fn put<T>(out: *mut T, value: T) {
+    if !out.is_null() {
+        unsafe { *out = value };
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_RequestId(
+    r: *mut TRITONBACKEND_Request,
+    id: *mut *const c_char,
+) -> ErrorPtr {
+    status((|| {
+        let r = unsafe { request(r)? };
+        non_null(id, "id")?;
+        unsafe { *id = r.id.as_ptr() };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_RequestIsCancelled(
+    r: *mut TRITONBACKEND_Request,
+    is_cancelled: *mut bool,
+) -> ErrorPtr {
+    status((|| {
+        let r = unsafe { request(r)? };
+        non_null(is_cancelled, "is_cancelled")?;
+        unsafe { *is_cancelled = r.target.is_cancelled() };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_RequestCorrelationId(
+    r: *mut TRITONBACKEND_Request,
+    id: *mut u64,
+) -> ErrorPtr {
+    status((|| {
+        let r = unsafe { request(r)? };
+        non_null(id, "id")?;
+        if r.correlation_str.is_some() {
+            return Err(error::invalid_arg(
+                "correlation ID in request is not an unsigned int",
+            ));
+        }
+        unsafe { *id = r.correlation_id };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_RequestCorrelationIdString(
+    r: *mut TRITONBACKEND_Request,
+    id: *mut *const c_char,
+) -> ErrorPtr {
+    status((|| {
+        let r = unsafe { request(r)? };
+        non_null(id, "id")?;
+        match &r.correlation_str {
+            Some(s) => unsafe { *id = s.as_ptr() },
+            None => {
+                return Err(error::invalid_arg(
+                    "correlation ID in request is not a string",
+                ))
+            }
+        }
+        Ok(())
+    })())
+}
+
+/// No per-request timeout is passed to backends: 0 (none), as Triton
+/// reports for a request without one.
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_InferenceRequestTimeoutMicroseconds(
+    r: *mut TRITONBACKEND_Request,
+    timeout: *mut u64,
+) -> ErrorPtr {
+    status((|| {
+        unsafe { request(r)? };
+        non_null(timeout, "timeout")?;
+        unsafe { *timeout = 0 };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_RequestFlags(
+    r: *mut TRITONBACKEND_Request,
+    flags: *mut u32,
+) -> ErrorPtr {
+    status((|| {
+        let r = unsafe { request(r)? };
+        non_null(flags, "flags")?;
+        unsafe { *flags = r.flags };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_RequestParameterCount(
+    r: *mut TRITONBACKEND_Request,
+    count: *mut u32,
+) -> ErrorPtr {
+    status((|| {
+        let r = unsafe { request(r)? };
+        non_null(count, "count")?;
+        unsafe { *count = r.parameters.len() as u32 };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_RequestParameter(
+    r: *mut TRITONBACKEND_Request,
+    index: u32,
+    key: *mut *const c_char,
+    kind: *mut ParameterType,
+    vvalue: *mut *const c_void,
+) -> ErrorPtr {
+    status((|| {
+        let r = unsafe { request(r)? };
+        let p = r.parameters.get(index as usize).ok_or_else(|| {
+            error::invalid_arg(format!(
+                "out of bounds index {index}: request has {} parameters",
+                r.parameters.len()
+            ))
+        })?;
+        unsafe {
+            put(key, p.name.as_ptr());
+            put(kind, p.kind());
+            put(vvalue, p.value_ptr());
+        }
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_RequestInputCount(
+    r: *mut TRITONBACKEND_Request,
+    count: *mut u32,
+) -> ErrorPtr {
+    status((|| {
+        let r = unsafe { request(r)? };
+        non_null(count, "count")?;
+        unsafe { *count = r.inputs.len() as u32 };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_RequestInputName(
+    r: *mut TRITONBACKEND_Request,
+    index: u32,
+    input_name: *mut *const c_char,
+) -> ErrorPtr {
+    status((|| {
+        let r = unsafe { request(r)? };
+        non_null(input_name, "input_name")?;
+        let i = r.inputs.get(index as usize).ok_or_else(|| {
+            error::invalid_arg(format!(
+                "out of bounds index {index}: request has {} inputs",
+                r.inputs.len()
+            ))
+        })?;
+        unsafe { *input_name = i.name.as_ptr() };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_RequestInput(
+    r: *mut TRITONBACKEND_Request,
+    name: *const c_char,
+    out: *mut *mut TRITONBACKEND_Input,
+) -> ErrorPtr {
+    status((|| {
+        let r = unsafe { request(r)? };
+        let name = unsafe { c_str(name, "name")? };
+        non_null(out, "input")?;
+        let i = r
+            .input(name)
+            .ok_or_else(|| error::invalid_arg(format!("unknown request input name {name}")))?;
+        unsafe { *out = (i as *const TRITONBACKEND_Input).cast_mut() };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_RequestInputByIndex(
+    r: *mut TRITONBACKEND_Request,
+    index: u32,
+    out: *mut *mut TRITONBACKEND_Input,
+) -> ErrorPtr {
+    status((|| {
+        let r = unsafe { request(r)? };
+        non_null(out, "input")?;
+        let i = r.inputs.get(index as usize).ok_or_else(|| {
+            error::invalid_arg(format!(
+                "out of bounds index {index}: request has {} inputs",
+                r.inputs.len()
+            ))
+        })?;
+        unsafe { *out = (i as *const TRITONBACKEND_Input).cast_mut() };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_RequestOutputCount(
+    r: *mut TRITONBACKEND_Request,
+    count: *mut u32,
+) -> ErrorPtr {
+    status((|| {
+        let r = unsafe { request(r)? };
+        non_null(count, "count")?;
+        unsafe { *count = r.outputs.len() as u32 };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_RequestOutputName(
+    r: *mut TRITONBACKEND_Request,
+    index: u32,
+    output_name: *mut *const c_char,
+) -> ErrorPtr {
+    status((|| {
+        let r = unsafe { request(r)? };
+        non_null(output_name, "output_name")?;
+        let o = r.outputs.get(index as usize).ok_or_else(|| {
+            error::invalid_arg(format!(
+                "out of bounds index {index}: request has {} requested outputs",
+                r.outputs.len()
+            ))
+        })?;
+        unsafe { *output_name = o.as_ptr() };
+        Ok(())
+    })())
+}
+
+/// Outputs are always host memory here; the size is not known ahead
+/// (UNAVAILABLE is Triton's answer for "properties not available" only
+/// when it cannot say anything; host memory it can say).
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_RequestOutputBufferProperties(
+    r: *mut TRITONBACKEND_Request,
+    _name: *const c_char,
+    byte_size: *mut usize,
+    memory_type: *mut MemoryType,
+    memory_type_id: *mut i64,
+) -> ErrorPtr {
+    status((|| {
+        unsafe { request(r)? };
+        unsafe {
+            put(byte_size, 0);
+            put(memory_type, MEMORY_CPU);
+            put(memory_type_id, 0);
+        }
+        Ok(())
+    })())
+}
+
+/// RELEASE_ALL frees the request. RESCHEDULE (run it again in a later
+/// execution) is not supported: an UNSUPPORTED error, and the request
+/// stays the backend's.
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_RequestRelease(
+    r: *mut TRITONBACKEND_Request,
+    release_flags: u32,
+) -> ErrorPtr {
+    status((|| {
+        let req = unsafe { request(r)? };
+        if release_flags & REQUEST_RELEASE_RESCHEDULE != 0 {
+            return Err(error::unsupported(
+                "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE is not supported by this server",
+            ));
+        }
+        if release_flags & REQUEST_RELEASE_ALL == 0 {
+            return Err(error::invalid_arg(format!(
+                "unknown request release flags {release_flags}"
+            )));
+        }
+        if !TRITONBACKEND_Request::claim(&req.released) {
+            return Err(error::invalid_arg("request was already released"));
+        }
+        // SAFETY: allocated by `into_raw`; `claim` makes this the only free.
+        drop(unsafe { Box::from_raw(r) });
+        Ok(())
+    })())
+}
+
+/// Tracing is not supported: no trace (null), as for an untraced request.
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_RequestTrace(
+    r: *mut TRITONBACKEND_Request,
+    trace: *mut *mut c_void,
+) -> ErrorPtr {
+    status((|| {
+        unsafe { request(r)? };
+        non_null(trace, "trace")?;
+        unsafe { *trace = std::ptr::null_mut() };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_InputProperties(
+    i: *mut TRITONBACKEND_Input,
+    name: *mut *const c_char,
+    datatype: *mut TritonDataType,
+    shape: *mut *const i64,
+    dims_count: *mut u32,
+    byte_size: *mut u64,
+    buffer_count: *mut u32,
+) -> ErrorPtr {
+    status((|| {
+        let i = unsafe { input(i)? };
+        unsafe {
+            put(name, i.name.as_ptr());
+            put(datatype, i.datatype);
+            put(shape, i.shape.as_ptr());
+            put(dims_count, i.shape.len() as u32);
+            put(byte_size, i.data.len() as u64);
+            put(buffer_count, 1);
+        }
+        Ok(())
+    })())
+}
+
+/// One host policy (the default) exists: the same as `InputProperties`.
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_InputPropertiesForHostPolicy(
+    i: *mut TRITONBACKEND_Input,
+    _host_policy_name: *const c_char,
+    name: *mut *const c_char,
+    datatype: *mut TritonDataType,
+    shape: *mut *const i64,
+    dims_count: *mut u32,
+    byte_size: *mut u64,
+    buffer_count: *mut u32,
+) -> ErrorPtr {
+    unsafe {
+        TRITONBACKEND_InputProperties(
+            i,
+            name,
+            datatype,
+            shape,
+            dims_count,
+            byte_size,
+            buffer_count,
+        )
+    }
+}
+
+/// The data is one contiguous host buffer (index 0), whatever memory
+/// type the backend prefers (`memory_type` is in/out, as in Triton).
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_InputBuffer(
+    i: *mut TRITONBACKEND_Input,
+    index: u32,
+    buffer: *mut *const c_void,
+    buffer_byte_size: *mut u64,
+    memory_type: *mut MemoryType,
+    memory_type_id: *mut i64,
+) -> ErrorPtr {
+    status((|| {
+        let i = unsafe { input(i)? };
+        non_null(buffer, "buffer")?;
+        non_null(buffer_byte_size, "buffer_byte_size")?;
+        if index != 0 {
+            return Err(error::invalid_arg(format!(
+                "out of bounds index {index}: input '{}' has 1 buffer",
+                i.name.to_string_lossy()
+            )));
+        }
+        unsafe {
+            *buffer = i.data.as_ptr().cast();
+            *buffer_byte_size = i.data.len() as u64;
+            put(memory_type, MEMORY_CPU);
+            put(memory_type_id, 0);
+        }
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_InputBufferForHostPolicy(
+    i: *mut TRITONBACKEND_Input,
+    _host_policy_name: *const c_char,
+    index: u32,
+    buffer: *mut *const c_void,
+    buffer_byte_size: *mut u64,
+    memory_type: *mut MemoryType,
+    memory_type_id: *mut i64,
+) -> ErrorPtr {
+    unsafe {
+        TRITONBACKEND_InputBuffer(
+            i,
+            index,
+            buffer,
+            buffer_byte_size,
+            memory_type,
+            memory_type_id,
+        )
+    }
+}
+
+/// The attributes object belongs to the input (not to be deleted).
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_InputBufferAttributes(
+    i: *mut TRITONBACKEND_Input,
+    index: u32,
+    buffer: *mut *const c_void,
+    attributes: *mut *mut TRITONSERVER_BufferAttributes,
+) -> ErrorPtr {
+    status((|| {
+        let i = unsafe { input(i)? };
+        non_null(buffer, "buffer")?;
+        non_null(attributes, "buffer_attributes")?;
+        if index != 0 {
+            return Err(error::invalid_arg(format!(
+                "out of bounds index {index}: input '{}' has 1 buffer",
+                i.name.to_string_lossy()
+            )));
+        }
+        unsafe {
+            *buffer = i.data.as_ptr().cast();
+            *attributes = (&i.attributes as *const TRITONSERVER_BufferAttributes).cast_mut();
+        }
+        Ok(())
+    })())
+}

@@ -1,0 +1,273 @@
+//! `TRITONSERVER_ServerInferAsync`: a backend's request to another model of
+//! this server, from any thread (the Python backend calls it from its own
+//! threads for BLS).
+//!
+//! Path: the request is converted and validated on the calling thread
+//! (errors found there are returned, and the caller keeps its request, as
+//! in Triton); then a task goes to the shard that owns the model's
+//! scheduler over that shard's control channel, where it runs exactly what
+//! a network request runs (`scheduler::infer_stream`: scheduling, batching,
+//! sequences, ensembles, decoupled responses). Every response it yields is
+//! handed to one `capi-callbacks` thread, which builds the C response
+//! (the caller's allocator is C code and may block, so it never runs on a
+//! shard), calls the response callback, and after the final one the
+//! request's release callback.
+
+use std::{
+    ffi::c_void,
+    future::poll_fn,
+    pin::pin,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc, Arc, OnceLock,
+    },
+    task::Poll,
+};
+
+use futures::{
+    future::{select, Either},
+    StreamExt,
+};
+
+use super::{
+    super::{
+        error::{invalid_arg, status, ErrorPtr, TRITONSERVER_Error},
+        types::{
+            error_kind_to_code, ERROR_UNAVAILABLE, REQUEST_RELEASE_ALL, RESPONSE_COMPLETE_FINAL,
+        },
+    },
+    request::{Cancel, RequestReleaseFn, ResponseCallback, TRITONSERVER_InferenceRequest},
+    response::TRITONSERVER_InferenceResponse,
+    server::TRITONSERVER_Server,
+};
+use crate::{
+    model::validate_request,
+    scheduler::{self, Streamed},
+    shard::InFlight,
+    types::{InferError, InferResponse},
+};
+
+/// The caller's side of one request in flight: its callbacks and its
+/// request object, which stays the caller's (and alive) until released.
+struct Delivery {
+    request: *mut TRITONSERVER_InferenceRequest,
+    release: Option<(RequestReleaseFn, *mut c_void)>,
+    response: ResponseCallback,
+    model_name: String,
+    model_version: String,
+    id: String,
+}
+
+// SAFETY: the pointers are the caller's, valid until the release callback
+// (the API's contract); they are only used on the callback thread, and the
+// struct is never written after creation (shared only for reading).
+unsafe impl Send for Delivery {}
+unsafe impl Sync for Delivery {}
+
+enum Event {
+    Response(InferResponse, bool),
+    Failed(InferError),
+    /// A decoupled request's final flag, without a response.
+    Final,
+}
+
+struct Callback {
+    delivery: Arc<Delivery>,
+    event: Event,
+}
+
+fn callback_thread() -> Option<&'static mpsc::Sender<Callback>> {
+    static TX: OnceLock<Option<mpsc::Sender<Callback>>> = OnceLock::new();
+    TX.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Callback>();
+        match std::thread::Builder::new()
+            .name("capi-callbacks".into())
+            .spawn(move || {
+                while let Ok(cb) = rx.recv() {
+                    // SAFETY: see `Delivery`.
+                    unsafe { deliver(cb) };
+                }
+            }) {
+            Ok(_) => Some(tx),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the C API callback thread");
+                None
+            }
+        }
+    })
+    .as_ref()
+}
+
+unsafe fn deliver(cb: Callback) {
+    let d = &cb.delivery;
+    let (response, flags) = match cb.event {
+        Event::Response(r, last) => (
+            Box::into_raw(unsafe { TRITONSERVER_InferenceResponse::build(r, &d.response) }),
+            if last { RESPONSE_COMPLETE_FINAL } else { 0 },
+        ),
+        Event::Failed(e) => (
+            Box::into_raw(TRITONSERVER_InferenceResponse::failed(
+                &d.model_name,
+                &d.model_version,
+                &d.id,
+                &e,
+            )),
+            RESPONSE_COMPLETE_FINAL,
+        ),
+        Event::Final => (std::ptr::null_mut(), RESPONSE_COMPLETE_FINAL),
+    };
+    unsafe { (d.response.response_fn)(response, flags, d.response.response_userp) };
+    if flags & RESPONSE_COMPLETE_FINAL != 0 {
+        if let Some((release, userp)) = d.release {
+            unsafe { release(d.request, REQUEST_RELEASE_ALL, userp) };
+        }
+    }
+}
+
+/// Sends a request's events to the callback thread; if it is dropped
+/// before the final one (the shard stopped), the caller still gets a final
+/// error, so nobody waits forever.
+struct Pending {
+    delivery: Option<Arc<Delivery>>,
+    /// Set when `ServerInferAsync` returned an error instead.
+    refused: Arc<AtomicBool>,
+}
+
+impl Pending {
+    fn send(&mut self, event: Event) {
+        let last = !matches!(event, Event::Response(_, false));
+        let delivery = if last {
+            self.delivery.take()
+        } else {
+            self.delivery.clone()
+        };
+        let (Some(delivery), Some(tx)) = (delivery, callback_thread()) else {
+            return;
+        };
+        let _ = tx.send(Callback { delivery, event });
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if self.delivery.is_some() && !self.refused.load(Ordering::Acquire) {
+            self.send(Event::Failed(InferError::unavailable(
+                "the server stopped before answering the request",
+            )));
+        }
+    }
+}
+
+/// The shard side: run the request as a network request runs, and pass
+/// every response on.
+async fn run(request: crate::types::InferRequest, cancel: Arc<Cancel>, mut pending: Pending) {
+    let _in_flight = InFlight::enter();
+    let mut stream = scheduler::infer_stream(request);
+    let mut cancelled = pin!(poll_fn(|cx| {
+        cancel.waker.register(cx.waker());
+        if cancel.is_cancelled() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }));
+    loop {
+        let next = match select(stream.next(), cancelled.as_mut()).await {
+            Either::Left((item, _)) => item,
+            Either::Right(((), _)) => {
+                // Dropping the stream cancels the queued work.
+                pending.send(Event::Failed(InferError::unavailable(
+                    "the request was cancelled",
+                )));
+                return;
+            }
+        };
+        match next {
+            Some(Ok(Streamed::Response { response, last })) => {
+                pending.send(Event::Response(response, last));
+                if last {
+                    return;
+                }
+            }
+            Some(Ok(Streamed::Final(_))) => {
+                pending.send(Event::Final);
+                return;
+            }
+            Some(Err(e)) => {
+                pending.send(Event::Failed(e));
+                return;
+            }
+            None => {
+                pending.send(Event::Failed(InferError::internal(
+                    "the model's response stream ended without a final response",
+                )));
+                return;
+            }
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_ServerInferAsync(
+    server: *mut TRITONSERVER_Server,
+    inference_request: *mut TRITONSERVER_InferenceRequest,
+    _trace: *mut c_void,
+) -> ErrorPtr {
+    status((|| {
+        let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        if inference_request.is_null() {
+            return Err(invalid_arg("inference_request is null"));
+        }
+        let r = unsafe { &mut *inference_request };
+        let response = r.response.ok_or_else(|| {
+            invalid_arg("the inference request has no response callback (TRITONSERVER_InferenceRequestSetResponseCallback)")
+        })?;
+        let request = r.to_infer_request()?;
+        // Checked here so that a bad request is the caller's error, before
+        // anything is queued. On a copy: validation applies the config's
+        // reshapes, and the shard validates (and reshapes) the original.
+        let shard = server
+            .with_model(&request.model_name, &request.model_version, |m| {
+                let mut probe = request.clone();
+                validate_request(&m.io, &m.name, &mut probe).map(|()| server.shard_for(Some(m)))
+            })
+            .and_then(|checked| checked)
+            .map_err(|e| TRITONSERVER_Error::boxed(error_kind_to_code(e.kind), e.message))?;
+        if callback_thread().is_none() {
+            return Err(TRITONSERVER_Error::boxed(
+                ERROR_UNAVAILABLE,
+                "the C API callback thread could not be started",
+            ));
+        }
+        let cancel = Arc::new(Cancel::default());
+        r.cancel = cancel.clone();
+        let delivery = Arc::new(Delivery {
+            request: inference_request,
+            release: r.release,
+            response,
+            model_name: request.model_name.clone(),
+            model_version: request.model_version.clone(),
+            id: request.id.clone(),
+        });
+        let refused = Arc::new(AtomicBool::new(false));
+        let mut pending = Some(Pending {
+            delivery: Some(delivery),
+            refused: refused.clone(),
+        });
+        let task: crate::shard::ShardTask = Box::new(move || {
+            if let Some(pending) = pending.take() {
+                monoio::spawn(run(request, cancel, pending));
+            }
+        });
+        server.run_on_shard(shard, task).map_err(|task| {
+            // The caller gets this error and keeps its request: dropping
+            // the unsent task must not call its callbacks.
+            refused.store(true, Ordering::Release);
+            drop(task);
+            TRITONSERVER_Error::boxed(
+                ERROR_UNAVAILABLE,
+                "the server is shutting down and takes no new requests",
+            )
+        })
+    })())
+}

@@ -1,0 +1,253 @@
+//! `TRITONSERVER_MetricFamily*`, `TRITONSERVER_Metric*`,
+//! `TRITONSERVER_MetricArgs*`: backends' custom metrics, kept in
+//! `metrics::custom` and shown on the metrics endpoint.
+
+use std::{ffi::c_char, ptr, sync::Arc};
+
+use super::super::{
+    error::{c_str, invalid_arg, non_null, status, ErrorPtr, TRITONSERVER_Error},
+    parameter::{ParamValue as CParam, TRITONSERVER_Parameter},
+    types::{ERROR_ALREADY_EXISTS, ERROR_UNSUPPORTED},
+};
+use crate::metrics::custom::{self, Kind};
+
+/// `TRITONSERVER_MetricKind`.
+pub const METRIC_KIND_COUNTER: u32 = 0;
+pub const METRIC_KIND_GAUGE: u32 = 1;
+pub const METRIC_KIND_HISTOGRAM: u32 = 2;
+
+/// Opaque to C.
+pub struct TRITONSERVER_MetricFamily(Arc<custom::Family>);
+/// Opaque to C.
+pub struct TRITONSERVER_Metric(Arc<custom::Metric>);
+/// Opaque to C.
+#[derive(Default)]
+pub struct TRITONSERVER_MetricArgs {
+    buckets: Option<Vec<f64>>,
+}
+
+fn kind_to_c(kind: Kind) -> u32 {
+    match kind {
+        Kind::Counter => METRIC_KIND_COUNTER,
+        Kind::Gauge => METRIC_KIND_GAUGE,
+        Kind::Histogram => METRIC_KIND_HISTOGRAM,
+    }
+}
+
+fn unsupported(message: String) -> ErrorPtr {
+    TRITONSERVER_Error::boxed(ERROR_UNSUPPORTED, message)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_MetricFamilyNew(
+    family: *mut *mut TRITONSERVER_MetricFamily,
+    kind: u32,
+    name: *const c_char,
+    description: *const c_char,
+) -> ErrorPtr {
+    status((|| {
+        non_null(family, "family")?;
+        let kind = match kind {
+            METRIC_KIND_COUNTER => Kind::Counter,
+            METRIC_KIND_GAUGE => Kind::Gauge,
+            METRIC_KIND_HISTOGRAM => Kind::Histogram,
+            other => return Err(invalid_arg(format!("unknown metric kind {other}"))),
+        };
+        let name = unsafe { c_str(name, "name") }?;
+        let help = unsafe { c_str(description, "description") }?;
+        let created = custom::new_family(name, help, kind)
+            .map_err(|e| TRITONSERVER_Error::boxed(ERROR_ALREADY_EXISTS, e))?;
+        unsafe { *family = Box::into_raw(Box::new(TRITONSERVER_MetricFamily(created))) };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_MetricFamilyDelete(
+    family: *mut TRITONSERVER_MetricFamily,
+) -> ErrorPtr {
+    if !family.is_null() {
+        drop(unsafe { Box::from_raw(family) });
+    }
+    ptr::null_mut()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_GetMetricFamilyKind(
+    family: *mut TRITONSERVER_MetricFamily,
+    kind: *mut u32,
+) -> ErrorPtr {
+    status((|| {
+        non_null(family, "family")?;
+        non_null(kind, "kind")?;
+        unsafe { *kind = kind_to_c((&*family).0.kind) };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_MetricArgsNew(
+    args: *mut *mut TRITONSERVER_MetricArgs,
+) -> ErrorPtr {
+    status((|| {
+        non_null(args, "args")?;
+        unsafe { *args = Box::into_raw(Box::default()) };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_MetricArgsSetHistogram(
+    args: *mut TRITONSERVER_MetricArgs,
+    buckets: *const f64,
+    buckets_count: u64,
+) -> ErrorPtr {
+    status((|| {
+        non_null(args, "args")?;
+        let n =
+            usize::try_from(buckets_count).map_err(|_| invalid_arg("buckets_count too large"))?;
+        let bounds = if n == 0 {
+            Vec::new()
+        } else {
+            non_null(buckets, "buckets")?;
+            unsafe { std::slice::from_raw_parts(buckets, n) }.to_vec()
+        };
+        unsafe { (*args).buckets = Some(bounds) };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_MetricArgsDelete(
+    args: *mut TRITONSERVER_MetricArgs,
+) -> ErrorPtr {
+    if !args.is_null() {
+        drop(unsafe { Box::from_raw(args) });
+    }
+    ptr::null_mut()
+}
+
+unsafe fn labels_of(
+    labels: *const *const TRITONSERVER_Parameter,
+    label_count: u64,
+) -> Result<Vec<(String, String)>, ErrorPtr> {
+    let n = usize::try_from(label_count).map_err(|_| invalid_arg("label_count too large"))?;
+    if n > 0 {
+        non_null(labels, "labels")?;
+    }
+    (0..n)
+        .map(|i| {
+            let p = unsafe { *labels.add(i) };
+            non_null(p, "label")?;
+            let p = unsafe { &*p };
+            let key = p.name.to_string_lossy().into_owned();
+            match &p.value {
+                CParam::String(v) => Ok((key, v.to_string_lossy().into_owned())),
+                _ => Err(invalid_arg(format!(
+                    "label '{key}' must be a string parameter"
+                ))),
+            }
+        })
+        .collect()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_MetricNew(
+    metric: *mut *mut TRITONSERVER_Metric,
+    family: *mut TRITONSERVER_MetricFamily,
+    labels: *const *const TRITONSERVER_Parameter,
+    label_count: u64,
+) -> ErrorPtr {
+    unsafe { TRITONSERVER_MetricNewWithArgs(metric, family, labels, label_count, ptr::null()) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_MetricNewWithArgs(
+    metric: *mut *mut TRITONSERVER_Metric,
+    family: *mut TRITONSERVER_MetricFamily,
+    labels: *const *const TRITONSERVER_Parameter,
+    label_count: u64,
+    args: *const TRITONSERVER_MetricArgs,
+) -> ErrorPtr {
+    status((|| {
+        non_null(metric, "metric")?;
+        non_null(family, "family")?;
+        let labels = unsafe { labels_of(labels, label_count) }?;
+        let buckets = if args.is_null() {
+            None
+        } else {
+            unsafe { (*args).buckets.clone() }
+        };
+        let created = unsafe { (*family).0.new_metric(&labels, buckets) }.map_err(invalid_arg)?;
+        unsafe { *metric = Box::into_raw(Box::new(TRITONSERVER_Metric(created))) };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_MetricDelete(metric: *mut TRITONSERVER_Metric) -> ErrorPtr {
+    if !metric.is_null() {
+        drop(unsafe { Box::from_raw(metric) });
+    }
+    ptr::null_mut()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_MetricValue(
+    metric: *mut TRITONSERVER_Metric,
+    value: *mut f64,
+) -> ErrorPtr {
+    status((|| {
+        non_null(metric, "metric")?;
+        non_null(value, "value")?;
+        let v = unsafe { (*metric).0.value() }.map_err(unsupported)?;
+        unsafe { *value = v };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_MetricIncrement(
+    metric: *mut TRITONSERVER_Metric,
+    value: f64,
+) -> ErrorPtr {
+    status((|| {
+        non_null(metric, "metric")?;
+        unsafe { (*metric).0.increment(value) }.map_err(invalid_arg)
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_MetricSet(
+    metric: *mut TRITONSERVER_Metric,
+    value: f64,
+) -> ErrorPtr {
+    status((|| {
+        non_null(metric, "metric")?;
+        unsafe { (*metric).0.set(value) }.map_err(unsupported)
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_MetricObserve(
+    metric: *mut TRITONSERVER_Metric,
+    value: f64,
+) -> ErrorPtr {
+    status((|| {
+        non_null(metric, "metric")?;
+        unsafe { (*metric).0.observe(value) }.map_err(unsupported)
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_GetMetricKind(
+    metric: *mut TRITONSERVER_Metric,
+    kind: *mut u32,
+) -> ErrorPtr {
+    status((|| {
+        non_null(metric, "metric")?;
+        non_null(kind, "kind")?;
+        unsafe { *kind = kind_to_c((&*metric).0.kind) };
+        Ok(())
+    })())
+}

@@ -1,0 +1,506 @@
+//! `TRITONSERVER_Server`: what a backend's `TRITONBACKEND_ModelServer`
+//! hands out, and the `TRITONSERVER_Server*` functions a backend calls on
+//! it: model readiness, properties, config and metadata (answered from the
+//! published model table, from any thread, without asking a shard), and
+//! model loads and unloads (through the repository thread).
+
+use std::{
+    ffi::c_char,
+    ptr,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, RwLock,
+    },
+};
+
+use futures::channel::mpsc::UnboundedSender;
+use serde_json::json;
+
+use super::super::{
+    error::{c_str, invalid_arg, non_null, status, ErrorPtr, TRITONSERVER_Error},
+    message::TRITONSERVER_Message,
+    parameter::TRITONSERVER_Parameter,
+    types::{error_kind_to_code, ERROR_UNAVAILABLE, ERROR_UNSUPPORTED},
+};
+use crate::{
+    model::{ModelTable, ModelVersion},
+    scheduler::is_decoupled,
+    server::ServerState,
+    shard::{ShardControl, ShardId, ShardTask},
+    types::{InferError, InferResult},
+};
+
+/// `TRITONSERVER_ModelBatchFlag`.
+pub const BATCH_UNKNOWN: u32 = 1;
+pub const BATCH_FIRST_DIM: u32 = 2;
+/// `TRITONSERVER_ModelTxnPropertyFlag`.
+pub const TXN_ONE_TO_ONE: u32 = 1;
+pub const TXN_DECOUPLED: u32 = 2;
+/// `TRITONSERVER_ModelIndexFlag`.
+pub const INDEX_FLAG_READY: u32 = 1;
+
+/// Opaque to C. One per running server; backends get `Arc::as_ptr` of it.
+pub struct TRITONSERVER_Server {
+    control: Vec<UnboundedSender<ShardControl>>,
+    /// The table the shards serve from, as last published.
+    table: RwLock<Arc<ModelTable>>,
+    state: Arc<ServerState>,
+    /// Round-robin over shards for requests with no owner shard.
+    next: AtomicUsize,
+}
+
+impl std::fmt::Debug for TRITONSERVER_Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TRITONSERVER_Server")
+            .field("shards", &self.control.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TRITONSERVER_Server {
+    pub fn new(state: Arc<ServerState>, control: Vec<UnboundedSender<ShardControl>>) -> Arc<Self> {
+        Arc::new(Self {
+            control,
+            table: RwLock::new(Arc::new(ModelTable::default())),
+            state,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    /// Called wherever the model table is published to the shards.
+    pub fn publish(&self, table: Arc<ModelTable>) {
+        match self.table.write() {
+            Ok(mut t) => *t = table,
+            Err(poisoned) => *poisoned.into_inner() = table,
+        }
+    }
+
+    pub fn table(&self) -> Arc<ModelTable> {
+        match self.table.read() {
+            Ok(t) => t.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    pub fn with_model<R>(
+        &self,
+        name: &str,
+        version: &str,
+        f: impl FnOnce(&Arc<ModelVersion>) -> R,
+    ) -> InferResult<R> {
+        let table = self.table();
+        table.resolve(name, version).map(f)
+    }
+
+    /// Takes a new reference to the server behind a pointer a backend got
+    /// from `TRITONBACKEND_ModelServer`.
+    ///
+    /// # Safety
+    /// `server` is null or `Arc::as_ptr` of a live server.
+    pub unsafe fn from_c(server: *mut TRITONSERVER_Server) -> Result<Arc<Self>, ErrorPtr> {
+        non_null(server, "server")?;
+        let p = server.cast_const();
+        // SAFETY: p comes from an Arc that is alive (the caller's contract).
+        unsafe {
+            Arc::increment_strong_count(p);
+            Ok(Arc::from_raw(p))
+        }
+    }
+
+    pub fn shards(&self) -> usize {
+        self.control.len()
+    }
+
+    /// The shard for a request to `model`: the one owning its scheduler
+    /// (no ring crossing), else the next one round-robin.
+    pub fn shard_for(&self, model: Option<&ModelVersion>) -> ShardId {
+        match model {
+            Some(m) if m.ensemble.is_none() && m.scheduler.shard < self.control.len() => {
+                m.scheduler.shard
+            }
+            _ => self.next.fetch_add(1, Ordering::Relaxed) % self.control.len().max(1),
+        }
+    }
+
+    /// Runs `task` on shard `shard`'s thread. Gives it back if the shard
+    /// no longer takes work (shutting down).
+    pub fn run_on_shard(&self, shard: ShardId, task: ShardTask) -> Result<(), ShardTask> {
+        let Some(tx) = self.control.get(shard) else {
+            return Err(task);
+        };
+        tx.unbounded_send(ShardControl::Run(task))
+            .map_err(|e| match e.into_inner() {
+                ShardControl::Run(task) => task,
+                // Only a Run was sent.
+                _ => unreachable_task(),
+            })
+    }
+
+    pub fn state(&self) -> &Arc<ServerState> {
+        &self.state
+    }
+}
+
+/// Never called: `run_on_shard` gets back exactly the message it sent.
+fn unreachable_task() -> ShardTask {
+    Box::new(|| {})
+}
+
+fn error_from(e: &InferError) -> ErrorPtr {
+    TRITONSERVER_Error::boxed(error_kind_to_code(e.kind), e.message.clone())
+}
+
+fn version_str(v: i64) -> String {
+    if v < 0 {
+        String::new()
+    } else {
+        v.to_string()
+    }
+}
+
+/// Resolves the model a `TRITONSERVER_Server*` function names.
+unsafe fn model_of(
+    server: *mut TRITONSERVER_Server,
+    model_name: *const c_char,
+    model_version: i64,
+) -> Result<(Arc<TRITONSERVER_Server>, Arc<ModelVersion>), ErrorPtr> {
+    let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+    let name = unsafe { c_str(model_name, "model_name") }?;
+    let model = server
+        .with_model(name, &version_str(model_version), Arc::clone)
+        .map_err(|e| error_from(&e))?;
+    Ok((server, model))
+}
+
+unsafe fn out<T>(p: *mut T, what: &str, value: T) -> Result<(), ErrorPtr> {
+    non_null(p, what)?;
+    unsafe { p.write(value) };
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_ServerIsLive(
+    server: *mut TRITONSERVER_Server,
+    live: *mut bool,
+) -> ErrorPtr {
+    status((|| {
+        let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        unsafe { out(live, "live", server.state.live()) }
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_ServerIsReady(
+    server: *mut TRITONSERVER_Server,
+    ready: *mut bool,
+) -> ErrorPtr {
+    status((|| {
+        let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        unsafe { out(ready, "ready", server.state.ready()) }
+    })())
+}
+
+/// An unknown model is an error (as Triton's `GetModel`); a known one that
+/// is not ready answers `false`.
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_ServerModelIsReady(
+    server: *mut TRITONSERVER_Server,
+    model_name: *const c_char,
+    model_version: i64,
+    ready: *mut bool,
+) -> ErrorPtr {
+    status((|| {
+        non_null(ready, "ready")?;
+        let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        let name = unsafe { c_str(model_name, "model_name") }?;
+        let table = server.table();
+        let is_ready = match table.resolve(name, &version_str(model_version)) {
+            Ok(_) => !server.state.is_shutting_down(),
+            Err(e) if table.models.contains_key(name) => {
+                tracing::debug!(model = name, error = %e.message, "model is not ready");
+                false
+            }
+            Err(e) => return Err(error_from(&e)),
+        };
+        unsafe { out(ready, "ready", is_ready) }
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_ServerModelBatchProperties(
+    server: *mut TRITONSERVER_Server,
+    model_name: *const c_char,
+    model_version: i64,
+    flags: *mut u32,
+    voidp: *mut *mut std::ffi::c_void,
+) -> ErrorPtr {
+    status((|| {
+        if !voidp.is_null() {
+            unsafe { *voidp = ptr::null_mut() };
+        }
+        let (_, model) = unsafe { model_of(server, model_name, model_version) }?;
+        let f = if model.config.max_batch_size > 0 {
+            BATCH_FIRST_DIM
+        } else {
+            BATCH_UNKNOWN
+        };
+        unsafe { out(flags, "flags", f) }
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_ServerModelTransactionProperties(
+    server: *mut TRITONSERVER_Server,
+    model_name: *const c_char,
+    model_version: i64,
+    txn_flags: *mut u32,
+    voidp: *mut *mut std::ffi::c_void,
+) -> ErrorPtr {
+    status((|| {
+        if !voidp.is_null() {
+            unsafe { *voidp = ptr::null_mut() };
+        }
+        let (_, model) = unsafe { model_of(server, model_name, model_version) }?;
+        let f = if is_decoupled(&model.config) {
+            TXN_DECOUPLED
+        } else {
+            TXN_ONE_TO_ONE
+        };
+        unsafe { out(txn_flags, "txn_flags", f) }
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_ServerMetadata(
+    server: *mut TRITONSERVER_Server,
+    server_metadata: *mut *mut TRITONSERVER_Message,
+) -> ErrorPtr {
+    status((|| {
+        let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        let doc = json!({
+            "name": server.state.options.server_name,
+            "version": crate::protocol::identity::VERSION,
+            "extensions": crate::protocol::identity::extensions(),
+        });
+        unsafe {
+            out(
+                server_metadata,
+                "server_metadata",
+                TRITONSERVER_Message::boxed(doc.to_string()),
+            )
+        }
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_ServerModelMetadata(
+    server: *mut TRITONSERVER_Server,
+    model_name: *const c_char,
+    model_version: i64,
+    model_metadata: *mut *mut TRITONSERVER_Message,
+) -> ErrorPtr {
+    status((|| {
+        let (server, m) = unsafe { model_of(server, model_name, model_version) }?;
+        let tensors = |list: &[crate::model::metadata::TensorMetadata]| {
+            list.iter()
+                .map(|t| json!({"name": t.name, "datatype": t.datatype, "shape": t.shape}))
+                .collect::<Vec<_>>()
+        };
+        let versions: Vec<String> = server
+            .table()
+            .ready_versions(&m.name)
+            .iter()
+            .map(i64::to_string)
+            .collect();
+        let doc = json!({
+            "name": m.name,
+            "versions": versions,
+            "platform": m.metadata.platform,
+            "inputs": tensors(&m.metadata.inputs),
+            "outputs": tensors(&m.metadata.outputs),
+        });
+        unsafe {
+            out(
+                model_metadata,
+                "model_metadata",
+                TRITONSERVER_Message::boxed(doc.to_string()),
+            )
+        }
+    })())
+}
+
+/// The served configuration, as `GET .../config` returns it. Triton knows
+/// only `config_version` 1.
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_ServerModelConfig(
+    server: *mut TRITONSERVER_Server,
+    model_name: *const c_char,
+    model_version: i64,
+    config_version: u32,
+    model_config: *mut *mut TRITONSERVER_Message,
+) -> ErrorPtr {
+    status((|| {
+        if config_version != 1 {
+            return Err(invalid_arg(format!(
+                "model configuration version {config_version} not supported, supported versions are: 1"
+            )));
+        }
+        let (_, m) = unsafe { model_of(server, model_name, model_version) }?;
+        let json = String::from_utf8_lossy(&m.config_json).into_owned();
+        unsafe {
+            out(
+                model_config,
+                "model_config",
+                TRITONSERVER_Message::boxed(json),
+            )
+        }
+    })())
+}
+
+/// The repository index, as the repository API's index returns it.
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_ServerModelIndex(
+    server: *mut TRITONSERVER_Server,
+    flags: u32,
+    model_index: *mut *mut TRITONSERVER_Message,
+) -> ErrorPtr {
+    status((|| {
+        non_null(model_index, "model_index")?;
+        let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        let repository = repository(&server)?;
+        let rows = block_on_repository(repository.index(flags & INDEX_FLAG_READY != 0))?;
+        let doc: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                let mut row = json!({"name": r.name});
+                if let Some(v) = &r.version {
+                    row["version"] = json!(v);
+                }
+                if let Some(s) = r.state {
+                    row["state"] = json!(s);
+                }
+                if let Some(why) = &r.reason {
+                    row["reason"] = json!(why);
+                }
+                row
+            })
+            .collect();
+        let json = serde_json::Value::Array(doc).to_string();
+        unsafe {
+            out(
+                model_index,
+                "model_index",
+                TRITONSERVER_Message::boxed(json),
+            )
+        }
+    })())
+}
+
+fn repository(
+    server: &TRITONSERVER_Server,
+) -> Result<crate::repository::manager::RepositoryClient, ErrorPtr> {
+    server.state.repository.get().cloned().ok_or_else(|| {
+        TRITONSERVER_Error::boxed(
+            ERROR_UNAVAILABLE,
+            "the model repository is not started yet (the server is still loading its initial models)",
+        )
+    })
+}
+
+/// Waits for the repository thread's answer on the calling (backend)
+/// thread. The repository thread itself must not wait for itself: a
+/// backend loading or unloading a model from inside a model load is
+/// refused.
+fn block_on_repository<T>(
+    fut: impl std::future::Future<Output = InferResult<T>>,
+) -> Result<T, ErrorPtr> {
+    if std::thread::current().name() == Some("repository") {
+        return Err(TRITONSERVER_Error::boxed(
+            ERROR_UNAVAILABLE,
+            "models cannot be loaded or unloaded from inside a model's load",
+        ));
+    }
+    if crate::shard::with_current(|_| ()).is_some() {
+        return Err(TRITONSERVER_Error::boxed(
+            ERROR_UNAVAILABLE,
+            "model repository calls cannot block a shard thread",
+        ));
+    }
+    futures::executor::block_on(fut).map_err(|e| error_from(&e))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_ServerLoadModel(
+    server: *mut TRITONSERVER_Server,
+    model_name: *const c_char,
+) -> ErrorPtr {
+    unsafe { TRITONSERVER_ServerLoadModelWithParameters(server, model_name, ptr::null(), 0) }
+}
+
+/// Parameters: `config` (a JSON model config override) is honoured;
+/// `file:` parameters (model files sent with the load) are refused here.
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_ServerLoadModelWithParameters(
+    server: *mut TRITONSERVER_Server,
+    model_name: *const c_char,
+    parameters: *const *const TRITONSERVER_Parameter,
+    parameter_count: u64,
+) -> ErrorPtr {
+    status((|| {
+        let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        let name = unsafe { c_str(model_name, "model_name") }?.to_string();
+        let mut load = crate::repository::manager::LoadRequest::default();
+        let count = usize::try_from(parameter_count)
+            .map_err(|_| invalid_arg("parameter_count too large"))?;
+        if count > 0 {
+            non_null(parameters, "parameters")?;
+        }
+        for i in 0..count {
+            let p = unsafe { *parameters.add(i) };
+            non_null(p, "parameter")?;
+            let p = unsafe { &*p };
+            let key = p.name.to_string_lossy();
+            match (key.as_ref(), &p.value) {
+                ("config", super::super::parameter::ParamValue::String(s)) => {
+                    load.config = Some(s.to_string_lossy().into_owned());
+                }
+                (k, _) if k.starts_with("file:") => {
+                    return Err(TRITONSERVER_Error::boxed(
+                        ERROR_UNSUPPORTED,
+                        format!("load parameter '{k}': model files cannot be sent through the C API here; use the repository API"),
+                    ))
+                }
+                (k, _) => {
+                    return Err(invalid_arg(format!(
+                        "unrecognized load parameter '{k}'"
+                    )))
+                }
+            }
+        }
+        let repository = repository(&server)?;
+        block_on_repository(repository.load(name, load))
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_ServerUnloadModel(
+    server: *mut TRITONSERVER_Server,
+    model_name: *const c_char,
+) -> ErrorPtr {
+    status((|| {
+        let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        let name = unsafe { c_str(model_name, "model_name") }?.to_string();
+        let repository = repository(&server)?;
+        block_on_repository(repository.unload(name))
+    })())
+}
+
+/// Our unload already follows dependents (ensembles using the model become
+/// unavailable), so this is the same as `TRITONSERVER_ServerUnloadModel`.
+#[no_mangle]
+pub unsafe extern "C" fn TRITONSERVER_ServerUnloadModelAndDependents(
+    server: *mut TRITONSERVER_Server,
+    model_name: *const c_char,
+) -> ErrorPtr {
+    unsafe { TRITONSERVER_ServerUnloadModel(server, model_name) }
+}

@@ -1,0 +1,111 @@
+//! Process-wide settings of the C API: the backend directory, each
+//! backend's `--backend-config` entries, and the server handle backends
+//! get from `TRITONBACKEND_ModelServer`.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicPtr, Ordering},
+        OnceLock,
+    },
+};
+
+use super::server_api::server::TRITONSERVER_Server;
+
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// `--backend-directory`; `None`: [`default_backend_directory`].
+    pub backend_directory: Option<PathBuf>,
+    /// `--backend-config name,key=value`, by backend name.
+    pub backend_config: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+static SETTINGS: OnceLock<Settings> = OnceLock::new();
+static SERVER: AtomicPtr<TRITONSERVER_Server> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Sets the settings once, before any model loads; later calls are
+/// ignored (the first server of the process decides).
+pub fn configure(settings: Settings) {
+    if SETTINGS.set(settings).is_err() {
+        tracing::warn!("backend C API settings were already set; keeping the first ones");
+    }
+}
+
+pub fn get() -> &'static Settings {
+    SETTINGS.get_or_init(Settings::default)
+}
+
+/// The server handle handed to backends; the caller keeps it alive.
+pub fn set_server(server: *mut TRITONSERVER_Server) {
+    SERVER.store(server, Ordering::Release);
+}
+
+pub fn server() -> *mut TRITONSERVER_Server {
+    SERVER.load(Ordering::Acquire)
+}
+
+/// Parses one `--backend-config` value: `name,key=value` (or
+/// `key=value`, a setting for every backend, as tritonserver's global
+/// settings).
+pub fn parse_backend_config(arg: &str) -> Result<(String, String, String), String> {
+    let (name, setting) = match arg.split_once(',') {
+        Some((name, setting)) => (name.to_owned(), setting),
+        None => (String::new(), arg),
+    };
+    let (key, value) = setting
+        .split_once('=')
+        .ok_or_else(|| format!("--backend-config {arg:?}: expected <name>,<key>=<value>"))?;
+    if key.is_empty() {
+        return Err(format!("--backend-config {arg:?}: empty setting name"));
+    }
+    Ok((name, key.to_owned(), value.to_owned()))
+}
+
+pub fn backend_directory() -> PathBuf {
+    get()
+        .backend_directory
+        .clone()
+        .unwrap_or_else(default_backend_directory)
+}
+
+/// The checkout's `.backends/`: the nearest one in the executable's
+/// folder or above it (`target/release/shardserve` finds the checkout's),
+/// else `.backends` in the working directory.
+pub fn default_backend_directory() -> PathBuf {
+    let from_exe = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.canonicalize().ok())
+        .and_then(|exe| find_up(exe.parent()?, ".backends"));
+    from_exe.unwrap_or_else(|| PathBuf::from(".backends"))
+}
+
+fn find_up(start: &Path, name: &str) -> Option<PathBuf> {
+    start
+        .ancestors()
+        .take(5)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_dir())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_config_arguments() {
+        assert_eq!(
+            parse_backend_config("python,shm-default-byte-size=1048576"),
+            Ok((
+                "python".into(),
+                "shm-default-byte-size".into(),
+                "1048576".into()
+            ))
+        );
+        assert_eq!(
+            parse_backend_config("k=v=w"),
+            Ok((String::new(), "k".into(), "v=w".into()))
+        );
+        assert!(parse_backend_config("python,novalue").is_err());
+    }
+}

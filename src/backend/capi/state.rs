@@ -1,0 +1,142 @@
+//! `TRITONBACKEND_State`: implicit state of a sequence (the state's
+//! output name). `StateUpdate` keeps the buffer as the slot's state for
+//! the sequence's next request (the scheduler applies it once the
+//! execution returns); the state object lives as long as its request.
+
+use std::ffi::{c_char, c_void};
+
+use bytes::Bytes;
+
+use super::{
+    error::{self, c_str, non_null, status, ErrorPtr},
+    memory::TRITONSERVER_BufferAttributes,
+    request::TRITONBACKEND_Request,
+    types::{datatype_from_c, MemoryType, TritonDataType, MEMORY_CPU},
+};
+use crate::{
+    backend::StateUpdates,
+    types::{element_count, DataType, Tensor},
+};
+
+/// Opaque to C.
+pub struct TRITONBACKEND_State {
+    name: String,
+    datatype: DataType,
+    shape: Vec<i64>,
+    buffer: Vec<u8>,
+    attributes: TRITONSERVER_BufferAttributes,
+    updates: StateUpdates,
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_StateNew(
+    state: *mut *mut TRITONBACKEND_State,
+    request: *mut TRITONBACKEND_Request,
+    name: *const c_char,
+    datatype: TritonDataType,
+    shape: *const i64,
+    dims_count: u32,
+) -> ErrorPtr {
+    status((|| {
+        non_null(state, "state")?;
+        non_null(request, "request")?;
+        let request = unsafe { &*request };
+        let name = unsafe { c_str(name, "name")? };
+        let Some(updates) = request.state_updates.clone() else {
+            return Err(error::invalid_arg(
+                "unable to add state: the model has no implicit state (sequence_batching state)",
+            ));
+        };
+        if !request.state_outputs.iter().any(|s| s == name) {
+            return Err(error::invalid_arg(format!(
+                "state '{name}' is not a valid state name"
+            )));
+        }
+        let datatype = datatype_from_c(datatype).ok_or_else(|| {
+            error::invalid_arg(format!("state '{name}': invalid datatype {datatype}"))
+        })?;
+        let shape = if dims_count == 0 {
+            Vec::new()
+        } else {
+            non_null(shape, "shape")?;
+            unsafe { std::slice::from_raw_parts(shape, dims_count as usize) }.to_vec()
+        };
+        if element_count(&shape).is_none() {
+            return Err(error::invalid_arg(format!(
+                "state '{name}': invalid shape {shape:?}"
+            )));
+        }
+        let mut boxed = Box::new(TRITONBACKEND_State {
+            name: name.to_owned(),
+            datatype,
+            shape,
+            buffer: Vec::new(),
+            attributes: TRITONSERVER_BufferAttributes::host(0),
+            updates,
+        });
+        unsafe { *state = &mut *boxed };
+        request
+            .states
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(boxed);
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_StateBuffer(
+    s: *mut TRITONBACKEND_State,
+    buffer: *mut *mut c_void,
+    buffer_byte_size: u64,
+    memory_type: *mut MemoryType,
+    memory_type_id: *mut i64,
+) -> ErrorPtr {
+    status((|| {
+        non_null(s, "state")?;
+        non_null(buffer, "buffer")?;
+        let s = unsafe { &mut *s };
+        let size = usize::try_from(buffer_byte_size)
+            .map_err(|_| error::invalid_arg("state buffer too large"))?;
+        s.buffer = vec![0; size];
+        s.attributes = TRITONSERVER_BufferAttributes::host(size);
+        unsafe {
+            *buffer = s.buffer.as_mut_ptr().cast();
+            if !memory_type.is_null() {
+                *memory_type = MEMORY_CPU;
+            }
+            if !memory_type_id.is_null() {
+                *memory_type_id = 0;
+            }
+        }
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_StateBufferAttributes(
+    s: *mut TRITONBACKEND_State,
+    attributes: *mut *mut TRITONSERVER_BufferAttributes,
+) -> ErrorPtr {
+    status((|| {
+        non_null(s, "state")?;
+        non_null(attributes, "buffer_attributes")?;
+        unsafe { *attributes = &mut (*s).attributes };
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_StateUpdate(s: *mut TRITONBACKEND_State) -> ErrorPtr {
+    status((|| {
+        non_null(s, "state")?;
+        let s = unsafe { &*s };
+        s.updates.update(Tensor::new(
+            s.name.clone(),
+            s.datatype,
+            s.shape.clone(),
+            Bytes::copy_from_slice(&s.buffer),
+        ));
+        Ok(())
+    })())
+}
