@@ -257,6 +257,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.model_repository.is_empty() {
         anyhow::bail!("--model-repository is required");
     }
+    let trace = trace_config(&cli)?;
     let mut backend_config =
         std::collections::BTreeMap::<_, std::collections::BTreeMap<_, _>>::new();
     for (name, key, value) in cli.backend_config {
@@ -271,7 +272,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         ControlMode::Explicit => ModelControlMode::Explicit,
         ControlMode::Poll => ModelControlMode::Poll,
     };
-    let trace = trace_config(&cli)?;
     let options = ServerOptions {
         trace,
         host: cli.host,

@@ -204,6 +204,7 @@ impl TRITONSERVER_InferenceRequest {
                 })
                 .collect(),
             parameters,
+            trace: Default::default(),
         })
     }
 

@@ -487,20 +487,28 @@ pub unsafe extern "C" fn TRITONSERVER_ServerUnloadModel(
     server: *mut TRITONSERVER_Server,
     model_name: *const c_char,
 ) -> ErrorPtr {
-    status((|| {
-        let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
-        let name = unsafe { c_str(model_name, "model_name") }?.to_string();
-        let repository = repository(&server)?;
-        block_on_repository(repository.unload(name))
-    })())
+    unsafe { unload_model(server, model_name, false) }
 }
 
-/// Our unload already follows dependents (ensembles using the model become
-/// unavailable), so this is the same as `TRITONSERVER_ServerUnloadModel`.
+/// Also unloads the ensembles that use the model, as the repository API's
+/// `unload_dependents` does.
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_ServerUnloadModelAndDependents(
     server: *mut TRITONSERVER_Server,
     model_name: *const c_char,
 ) -> ErrorPtr {
-    unsafe { TRITONSERVER_ServerUnloadModel(server, model_name) }
+    unsafe { unload_model(server, model_name, true) }
+}
+
+unsafe fn unload_model(
+    server: *mut TRITONSERVER_Server,
+    model_name: *const c_char,
+    unload_dependents: bool,
+) -> ErrorPtr {
+    status((|| {
+        let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        let name = unsafe { c_str(model_name, "model_name") }?.to_string();
+        let repository = repository(&server)?;
+        block_on_repository(repository.unload(name, unload_dependents))
+    })())
 }
