@@ -2,8 +2,10 @@
 
 use std::{net::IpAddr, path::PathBuf, process::ExitCode, time::Duration};
 
+use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use shardserve::{
+    gpu::GpuInventory,
     server::{self, ModelControlMode, ServerOptions},
     tuning::{IoDriver, MachineTopology, ShardPlan, TuningProfile},
 };
@@ -131,9 +133,15 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print the detected hardware topology and the shard placement that
-    /// the given options (--cores, --tuning-profile, --no-pin) would use.
-    Topology,
+    /// Print the detected hardware topology (cores, NUMA nodes, GPUs) and
+    /// the placement that the given options (--cores, --tuning-profile,
+    /// --no-pin) would use: shards, compute workers, GPU instances.
+    Topology {
+        /// Describe a recorded machine (hwloc XML, as `lstopo file.xml`
+        /// writes) instead of this one; its GPUs are numbered in PCI order.
+        #[arg(long)]
+        xml: Option<PathBuf>,
+    },
 }
 
 fn init_logging(verbose: u8) {
@@ -177,11 +185,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(p) => TuningProfile::load(p)?,
         None => TuningProfile::default(),
     };
-    if let Some(Command::Topology) = cli.command {
-        let topology = MachineTopology::detect();
+    if let Some(Command::Topology { xml }) = &cli.command {
+        let (topology, gpus) = match xml {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                let topology = MachineTopology::from_xml(&text)
+                    .with_context(|| format!("{}", path.display()))?;
+                let gpus = GpuInventory::from_topology_bus_order(&topology);
+                (topology, gpus)
+            }
+            None => {
+                let topology = MachineTopology::detect();
+                let gpus = GpuInventory::detect(&topology);
+                (topology, gpus)
+            }
+        };
         let plan = ShardPlan::build(&profile, cli.cores, !cli.no_pin, &topology.cpus)?;
         print!("{topology}");
-        print!("{}", plan.describe(&topology));
+        print!("{}", plan.describe(&topology, &gpus));
         return Ok(());
     }
     if cli.model_repository.is_empty() {

@@ -5,6 +5,6 @@ mod plan;
 mod profile;
 mod topology;
 
-pub use plan::{numa_node_of_cpu, ShardPlan};
+pub use plan::{GpuPlacement, ShardPlan};
 pub use profile::{ComputeSection, IoDriver, TuningProfile};
-pub use topology::{MachineTopology, NumaNode, PciDevice};
+pub use topology::{cpu_list, normalize_bus_id, MachineTopology, NumaNode, PciDevice};
