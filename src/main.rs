@@ -126,6 +126,9 @@ struct Cli {
     /// (default: the profile's, else auto).
     #[arg(long)]
     io_driver: Option<IoDriver>,
+    /// Milliseconds between two readings of the GPU metrics (as tritonserver).
+    #[arg(long, default_value_t = 2000)]
+    metrics_interval_ms: u64,
     /// The name server metadata reports (clients written for Triton expect "triton").
     #[arg(long, default_value = shardserve::protocol::identity::DEFAULT_SERVER_NAME)]
     server_name: String,
@@ -249,6 +252,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         io_driver: cli.io_driver.or(profile.runtime.driver).unwrap_or_default(),
         tuning: profile,
         server_name: cli.server_name,
+        metrics_interval: Duration::from_millis(cli.metrics_interval_ms.max(100)),
         ..ServerOptions::new(cli.model_repository)
     };
     let mut signals = signal_hook::iterator::Signals::new([

@@ -2,6 +2,7 @@
 //! statistics extension, Prometheus exposition, and per-shard gauges.
 
 pub mod counters;
+pub mod gpu;
 pub mod host;
 pub mod prometheus;
 pub mod statistics;

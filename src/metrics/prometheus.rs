@@ -33,7 +33,8 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Renders every metric. Reads only atomics and the table snapshot.
+/// Renders every metric. Reads only atomics, the table snapshot and the
+/// GPU collector's latest readings.
 pub fn render(table: &ModelTable, shards: &[ShardGauges]) -> String {
     let mut out = String::with_capacity(8192);
     let mut f = Family { out: &mut out };
@@ -186,6 +187,9 @@ pub fn render(table: &ModelTable, shards: &[ShardGauges]) -> String {
                 );
             }
         }
+    }
+    if let Some(readings) = super::gpu::latest() {
+        out.push_str(&super::gpu::render(&readings));
     }
     out
 }

@@ -118,6 +118,12 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
         tracing::warn!(%reason, "hwloc unavailable: placing by the CPU affinity list only");
     }
     let gpus = GpuInventory::shared();
+    if options.allow_metrics {
+        match crate::metrics::gpu::start(gpus, options.metrics_interval) {
+            Ok(()) => tracing::info!(gpus = gpus.gpus.len(), "GPU metrics collected"),
+            Err(reason) => tracing::info!(%reason, "no GPU metrics"),
+        }
+    }
     let plan = ShardPlan::build(
         &options.tuning,
         options.cores,
