@@ -145,6 +145,16 @@ enum Command {
         #[arg(long)]
         xml: Option<PathBuf>,
     },
+    /// Measure this machine (topology, GPUs, ring round trips within and
+    /// across NUMA nodes; about a second) and write a tuning profile for it.
+    Tune {
+        /// Where to write the profile (default: standard output).
+        #[arg(long)]
+        output: Option<PathBuf>,
+        /// Milliseconds per measurement.
+        #[arg(long, default_value_t = 300)]
+        budget_ms: u64,
+    },
 }
 
 fn init_logging(verbose: u8) {
@@ -188,6 +198,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(p) => TuningProfile::load(p)?,
         None => TuningProfile::default(),
     };
+    if let Some(Command::Tune { output, budget_ms }) = &cli.command {
+        let topology = MachineTopology::detect();
+        let gpus = GpuInventory::detect(&topology);
+        let measured = shardserve::tuning::measure(
+            &topology,
+            Duration::from_millis((*budget_ms).clamp(10, 5000)),
+        );
+        let text = shardserve::tuning::derive_profile(&topology, &gpus, &measured);
+        match output {
+            Some(path) => {
+                std::fs::write(path, &text)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                tracing::info!(path = %path.display(), "tuning profile written");
+            }
+            None => print!("{text}"),
+        }
+        return Ok(());
+    }
     if let Some(Command::Topology { xml }) = &cli.command {
         let (topology, gpus) = match xml {
             Some(path) => {

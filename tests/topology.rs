@@ -194,3 +194,53 @@ fn the_topology_command_describes_a_recorded_machine() {
         "{text}"
     );
 }
+
+#[test]
+fn tune_derives_a_profile_per_socket_that_plans_on_that_machine() {
+    use shardserve::tuning::{derive_profile, Measurements, RoundTrip};
+    use std::time::Duration;
+    let t = fixture("dual-socket-4gpu.xml");
+    let gpus = GpuInventory::from_topology_bus_order(&t);
+    let trip = |us: u64| RoundTrip {
+        from_cpu: 0,
+        to_cpu: 1,
+        median: Duration::from_micros(us),
+    };
+    let fast = Measurements {
+        same_node: Some(trip(1)),
+        cross_node: Some(trip(2)),
+    };
+    let text = derive_profile(&t, &gpus, &fast);
+    let profile = TuningProfile::parse(&text, Path::new("tuned")).expect("parses");
+    let plan = ShardPlan::build(&profile, None, true, &t.cpus).expect("plans");
+    assert_eq!(plan.shard_count(), 64);
+    // A quarter of each node computes: its last 8 CPUs (40-47, 56-63).
+    let compute_cpus: Vec<usize> = plan.compute.iter().filter_map(|&s| plan.cpus[s]).collect();
+    assert_eq!(
+        compute_cpus,
+        (40..48).chain(56..64).collect::<Vec<_>>(),
+        "{text}"
+    );
+    assert_eq!(plan.accept.len(), 48);
+    let p = plan.gpu_placement(gpus.get(3).expect("gpu 3"), &t);
+    assert_eq!(p.worker_cpus, (56..64).collect::<Vec<_>>());
+    assert!(
+        text.contains("# ring round trip within a NUMA node (CPU 0 <-> 1): 1.00 us"),
+        "{text}"
+    );
+
+    // A noisy VM (slow hops): every shard accepts and computes.
+    let slow = Measurements {
+        same_node: Some(trip(50)),
+        cross_node: None,
+    };
+    let text = derive_profile(&t, &gpus, &slow);
+    let plan = ShardPlan::build(
+        &TuningProfile::parse(&text, Path::new("tuned")).expect("parses"),
+        None,
+        true,
+        &t.cpus,
+    )
+    .expect("plans");
+    assert_eq!((plan.accept.len(), plan.compute.len()), (64, 64), "{text}");
+}
