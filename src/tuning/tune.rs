@@ -272,7 +272,7 @@ mod tests {
         let t = MachineTopology::detect();
         let m = measure(&t, Duration::from_millis(50));
         if t.cpus.len() >= 2 && t.degraded.is_none() {
-            let trip = m.same_node.expect("two CPUs on one node");
+            let trip = m.same_node.as_ref().expect("two CPUs on one node");
             assert!(trip.median > Duration::ZERO);
         }
         let text = derive_profile(&t, &GpuInventory::none("test"), &m);
