@@ -34,6 +34,20 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# Where a GPU is present, the GPU build of ONNX Runtime replaces the CPU one
+# (same package directory and library name; it carries the CUDA execution
+# provider that KIND_GPU instances register). The [cuda,cudnn] extras bring
+# the CUDA 12 and cuDNN libraries as wheels. Not run on a GPU machine by this
+# project yet: written from the packages' documentation.
+ORT_GPU="onnxruntime-gpu[cuda,cudnn]==1.31.1"
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  if ! .venv/bin/pip show onnxruntime-gpu >/dev/null 2>&1; then
+    echo "setup: a GPU is present: installing $ORT_GPU in place of onnxruntime"
+    .venv/bin/pip uninstall -q -y onnxruntime || true
+    .venv/bin/pip install -q "$ORT_GPU"
+  fi
+fi
+
 lib=$(ls "$root"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* 2>/dev/null | head -n1 || true)
 if [ -z "$lib" ]; then
   echo "setup: the onnxruntime wheel holds no libonnxruntime.so.*" >&2

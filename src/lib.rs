@@ -6,6 +6,7 @@ pub mod bench;
 pub mod compute;
 pub mod config;
 pub mod error_texts;
+pub mod gpu;
 pub mod metrics;
 pub mod model;
 pub mod offload;

@@ -2,8 +2,10 @@
 
 use std::{net::IpAddr, path::PathBuf, process::ExitCode, time::Duration};
 
+use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use shardserve::{
+    gpu::GpuInventory,
     server::{self, ModelControlMode, ServerOptions},
     tuning::{IoDriver, MachineTopology, ShardPlan, TuningProfile},
 };
@@ -137,6 +139,9 @@ struct Cli {
     /// (default: the profile's, else auto).
     #[arg(long)]
     io_driver: Option<IoDriver>,
+    /// Milliseconds between two readings of the GPU metrics (as tritonserver).
+    #[arg(long, default_value_t = 2000)]
+    metrics_interval_ms: u64,
     /// The name server metadata reports (clients written for Triton expect "triton").
     #[arg(long, default_value = shardserve::protocol::identity::DEFAULT_SERVER_NAME)]
     server_name: String,
@@ -196,9 +201,25 @@ enum CompressionLevel {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print the detected hardware topology and the shard placement that
-    /// the given options (--cores, --tuning-profile, --no-pin) would use.
-    Topology,
+    /// Print the detected hardware topology (cores, NUMA nodes, GPUs) and
+    /// the placement that the given options (--cores, --tuning-profile,
+    /// --no-pin) would use: shards, compute workers, GPU instances.
+    Topology {
+        /// Describe a recorded machine (hwloc XML, as `lstopo file.xml`
+        /// writes) instead of this one; its GPUs are numbered in PCI order.
+        #[arg(long)]
+        xml: Option<PathBuf>,
+    },
+    /// Measure this machine (topology, GPUs, ring round trips within and
+    /// across NUMA nodes; about a second) and write a tuning profile for it.
+    Tune {
+        /// Where to write the profile (default: standard output).
+        #[arg(long)]
+        output: Option<PathBuf>,
+        /// Milliseconds per measurement.
+        #[arg(long, default_value_t = 300)]
+        budget_ms: u64,
+    },
 }
 
 fn init_logging(verbose: u8) {
@@ -247,11 +268,43 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(p) => TuningProfile::load(p)?,
         None => TuningProfile::default(),
     };
-    if let Some(Command::Topology) = cli.command {
+    if let Some(Command::Tune { output, budget_ms }) = &cli.command {
         let topology = MachineTopology::detect();
+        let gpus = GpuInventory::detect(&topology);
+        let measured = shardserve::tuning::measure(
+            &topology,
+            Duration::from_millis((*budget_ms).clamp(10, 5000)),
+        );
+        let text = shardserve::tuning::derive_profile(&topology, &gpus, &measured);
+        match output {
+            Some(path) => {
+                std::fs::write(path, &text)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                tracing::info!(path = %path.display(), "tuning profile written");
+            }
+            None => print!("{text}"),
+        }
+        return Ok(());
+    }
+    if let Some(Command::Topology { xml }) = &cli.command {
+        let (topology, gpus) = match xml {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                let topology = MachineTopology::from_xml(&text)
+                    .with_context(|| format!("{}", path.display()))?;
+                let gpus = GpuInventory::from_topology_bus_order(&topology);
+                (topology, gpus)
+            }
+            None => {
+                let topology = MachineTopology::detect();
+                let gpus = GpuInventory::detect(&topology);
+                (topology, gpus)
+            }
+        };
         let plan = ShardPlan::build(&profile, cli.cores, !cli.no_pin, &topology.cpus)?;
         print!("{topology}");
-        print!("{}", plan.describe(&topology));
+        print!("{}", plan.describe(&topology, &gpus));
         return Ok(());
     }
     if cli.model_repository.is_empty() {
@@ -312,6 +365,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         io_driver: cli.io_driver.or(profile.runtime.driver).unwrap_or_default(),
         tuning: profile,
         server_name: cli.server_name,
+        metrics_interval: Duration::from_millis(cli.metrics_interval_ms.max(100)),
         ..ServerOptions::new(cli.model_repository)
     };
     let mut signals = signal_hook::iterator::Signals::new([

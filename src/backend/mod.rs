@@ -49,6 +49,17 @@ pub struct InstanceSpec {
     pub index: usize,
     /// Intra-op threads to use where the backend has a thread pool.
     pub intra_op_threads: usize,
+    /// Where the instance computes (its instance group's kind and GPU).
+    pub device: InstanceDevice,
+}
+
+/// The device an instance runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InstanceDevice {
+    #[default]
+    Cpu,
+    /// A CUDA ordinal (the id in `instance_group { gpus: [...] }`).
+    Gpu(i32),
 }
 
 /// A backend: creates instances of the models that name it.
@@ -69,6 +80,12 @@ pub trait Backend: Send + Sync {
     /// Whether its instances must run on compute workers whatever the
     /// config says (foreign code that may block: the C API's backends).
     fn needs_worker(&self) -> bool {
+        false
+    }
+
+    /// Whether its instances can run on a GPU (`KIND_GPU`; `KIND_AUTO`
+    /// picks the GPU where one is present only for such backends).
+    fn supports_gpu(&self) -> bool {
         false
     }
 

@@ -34,6 +34,22 @@ pub fn set_affinity(cpus: &[usize]) -> io::Result<()> {
     Ok(())
 }
 
+/// The logical CPUs the calling thread may run on (inherited by the threads
+/// it starts), from `sched_getaffinity`.
+pub fn current_affinity() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is a plain bit array filled in by the kernel;
+    // CPU_ISSET only reads inside it for ids below CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .collect())
+    }
+}
+
 /// Sets the calling thread's nice value (Linux applies it per thread).
 /// Positive values lower the priority; raising it back needs privileges.
 pub fn set_nice(nice: i32) -> io::Result<()> {
@@ -82,6 +98,20 @@ mod tests {
         .expect("thread");
         assert!(inner >= 5, "nice in the thread: {inner}");
         assert_eq!(current_nice().expect("getpriority"), before);
+    }
+
+    #[test]
+    fn affinity_reads_back_what_was_set() {
+        let all = current_affinity().expect("sched_getaffinity");
+        assert!(!all.is_empty());
+        let first = all[0];
+        let pinned = std::thread::spawn(move || {
+            set_affinity(&[first]).expect("sched_setaffinity");
+            current_affinity().expect("sched_getaffinity")
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(pinned, vec![first]);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The defaults Triton writes into a loaded model's configuration, so that
 //! `/config` and ModelConfig report what the server actually does (tools
 //! such as model analyzers read `instance_group` and `version_policy` from
-//! there). Runs after validation and the supported-features check.
+//! there). Runs after validation and the supported-features check;
+//! `resolve_instance_kinds` then resolves `KIND_AUTO` against the GPUs.
 
 use crate::proto::inference::{
     model_instance_group::Kind,
@@ -28,11 +29,6 @@ pub fn fill_defaults(config: &mut ModelConfig) {
             group.name = format!("{}_{index}", config.name);
         }
         group.count = group.count.max(1);
-        // No GPU backend: AUTO resolves to CPU, as Triton does on a host
-        // without GPUs.
-        if group.kind == Kind::Auto as i32 {
-            group.kind = Kind::Cpu as i32;
-        }
     }
 }
 
@@ -67,7 +63,11 @@ mod tests {
         );
         assert_eq!(c.instance_group[0].name, "m_0");
         assert_eq!(c.instance_group[0].count, 1);
-        assert_eq!(c.instance_group[0].kind, Kind::Cpu as i32);
+        assert_eq!(
+            c.instance_group[0].kind,
+            Kind::Auto as i32,
+            "resolved later"
+        );
         assert_eq!(c.instance_group[1].name, "g");
         assert_eq!(c.instance_group[1].count, 3);
         assert_eq!(c.instance_group[1].kind, Kind::Model as i32);

@@ -12,12 +12,14 @@
 
 mod defaults;
 mod descriptor;
+mod instance_kind;
 mod json;
 mod supported;
 mod text_format;
 mod validate;
 
 pub use defaults::fill_defaults;
+pub use instance_kind::resolve_instance_kinds;
 pub use json::{model_config_from_json, model_config_to_json};
 pub use supported::{check_supported, unsupported_features, Unsupported};
 pub use text_format::{model_config_to_text, parse_model_config, ConfigSyntaxError};

@@ -4,8 +4,8 @@
 use std::fmt;
 
 use crate::proto::inference::{
-    model_config::SchedulingChoice, model_instance_group::Kind,
-    model_optimization_policy::execution_accelerators::Accelerator, ModelConfig,
+    model_config::SchedulingChoice, model_optimization_policy::execution_accelerators::Accelerator,
+    ModelConfig,
 };
 
 /// Refuses a configuration that asks for something this server does not do
@@ -25,9 +25,9 @@ use crate::proto::inference::{
 ///   while its client is slow, which must never happen on a shard);
 /// - (checked by `scheduler::ensemble` at load, as it needs the composing
 ///   models) an ensemble step naming a decoupled model;
-/// - `instance_group` of `kind: KIND_GPU`, or `KIND_AUTO` listing `gpus`
-///   (no GPU backend yet), `secondary_devices`, TensorRT `profile`s, and
-///   `passive` instances;
+/// - `instance_group` `secondary_devices`, TensorRT `profile`s, and
+///   `passive` instances (`KIND_GPU` is served: see
+///   `config::resolve_instance_kinds` for its checks against the GPUs);
 /// - `response_cache { enable: true }`;
 /// - `model_warmup`;
 /// - `model_repository_agents`;
@@ -36,15 +36,15 @@ use crate::proto::inference::{
 ///   `is_non_linear_format_io`, outputs with `is_shape_tensor` or
 ///   `is_non_linear_format_io`;
 /// - `optimization.cuda` with `graphs` or `graph_spec` (CUDA graphs);
-/// - `optimization.execution_accelerators` (GPU ones: no GPU; CPU ones such
+/// - `optimization.execution_accelerators` (GPU ones such as TensorRT: the
+///   ONNX Runtime backend registers the CUDA provider only; CPU ones such
 ///   as OpenVINO: not wired into the ONNX Runtime backend);
 /// - `model_operations` (custom operator libraries).
 ///
 /// Accepted: the default scheduler, `dynamic_batching` with all of its
 /// fields, `ensemble_scheduling` with `platform: "ensemble"` (checked by
 /// `scheduler::ensemble` at load), `sequence_batching` (checked by `scheduler::sequence::spec`,
-/// which refuses `iterative_sequence`), `instance_group` of `KIND_CPU` / `KIND_AUTO` / `KIND_MODEL`
-/// (run on CPU), `version_policy`, `reshape`, `optional` inputs,
+/// which refuses `iterative_sequence`), `instance_group` of every kind (`KIND_MODEL` runs on CPU), `version_policy`, `reshape`, `optional` inputs,
 /// `parameters`, `label_filename`, and fields that are purely advisory
 /// here: input `format`, `optimization.priority`, `optimization.graph`,
 /// pinned-memory settings, `rate_limiter` (no rate limiter runs, as in
@@ -88,8 +88,6 @@ impl fmt::Display for Unsupported {
         }
     }
 }
-
-const NO_GPU: &str = "no GPU backend yet: use KIND_CPU or KIND_AUTO";
 
 /// Instances over all groups (a group's count of 0 means 1, as in Triton).
 fn instances(config: &ModelConfig) -> i64 {
@@ -170,14 +168,6 @@ pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
         } else {
             format!("instance_group '{}'", group.name)
         };
-        match Kind::try_from(group.kind) {
-            Ok(Kind::Gpu) => refuse(format!("{label} kind: KIND_GPU"), Some(NO_GPU)),
-            Ok(Kind::Auto) if !group.gpus.is_empty() => refuse(
-                format!("{label} gpus: {:?}", group.gpus),
-                Some("no GPU backend yet: leave gpus out"),
-            ),
-            _ => {}
-        }
         if !group.secondary_devices.is_empty() {
             refuse(format!("{label} secondary_devices"), None);
         }
@@ -240,7 +230,7 @@ pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
         {
             refuse(
                 "optimization.cuda graphs".into(),
-                Some("CUDA graphs; no GPU backend yet"),
+                Some("CUDA graphs are not captured by the ONNX Runtime backend"),
             );
         }
         if let Some(acc) = &opt.execution_accelerators {
@@ -252,7 +242,7 @@ pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
                         "optimization.execution_accelerators gpu_execution_accelerator {:?}",
                         names(&acc.gpu_execution_accelerator)
                     ),
-                    Some("no GPU backend yet"),
+                    Some("the ONNX Runtime backend registers the CUDA execution provider only"),
                 );
             }
             if !acc.cpu_execution_accelerator.is_empty() {
@@ -352,13 +342,12 @@ mod tests {
     }
 
     #[test]
-    fn gpu_instance_groups_are_refused() {
-        let e = refusal("instance_group [ { name: \"g\" kind: KIND_GPU } ]");
-        assert!(
-            e.contains("instance_group 'g' kind: KIND_GPU") && e.contains("no GPU backend yet"),
-            "{e}"
-        );
-        assert!(refusal("instance_group [ { gpus: [ 0 ] } ]").contains("gpus: [0]"));
+    fn gpu_instance_groups_pass_this_check() {
+        // Checked against the machine's GPUs at load (resolve_instance_kinds).
+        check_supported(&config(
+            "instance_group [ { name: \"g\" kind: KIND_GPU gpus: [ 0 ] count: 2 } ]",
+        ))
+        .unwrap();
     }
 
     #[test]
@@ -408,7 +397,7 @@ mod tests {
         assert!(refusal("optimization { cuda { graphs: true } }").contains("CUDA graphs"));
         let e = refusal("optimization { execution_accelerators { gpu_execution_accelerator [ { name: \"tensorrt\" } ] } }");
         assert!(
-            e.contains("[\"tensorrt\"]") && e.contains("no GPU backend yet"),
+            e.contains("[\"tensorrt\"]") && e.contains("CUDA execution provider only"),
             "{e}"
         );
         assert!(

@@ -3,6 +3,7 @@
 
 pub mod counters;
 pub mod custom;
+pub mod gpu;
 pub mod host;
 pub mod prometheus;
 pub mod statistics;

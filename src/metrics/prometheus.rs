@@ -33,7 +33,8 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Renders every metric. Reads only atomics and the table snapshot.
+/// Renders every metric. Reads only atomics, the table snapshot and the
+/// GPU collector's latest readings.
 pub fn render(table: &ModelTable, shards: &[ShardGauges]) -> String {
     let mut out = String::with_capacity(8192);
     let mut f = Family { out: &mut out };
@@ -188,5 +189,8 @@ pub fn render(table: &ModelTable, shards: &[ShardGauges]) -> String {
         }
     }
     super::custom::render(&mut out);
+    if let Some(readings) = super::gpu::latest() {
+        out.push_str(&super::gpu::render(&readings));
+    }
     out
 }

@@ -10,7 +10,7 @@ use futures::channel::oneshot;
 
 use super::{scan::version_folders, select_versions, ModelDir};
 use crate::{
-    backend::{backend_for, InstanceSpec, ModelFiles},
+    backend::{backend_for, InstanceDevice, InstanceSpec, ModelFiles},
     compute::WorkerPlacement,
     config,
     metrics::ModelStats,
@@ -18,13 +18,14 @@ use crate::{
         ExecutionPlace, InstanceInfo, IoSpec, ModelMetadata, ModelState, ModelTable, ModelVersion,
         VersionEntry,
     },
-    proto::inference::ModelConfig,
+    proto::inference::{model_instance_group::Kind, ModelConfig},
     scheduler::{
         ensemble,
         sequence::{self, SequenceSpec},
         InstanceExecutor,
     },
     shard::{ShardControl, ShardId, Target},
+    tuning::GpuPlacement,
 };
 
 #[derive(Debug, Clone)]
@@ -48,6 +49,8 @@ pub struct Placement {
     /// compute shards' CPUs on its NUMA node); empty = unpinned.
     worker_cpus: Vec<Vec<usize>>,
     worker_nice: i32,
+    /// Where each usable GPU's instances go; empty without GPUs.
+    gpus: Vec<GpuPlacement>,
 }
 
 impl Placement {
@@ -59,7 +62,19 @@ impl Placement {
             next_key: 1,
             worker_cpus: Vec::new(),
             worker_nice: 0,
+            gpus: Vec::new(),
         }
+    }
+
+    /// The GPUs instances may use and where each one's instances go.
+    pub fn with_gpus(mut self, gpus: Vec<GpuPlacement>) -> Self {
+        self.gpus = gpus;
+        self
+    }
+
+    /// The ids of the usable GPUs (CUDA ordinals).
+    pub fn gpu_ids(&self) -> Vec<i32> {
+        self.gpus.iter().map(|g| g.gpu).collect()
     }
 
     /// Where compute workers run: `worker_cpus[shard]` for models owned by
@@ -75,9 +90,15 @@ impl Placement {
     }
 
     pub(crate) fn next(&mut self) -> Target {
-        let shard = self
-            .compute_shards
-            .get(self.cursor % self.compute_shards.len().max(1))
+        let shards = self.compute_shards.clone();
+        self.next_among(&shards)
+    }
+
+    /// The next owner shard, round-robin over `shards` (the compute shards
+    /// near a model's GPU, or all of them).
+    fn next_among(&mut self, shards: &[ShardId]) -> Target {
+        let shard = shards
+            .get(self.cursor % shards.len().max(1))
             .copied()
             .unwrap_or(0);
         self.cursor += 1;
@@ -86,10 +107,37 @@ impl Placement {
         Target { shard, key }
     }
 
-    fn worker_placement(&self, owner: ShardId) -> WorkerPlacement {
+    /// Where an instance's compute worker runs: near its GPU, else on the
+    /// compute CPUs of its owner shard's NUMA node.
+    fn worker_placement(&self, owner: ShardId, device: InstanceDevice) -> WorkerPlacement {
+        let cpus = match device {
+            InstanceDevice::Gpu(id) => self
+                .gpus
+                .iter()
+                .find(|g| g.gpu == id)
+                .map(|g| g.worker_cpus.clone()),
+            InstanceDevice::Cpu => self.worker_cpus.get(owner).cloned(),
+        };
         WorkerPlacement {
-            cpus: self.worker_cpus.get(owner).cloned().unwrap_or_default(),
+            cpus: cpus.unwrap_or_default(),
             nice: self.worker_nice,
+        }
+    }
+
+    /// The owner shard of a model whose instances are on `devices`: near
+    /// its first GPU, else any compute shard.
+    fn owner_for(&mut self, devices: &[InstanceDevice]) -> Target {
+        let near = devices.iter().find_map(|d| match d {
+            InstanceDevice::Gpu(id) => self
+                .gpus
+                .iter()
+                .find(|g| g.gpu == *id)
+                .map(|g| g.shards.clone()),
+            InstanceDevice::Cpu => None,
+        });
+        match near {
+            Some(shards) if !shards.is_empty() => self.next_among(&shards),
+            _ => self.next(),
         }
     }
 }
@@ -327,6 +375,12 @@ fn load_version(
     }
     config::validate(&config)?;
     config::fill_defaults(&mut config);
+    config::resolve_instance_kinds(
+        &mut config,
+        &placement.gpu_ids(),
+        backend.supports_gpu(),
+        backend.name(),
+    )?;
     sequence::fill_defaults(&mut config);
     let sequence = SequenceSpec::from_config(&config, &dir.path)?;
     let io = IoSpec::from_config(&config, &dir.path)?;
@@ -338,7 +392,8 @@ fn load_version(
     let metadata = ModelMetadata::new(&config.name, &platform, &io);
     let config_json = Bytes::from(serde_json::to_vec(&config::model_config_to_json(&config))?);
 
-    let count = instance_count(&config);
+    let devices = instance_devices(&config);
+    let count = devices.len();
     // A decoupled backend may block on a slow client: never on a shard.
     let inline = backend.runs_inline(&config) && !crate::scheduler::is_decoupled(&config);
     let place = match execution_place(&config, inline)? {
@@ -352,20 +407,25 @@ fn load_version(
         }
         place => place,
     };
+    let on_gpu = devices.iter().any(|d| matches!(d, InstanceDevice::Gpu(_)));
+    if on_gpu && place == ExecutionPlace::Inline {
+        bail!("GPU instances run on compute workers: shardserve_execution \"inline\" is refused");
+    }
     let max_batch = config.max_batch_size.max(0) as usize;
     let mut created = Vec::with_capacity(count);
-    for index in 0..count {
+    for (index, &device) in devices.iter().enumerate() {
         let spec = InstanceSpec {
             name: format!("{}_{index}", config.name),
             index,
             intra_op_threads: opts.intra_op_threads,
+            device,
         };
         let instance = backend
             .create_instance(&config, &files, &spec)
             .with_context(|| format!("creating instance {}", spec.name))?;
         created.push((spec.name, instance));
     }
-    let target = placement.next();
+    let target = placement.owner_for(&devices);
     let model = Arc::new(ModelVersion {
         name: config.name.clone(),
         version,
@@ -397,7 +457,7 @@ fn load_version(
                 model.clone(),
                 placement.shard_count + index,
                 instance,
-                placement.worker_placement(target.shard),
+                placement.worker_placement(target.shard, devices[index]),
                 done_bell.clone(),
             )
             .with_context(|| format!("starting the compute thread of instance {name}"))?,
@@ -420,14 +480,75 @@ fn load_version(
     Ok(model)
 }
 
-/// Total instances over all instance groups; no group means one instance.
-fn instance_count(config: &ModelConfig) -> usize {
+/// The device of every instance, group by group: `count` instances of a
+/// CPU group, `count` per listed GPU of a GPU group (Triton's rule); no
+/// group means one CPU instance. Kinds are resolved by then.
+pub(crate) fn instance_devices(config: &ModelConfig) -> Vec<InstanceDevice> {
     if config.instance_group.is_empty() {
-        return 1;
+        return vec![InstanceDevice::Cpu];
     }
-    config
-        .instance_group
-        .iter()
-        .map(|g| g.count.max(1) as usize)
-        .sum()
+    let mut devices = Vec::new();
+    for group in &config.instance_group {
+        let count = group.count.max(1) as usize;
+        if group.kind == Kind::Gpu as i32 {
+            for _ in 0..count {
+                devices.extend(group.gpus.iter().map(|&g| InstanceDevice::Gpu(g)));
+            }
+        } else {
+            devices.extend(std::iter::repeat_n(InstanceDevice::Cpu, count));
+        }
+    }
+    devices
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::test_support::config;
+
+    #[test]
+    fn gpu_groups_make_count_instances_per_gpu() {
+        let mut c = config(
+            "instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0, 1 ] }, { count: 1 kind: KIND_CPU } ]",
+        );
+        crate::config::fill_defaults(&mut c);
+        use InstanceDevice::*;
+        assert_eq!(
+            instance_devices(&c),
+            vec![Gpu(0), Gpu(1), Gpu(0), Gpu(1), Cpu]
+        );
+        assert_eq!(instance_devices(&config("")), vec![Cpu]);
+    }
+
+    #[test]
+    fn gpu_instances_are_owned_and_run_near_their_gpu() {
+        let gpus = vec![
+            GpuPlacement {
+                gpu: 0,
+                shards: vec![1],
+                worker_cpus: vec![1, 2],
+            },
+            GpuPlacement {
+                gpu: 1,
+                shards: vec![4, 5],
+                worker_cpus: vec![4, 5],
+            },
+        ];
+        let mut p = Placement::new(6, vec![0, 1, 2, 3, 4, 5])
+            .with_workers(vec![vec![0, 1, 2]; 6], 10)
+            .with_gpus(gpus);
+        assert_eq!(p.gpu_ids(), vec![0, 1]);
+        let t = p.owner_for(&[InstanceDevice::Gpu(1), InstanceDevice::Gpu(0)]);
+        assert!([4, 5].contains(&t.shard), "{t:?}");
+        assert_eq!(
+            p.worker_placement(t.shard, InstanceDevice::Gpu(0)).cpus,
+            vec![1, 2]
+        );
+        assert_eq!(
+            p.worker_placement(3, InstanceDevice::Cpu).cpus,
+            vec![0, 1, 2]
+        );
+        let cpu_owner = p.owner_for(&[InstanceDevice::Cpu]);
+        assert!(cpu_owner.shard < 6);
+    }
 }

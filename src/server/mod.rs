@@ -18,13 +18,14 @@ pub use state::{ServerState, EXTENSIONS};
 
 use crate::{
     backend::capi::server_api::TRITONSERVER_Server,
+    gpu::GpuInventory,
     model::ModelTable,
     protocol::transport::{self, TransportLimits, TransportStats},
     repository::{
         load_repository, manager::Manager, scan_repositories, send_control, LoadOptions, Placement,
     },
     shard::{ring, ShardControl, ShardId},
-    tuning::ShardPlan,
+    tuning::{MachineTopology, ShardPlan},
 };
 
 /// Addresses the server listens on (ports resolved when 0 was asked).
@@ -123,14 +124,25 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
     if options.model_repositories.is_empty() {
         bail!("at least one --model-repository is required");
     }
-    let usable: Vec<usize> = core_affinity::get_core_ids()
-        .unwrap_or_default()
-        .iter()
-        .map(|c| c.id)
-        .collect();
-    let plan = ShardPlan::build(&options.tuning, options.cores, options.pin_threads, &usable)?;
+    let topology = MachineTopology::shared();
+    if let Some(reason) = &topology.degraded {
+        tracing::warn!(%reason, "hwloc unavailable: placing by the CPU affinity list only");
+    }
+    let gpus = GpuInventory::shared();
+    if options.allow_metrics {
+        match crate::metrics::gpu::start(gpus, options.metrics_interval) {
+            Ok(()) => tracing::info!(gpus = gpus.gpus.len(), "GPU metrics collected"),
+            Err(reason) => tracing::info!(%reason, "no GPU metrics"),
+        }
+    }
+    let plan = ShardPlan::build(
+        &options.tuning,
+        options.cores,
+        options.pin_threads,
+        &topology.cpus,
+    )?;
     let shard_count = plan.shard_count();
-    tracing::info!("placement:\n{plan}");
+    tracing::info!("placement:\n{}", plan.describe(topology, gpus));
     // Held until every shard has bound its listeners (see `ports`).
     let mut reservations = Vec::new();
     let mut reserve = |what, enabled: bool, port: u16| -> anyhow::Result<Option<SocketAddr>> {
@@ -152,7 +164,12 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
 
     let links = ring::mesh(shard_count, options.ring_capacity);
     let compute = plan.compute.clone();
-    let worker_cpus = plan.worker_cpus(crate::tuning::numa_node_of_cpu);
+    let worker_cpus = plan.worker_cpus(|c| topology.numa_node_of_cpu(c));
+    let gpu_placements = gpus
+        .gpus
+        .iter()
+        .map(|g| plan.gpu_placement(g, topology))
+        .collect();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut control = Vec::with_capacity(shard_count);
     let mut threads = Vec::with_capacity(shard_count);
@@ -162,7 +179,7 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
         let boot = shard_thread::ShardBoot {
             id,
             count: shard_count,
-            core: plan.cpus[id].map(|id| core_affinity::CoreId { id }),
+            cpu: plan.cpus[id],
             accept: plan.accept.contains(&id),
             links,
             control: rx,
@@ -212,7 +229,8 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
     handle.capi_server = Some(capi_server.clone());
 
     let placement = Placement::new(shard_count, compute)
-        .with_workers(worker_cpus, options.tuning.compute.nice());
+        .with_workers(worker_cpus, options.tuning.compute.nice())
+        .with_gpus(gpu_placements);
     let mut placement = placement;
     match load_models(&options, &mut placement, &handle.control) {
         Ok(table) => {

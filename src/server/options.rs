@@ -82,6 +82,8 @@ pub struct ServerOptions {
     /// Placement and defaults; its ring capacity and ONNX Runtime threads
     /// apply where the command line did not set them.
     pub tuning: TuningProfile,
+    /// `--metrics-interval-ms`: how often GPU metrics are read.
+    pub metrics_interval: Duration,
     /// The server metadata name (`--server-name`; Triton's "triton" by default).
     pub server_name: String,
     /// `--trace-config`: the trace settings in force at start.
@@ -124,6 +126,7 @@ impl ServerOptions {
             intra_op_threads: 1,
             io_driver: IoDriver::Auto,
             tuning: TuningProfile::default(),
+            metrics_interval: Duration::from_millis(2000),
             server_name: crate::protocol::identity::DEFAULT_SERVER_NAME.to_string(),
             trace: crate::trace::TraceConfig::default(),
         }

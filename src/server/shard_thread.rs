@@ -28,7 +28,8 @@ use crate::{
 pub struct ShardBoot {
     pub id: ShardId,
     pub count: usize,
-    pub core: Option<core_affinity::CoreId>,
+    /// The logical CPU to pin to (from the shard plan).
+    pub cpu: Option<usize>,
     /// Whether this shard binds the listeners (tuning profile `accept`).
     pub accept: bool,
     pub links: ShardLinks<ShardMsg>,
@@ -41,11 +42,12 @@ pub struct ShardBoot {
 }
 
 pub fn run(boot: ShardBoot) {
-    if let Some(core) = boot.core {
-        if !core_affinity::set_for_current(core) {
+    if let Some(cpu) = boot.cpu {
+        if let Err(e) = crate::compute::thread::set_affinity(&[cpu]) {
             tracing::warn!(
                 shard = boot.id,
-                core = core.id,
+                cpu,
+                error = %e,
                 "could not pin shard thread to its core"
             );
         }

@@ -4,7 +4,9 @@
 mod plan;
 mod profile;
 mod topology;
+mod tune;
 
-pub use plan::{numa_node_of_cpu, ShardPlan};
+pub use plan::{GpuPlacement, ShardPlan};
 pub use profile::{ComputeSection, IoDriver, TuningProfile};
-pub use topology::{MachineTopology, NumaNode, PciDevice};
+pub use topology::{cpu_list, normalize_bus_id, MachineTopology, NumaNode, PciDevice};
+pub use tune::{derive_profile, measure, Measurements, RoundTrip};

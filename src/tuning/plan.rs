@@ -7,6 +7,7 @@ use std::fmt;
 use anyhow::bail;
 
 use super::{MachineTopology, TuningProfile};
+use crate::gpu::{Gpu, GpuInventory};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardPlan {
@@ -77,22 +78,6 @@ impl ShardPlan {
         self.cpus.len()
     }
 
-    /// The compute shards nearest a device: those whose CPU is local to it,
-    /// or all compute shards when none is.
-    pub fn compute_near(&self, local_cpus: &[usize]) -> Vec<usize> {
-        let near: Vec<usize> = self
-            .compute
-            .iter()
-            .copied()
-            .filter(|&s| self.cpus[s].is_some_and(|c| local_cpus.contains(&c)))
-            .collect();
-        if near.is_empty() {
-            self.compute.clone()
-        } else {
-            near
-        }
-    }
-
     /// For each shard, the CPUs the compute workers of the models it owns
     /// may run on: the compute shards' CPUs on the same NUMA node as that
     /// shard (all compute shards' CPUs when the node is unknown). Empty
@@ -120,17 +105,99 @@ impl ShardPlan {
             .collect()
     }
 
-    pub fn describe(&self, topology: &MachineTopology) -> String {
+    /// Where the instances of a `KIND_GPU` group on `gpu` go: their
+    /// scheduler on a compute shard of the GPU's NUMA node, their compute
+    /// workers on that node's compute-shard CPUs. With no compute shard on
+    /// the node, the workers still go on the node's CPUs (feeding the GPU
+    /// from the far socket costs every copy a trip over the interconnect)
+    /// and the scheduler on any compute shard.
+    pub fn gpu_placement(&self, gpu: &Gpu, topology: &MachineTopology) -> GpuPlacement {
+        let local = |cpu: usize| match gpu.numa_node {
+            Some(node) => topology.numa_node_of_cpu(cpu) == Some(node),
+            None => gpu.local_cpus.contains(&cpu),
+        };
+        let near: Vec<usize> = self
+            .compute
+            .iter()
+            .copied()
+            .filter(|&s| self.cpus[s].is_some_and(local))
+            .collect();
+        let pinned = self.cpus.iter().any(Option::is_some);
+        let worker_cpus = if !pinned {
+            Vec::new()
+        } else if near.is_empty() {
+            match gpu.numa_node {
+                Some(node) => topology.usable_cpus_of_node(node),
+                None => gpu
+                    .local_cpus
+                    .iter()
+                    .copied()
+                    .filter(|c| topology.cpus.contains(c))
+                    .collect(),
+            }
+        } else {
+            near.iter().filter_map(|&s| self.cpus[s]).collect()
+        };
+        GpuPlacement {
+            gpu: gpu.id,
+            shards: if near.is_empty() {
+                self.compute.clone()
+            } else {
+                near
+            },
+            worker_cpus,
+        }
+    }
+
+    /// The plan in words: shards, the compute workers' CPUs per NUMA node,
+    /// and where each GPU's instances go.
+    pub fn describe(&self, topology: &MachineTopology, gpus: &GpuInventory) -> String {
         let mut out = self.to_string();
-        for gpu in topology.gpus() {
+        let workers = self.worker_cpus(|c| topology.numa_node_of_cpu(c));
+        let mut seen = Vec::new();
+        for (shard, cpus) in workers.iter().enumerate() {
+            if !self.compute.contains(&shard) || seen.contains(cpus) {
+                continue;
+            }
+            seen.push(cpus.clone());
+            let node = self.cpus[shard]
+                .and_then(|c| topology.numa_node_of_cpu(c))
+                .map_or_else(|| "?".to_string(), |n| n.to_string());
             out.push_str(&format!(
-                "GPU {}: instances would go on shards {:?}\n",
-                gpu.bus_id,
-                self.compute_near(&gpu.local_cpus)
+                "compute workers of models owned by shard {shard} (NUMA node {node}): {}\n",
+                if cpus.is_empty() {
+                    "unpinned".to_string()
+                } else {
+                    format!("CPUs {}", super::cpu_list(cpus))
+                }
+            ));
+        }
+        out.push_str(&gpus.to_string());
+        for gpu in &gpus.gpus {
+            let p = self.gpu_placement(gpu, topology);
+            out.push_str(&format!(
+                "GPU {}: KIND_GPU instances scheduled on shards {:?}, compute workers on {}\n",
+                gpu.id,
+                p.shards,
+                if p.worker_cpus.is_empty() {
+                    "any CPU (unpinned)".to_string()
+                } else {
+                    format!("CPUs {}", super::cpu_list(&p.worker_cpus))
+                }
             ));
         }
         out
     }
+}
+
+/// Where one GPU's instances go (see [`ShardPlan::gpu_placement`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuPlacement {
+    pub gpu: i32,
+    /// Compute shards that may own the scheduler of a model on this GPU.
+    pub shards: Vec<usize>,
+    /// CPUs its instances' compute workers may run on (empty: unpinned).
+    pub worker_cpus: Vec<usize>,
 }
 
 impl fmt::Display for ShardPlan {
@@ -155,14 +222,6 @@ impl fmt::Display for ShardPlan {
         }
         Ok(())
     }
-}
-
-/// The NUMA node of a logical CPU, from sysfs (`cpuN/nodeM`); `None` where
-/// the kernel does not say.
-pub fn numa_node_of_cpu(cpu: usize) -> Option<usize> {
-    let dir = std::fs::read_dir(format!("/sys/devices/system/cpu/cpu{cpu}")).ok()?;
-    dir.filter_map(Result::ok)
-        .find_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
 }
 
 #[cfg(test)]
@@ -192,8 +251,6 @@ mod tests {
         let p = ShardPlan::build(&profile, None, true, &[0, 1]).unwrap();
         assert_eq!(p.accept, vec![0]);
         assert_eq!(p.compute, vec![1]);
-        assert_eq!(p.compute_near(&[1]), vec![1]);
-        assert_eq!(p.compute_near(&[7]), vec![1]);
     }
 
     #[test]

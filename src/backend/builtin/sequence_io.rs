@@ -561,6 +561,7 @@ pub(crate) mod test_support {
             name: format!("m_{index}"),
             index,
             intra_op_threads: 1,
+            device: crate::backend::InstanceDevice::Cpu,
         }
     }
 

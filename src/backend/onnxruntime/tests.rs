@@ -160,6 +160,7 @@ fn settings_follow_triton_parameters() {
         name: "m_0".into(),
         index: 0,
         intra_op_threads: 1,
+        device: crate::backend::InstanceDevice::Cpu,
     };
     let mut config = ModelConfig::default();
     let s = SessionSettings::from_config(&config, &spec).unwrap();
@@ -191,6 +192,7 @@ fn settings_follow_triton_parameters() {
             inter_threads: Some(2),
             parallel: true,
             level: GraphOptimizationLevel::Level1,
+            device: crate::backend::InstanceDevice::Cpu,
         }
     );
     config
@@ -222,6 +224,7 @@ fn identity_instance() -> Box<dyn ModelInstance> {
         name: "identity_all_types_0".into(),
         index: 0,
         intra_op_threads: 1,
+        device: crate::backend::InstanceDevice::Cpu,
     };
     OnnxRuntimeBackend
         .create_instance(&config, &files, &spec)
@@ -437,6 +440,7 @@ fn mlp_onnx_latency() {
         name: "mlp_onnx_0".into(),
         index: 0,
         intra_op_threads: 1,
+        device: crate::backend::InstanceDevice::Cpu,
     };
     let mut instance = OnnxRuntimeBackend
         .create_instance(&config, &files, &spec)
@@ -699,6 +703,7 @@ fn seq_instance(name: &str) -> Box<dyn ModelInstance> {
         name: format!("{name}_0"),
         index: 0,
         intra_op_threads: 1,
+        device: crate::backend::InstanceDevice::Cpu,
     };
     OnnxRuntimeBackend
         .create_instance(&config, &files, &spec)
@@ -912,6 +917,7 @@ fn sequence_model_whose_graph_lacks_the_state_fails_to_load() {
         name: "simple_onnx_0".into(),
         index: 0,
         intra_op_threads: 1,
+        device: crate::backend::InstanceDevice::Cpu,
     };
     let err = format!(
         "{:#}",
