@@ -25,7 +25,7 @@ def main():
     inp = sess.get_inputs()[0]
     dims = [d if isinstance(d, int) else 1 for d in inp.shape[1:]]
     print(f"model {model_dir.name}: input {inp.name} {inp.shape}, intra_op_threads=1")
-    for batch in (1, 8, 32):
+    for batch in (1, 8, 32, 64):
         x = np.random.default_rng(0).standard_normal([batch] + dims).astype(np.float32)
         for _ in range(20):
             sess.run(None, {inp.name: x})
