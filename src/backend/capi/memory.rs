@@ -114,6 +114,39 @@ impl TRITONSERVER_BufferAttributes {
     }
 }
 
+/// A zeroed host buffer of `byte_size` bytes that a backend fills (an
+/// output's or a state's), stored in `store` with its `attributes`, and
+/// where it is written to the backend's out-parameters (the optional
+/// memory type and id too). `what` names the buffer in the error.
+///
+/// # Safety
+/// `buffer` must be valid for a write; `memory_type` and `memory_type_id`
+/// null or valid for a write.
+pub(super) unsafe fn hand_out_host_buffer(
+    store: &mut Vec<u8>,
+    attributes: &mut TRITONSERVER_BufferAttributes,
+    byte_size: u64,
+    what: &str,
+    buffer: *mut *mut c_void,
+    memory_type: *mut MemoryType,
+    memory_type_id: *mut i64,
+) -> Result<(), ErrorPtr> {
+    let size = usize::try_from(byte_size)
+        .map_err(|_| error::invalid_arg(format!("{what} buffer too large")))?;
+    *store = vec![0; size];
+    *attributes = TRITONSERVER_BufferAttributes::host(size);
+    unsafe {
+        *buffer = store.as_mut_ptr().cast();
+        if !memory_type.is_null() {
+            *memory_type = MEMORY_CPU;
+        }
+        if !memory_type_id.is_null() {
+            *memory_type_id = 0;
+        }
+    }
+    Ok(())
+}
+
 macro_rules! attr_get {
     ($fn_name:ident, $field:ident, $ty:ty, $conv:expr) => {
         #[no_mangle]

@@ -181,6 +181,15 @@ impl TRITONBACKEND_Request {
             .iter()
             .find(|i| i.name.as_bytes() == name.as_bytes())
     }
+
+    fn input_at(&self, index: u32) -> Result<&TRITONBACKEND_Input, ErrorPtr> {
+        self.inputs.get(index as usize).ok_or_else(|| {
+            error::invalid_arg(format!(
+                "out of bounds index {index}: request has {} inputs",
+                self.inputs.len()
+            ))
+        })
+    }
 }
 
 unsafe fn request<'a>(
@@ -354,12 +363,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInputName(
     status((|| {
         let r = unsafe { request(r)? };
         non_null(input_name, "input_name")?;
-        let i = r.inputs.get(index as usize).ok_or_else(|| {
-            error::invalid_arg(format!(
-                "out of bounds index {index}: request has {} inputs",
-                r.inputs.len()
-            ))
-        })?;
+        let i = r.input_at(index)?;
         unsafe { *input_name = i.name.as_ptr() };
         Ok(())
     })())
@@ -392,12 +396,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInputByIndex(
     status((|| {
         let r = unsafe { request(r)? };
         non_null(out, "input")?;
-        let i = r.inputs.get(index as usize).ok_or_else(|| {
-            error::invalid_arg(format!(
-                "out of bounds index {index}: request has {} inputs",
-                r.inputs.len()
-            ))
-        })?;
+        let i = r.input_at(index)?;
         unsafe { *out = (i as *const TRITONBACKEND_Input).cast_mut() };
         Ok(())
     })())

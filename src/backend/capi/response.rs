@@ -14,9 +14,9 @@ use bytes::Bytes;
 
 use super::{
     error::{self, c_str, non_null, status, ErrorPtr},
-    memory::TRITONSERVER_BufferAttributes,
+    memory::{self, TRITONSERVER_BufferAttributes},
     request::TRITONBACKEND_Request,
-    types::{datatype_from_c, MemoryType, TritonDataType, MEMORY_CPU, RESPONSE_COMPLETE_FINAL},
+    types::{datatype_from_c, MemoryType, TritonDataType, RESPONSE_COMPLETE_FINAL},
 };
 use crate::{
     backend::ResponseSender,
@@ -333,20 +333,17 @@ pub unsafe extern "C" fn TRITONBACKEND_OutputBuffer(
                 )));
             }
         }
-        let size = usize::try_from(buffer_byte_size)
-            .map_err(|_| error::invalid_arg("output buffer too large"))?;
-        o.buffer = vec![0; size];
-        o.attributes = TRITONSERVER_BufferAttributes::host(size);
         unsafe {
-            *buffer = o.buffer.as_mut_ptr().cast();
-            if !memory_type.is_null() {
-                *memory_type = MEMORY_CPU;
-            }
-            if !memory_type_id.is_null() {
-                *memory_type_id = 0;
-            }
+            memory::hand_out_host_buffer(
+                &mut o.buffer,
+                &mut o.attributes,
+                buffer_byte_size,
+                "output",
+                buffer,
+                memory_type,
+                memory_type_id,
+            )
         }
-        Ok(())
     })())
 }
 

@@ -9,9 +9,9 @@ use bytes::Bytes;
 
 use super::{
     error::{self, c_str, non_null, status, ErrorPtr},
-    memory::TRITONSERVER_BufferAttributes,
+    memory::{self, TRITONSERVER_BufferAttributes},
     request::TRITONBACKEND_Request,
-    types::{datatype_from_c, MemoryType, TritonDataType, MEMORY_CPU},
+    types::{datatype_from_c, MemoryType, TritonDataType},
 };
 use crate::{
     backend::StateUpdates,
@@ -96,20 +96,17 @@ pub unsafe extern "C" fn TRITONBACKEND_StateBuffer(
         non_null(s, "state")?;
         non_null(buffer, "buffer")?;
         let s = unsafe { &mut *s };
-        let size = usize::try_from(buffer_byte_size)
-            .map_err(|_| error::invalid_arg("state buffer too large"))?;
-        s.buffer = vec![0; size];
-        s.attributes = TRITONSERVER_BufferAttributes::host(size);
         unsafe {
-            *buffer = s.buffer.as_mut_ptr().cast();
-            if !memory_type.is_null() {
-                *memory_type = MEMORY_CPU;
-            }
-            if !memory_type_id.is_null() {
-                *memory_type_id = 0;
-            }
+            memory::hand_out_host_buffer(
+                &mut s.buffer,
+                &mut s.attributes,
+                buffer_byte_size,
+                "state",
+                buffer,
+                memory_type,
+                memory_type_id,
+            )
         }
-        Ok(())
     })())
 }
 
