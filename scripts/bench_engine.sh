@@ -7,7 +7,11 @@
 #      concurrency 64 (shardserve-bench, HTTP binary tensors)
 #   2. simple over HTTP JSON (wrk) at concurrency 1 and 64
 #   3. mlp_onnx_dyna with 1, 2 and 4 instances at concurrency 64, with the
-#      executed batch sizes from the statistics
+#      executed batch sizes from the statistics, and where the server's core
+#      went: CPU seconds of the compute workers vs the shard (network) thread
+#      during the run, and the inferences per compute-CPU-second (compare
+#      with scripts/bench_ort_direct.py's batched figure: the compute side's
+#      efficiency, apart from the network work sharing its core)
 #
 # Usage: scripts/bench_engine.sh [BINARY=target/release/shardserve] [SECONDS=8] [SERVER_CPU=0] [CLIENT_CPU=1]
 set -euo pipefail
@@ -32,6 +36,25 @@ start() { # repo
     sleep 0.1
   done
   echo "server did not become ready:"; cat "$out/server.log"; exit 1
+}
+cpu_ticks() { # pid -> "compute_ticks shard_ticks" (utime+stime of each thread class)
+  python3 - "$1" <<'PY'
+import glob, sys
+c = s = 0
+for f in glob.glob(f"/proc/{sys.argv[1]}/task/*/stat"):
+    try:
+        data = open(f).read()
+    except OSError:
+        continue
+    comm = data[data.index("(") + 1:data.rindex(")")]
+    fields = data[data.rindex(")") + 2:].split()
+    ticks = int(fields[11]) + int(fields[12])
+    if comm.startswith("compute-"):
+        c += ticks
+    elif comm.startswith("shard-"):
+        s += ticks
+print(c, s)
+PY
 }
 stop() { kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; pid=; }
 
@@ -72,16 +95,23 @@ for n in 1 2 4; do
   cp -r models/mlp_onnx_dyna "$repo/"
   sed -i "s/instance_group \[ { count: 1, kind: KIND_CPU } \]/instance_group [ { count: $n, kind: KIND_CPU } ]/" "$repo/mlp_onnx_dyna/config.pbtxt"
   start "$repo"
+  before=$(cpu_ticks "$pid")
   taskset -c "$client_cpu" "$bench" -m mlp_onnx_dyna -u 127.0.0.1:$port --concurrency-range 64 \
     -p $((secs * 1000 / 2)) --max-trials 2 --json "$out/dyna.json" >/dev/null 2>&1 || true
+  after=$(cpu_ticks "$pid")
   curl -s "http://127.0.0.1:$port/v2/models/mlp_onnx_dyna/stats" >"$out/stats.json"
-  python3 - "$out/dyna.json" "$out/stats.json" "$n" <<'PY'
+  python3 - "$out/dyna.json" "$out/stats.json" "$n" "$before" "$after" "$(getconf CLK_TCK)" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))["steps"][-1]
 st = json.load(open(sys.argv[2]))["model_stats"][0]
 ex, inf = int(st["execution_count"]), int(st["inference_count"])
 sizes = sorted(((b["batch_size"], int(b["compute_infer"]["count"])) for b in st["batch_stats"]), key=lambda x: -x[1])[:4]
 print(f"mlp_onnx_dyna x{sys.argv[3]} c=64: infer/s={s['throughput']:.0f} p50={s['latency_us']['p50']:.0f}us p99={s['latency_us']['p99']:.0f}us mean batch={inf/max(ex,1):.1f} top (batch size, executions)={sizes}")
+(c0, s0), (c1, s1), hz = map(int, sys.argv[4].split()), map(int, sys.argv[5].split()), int(sys.argv[6])
+compute_s, shard_s = (c1 - c0) / hz, (s1 - s0) / hz
+if compute_s > 0:
+    print(f"  server CPU during the run: compute workers {compute_s:.1f}s, shard {shard_s:.1f}s; "
+          f"{inf / compute_s:.0f} infer per compute-CPU-second (all inferences since start)")
 PY
   stop
 done
