@@ -5,20 +5,16 @@ repository holds exactly the number of models they expect (7 for HTTP,
 
 import pathlib
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-BINARY = ROOT / "target" / "release" / "shardserve"
+from serverproc import ROOT, ServerProcess
+
 EXAMPLES = pathlib.Path(__file__).resolve().parent / "examples"
 # Built-in models only: no ONNX Runtime needed.
 SEVEN = ["simple", "simple_int8", "simple_string", "simple_identity",
@@ -26,40 +22,15 @@ SEVEN = ["simple", "simple_int8", "simple_string", "simple_identity",
 EIGHTH = "simple_dyna_sequence"
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def explicit_server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("explicit-repo")
     for name in SEVEN:
         shutil.copytree(ROOT / "models" / name, repo / name)
-    http, grpc, metrics = (_free_port() for _ in range(3))
-    log = open(ROOT / "target" / "python-model-control-server.log", "w")
-    proc = subprocess.Popen(
-        [str(BINARY), "--model-repository", str(repo), "--host", "127.0.0.1",
-         "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
-         "--cores", "2", "--model-control-mode", "explicit", "--exit-timeout-secs", "5"],
-        stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/live", timeout=1) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            pytest.fail("explicit-mode server did not start; see target/python-model-control-server.log")
-        time.sleep(0.1)
-    yield repo, f"127.0.0.1:{http}", f"127.0.0.1:{grpc}"
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=20) == 0
-    log.close()
+    server = ServerProcess([repo], ["--model-control-mode", "explicit"],
+                           log="python-model-control-server.log", ready_path="/v2/health/live")
+    yield repo, server.http_url, server.grpc_url
+    server.stop_expecting_success()
 
 
 def _run(example, url):

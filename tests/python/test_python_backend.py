@@ -9,11 +9,7 @@ another server (e.g. real Triton serving models_python/ with py_bls's
 target_model set to py_simple)."""
 
 import os
-import pathlib
 import queue
-import signal
-import subprocess
-import time
 import urllib.request
 
 import numpy as np
@@ -22,13 +18,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-BINARY = ROOT / "target" / "release" / "shardserve"
+from serverproc import ROOT, ServerProcess
+
 BACKEND = ROOT / ".backends" / "python" / "libtriton_python.so"
 MODELS = ["py_simple", "py_repeat_int32", "py_sequence_accumulator", "py_bls"]
 TIMEOUT_S = 30
-
-from conftest import _free_port  # noqa: E402
 
 
 class Urls:
@@ -49,46 +43,10 @@ def urls():
         return
     if not BACKEND.exists():
         pytest.skip(f"Triton's Python backend is not installed ({BACKEND}); scripts/setup.sh installs it")
-    ports = [_free_port() for _ in range(3)]
-    log = open(ROOT / "target" / "python-backend-server.log", "w")
-    proc = subprocess.Popen(
-        [
-            str(BINARY),
-            "--model-repository", str(ROOT / "models"),
-            "--model-repository", str(ROOT / "models_python"),
-            "--host", "127.0.0.1",
-            "--http-port", str(ports[0]),
-            "--grpc-port", str(ports[1]),
-            "--metrics-port", str(ports[2]),
-            "--cores", "2",
-            "--exit-timeout-secs", "5",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.time() + 90
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/v2/health/ready", timeout=1) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None:
-            pytest.fail(f"server exited early with {proc.returncode}; see target/python-backend-server.log")
-        if time.time() > deadline:
-            proc.kill()
-            pytest.fail("server did not become ready within 90 s")
-        time.sleep(0.1)
-    yield Urls(f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}")
-    proc.send_signal(signal.SIGTERM)
-    try:
-        code = proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("server did not stop within 30 s of SIGTERM")
-    log.close()
-    assert code == 0, f"server exited with {code} after SIGTERM"
+    server = ServerProcess([ROOT / "models", ROOT / "models_python"],
+                           log="python-backend-server.log", ready_timeout_s=90)
+    yield Urls(server.http_url, server.grpc_url, server.metrics_url)
+    server.stop_expecting_success(timeout_s=30)
 
 
 @pytest.fixture(scope="module")
@@ -261,35 +219,10 @@ def test_bls_calls_another_model_of_the_server(http, grpc, proto):
 def test_without_the_python_backend_its_models_fail_with_the_reason(tmp_path):
     """An empty backend directory: the Python models are UNAVAILABLE with a
     reason naming the missing library; every other model serves."""
-    ports = [_free_port() for _ in range(3)]
-    proc = subprocess.Popen(
-        [
-            str(BINARY),
-            "--model-repository", str(ROOT / "models"),
-            "--model-repository", str(ROOT / "models_python"),
-            "--backend-directory", str(tmp_path),
-            "--host", "127.0.0.1",
-            "--http-port", str(ports[0]),
-            "--grpc-port", str(ports[1]),
-            "--metrics-port", str(ports[2]),
-            "--cores", "1",
-            "--exit-timeout-secs", "5",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = ServerProcess([ROOT / "models", ROOT / "models_python"],
+                           ["--backend-directory", str(tmp_path)], log=None, cores=1)
     try:
-        client = httpclient.InferenceServerClient(f"127.0.0.1:{ports[0]}")
-        deadline = time.time() + 60
-        while True:
-            try:
-                if client.is_server_ready():
-                    break
-            except Exception:
-                pass
-            assert proc.poll() is None, f"server exited with {proc.returncode}"
-            assert time.time() < deadline, "server did not become ready"
-            time.sleep(0.1)
+        client = httpclient.InferenceServerClient(server.http_url)
         index = {m["name"]: m for m in client.get_model_repository_index()}
         for m in MODELS:
             assert index[m]["state"] == "UNAVAILABLE", index[m]
@@ -299,11 +232,7 @@ def test_without_the_python_backend_its_models_fail_with_the_reason(tmp_path):
         result = client.infer("simple", simple_inputs(httpclient, a, a))
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        server.stop()
 
 
 def test_bls_streams_a_decoupled_models_responses(http):

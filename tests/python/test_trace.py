@@ -3,12 +3,6 @@ per-model settings, clearing a model's setting back to the global one, and
 the trace file the traced requests produce (Triton's JSON)."""
 
 import json
-import pathlib
-import signal
-import socket
-import subprocess
-import time
-import urllib.request
 
 import numpy as np
 import pytest
@@ -16,53 +10,20 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-BINARY = ROOT / "target" / "release" / "shardserve"
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class TracedServer:
-    def __init__(self, tmp):
-        self.file = tmp / "trace.json"
-        http, grpc, metrics = (_free_port() for _ in range(3))
-        self.http_url, self.grpc_url = f"127.0.0.1:{http}", f"127.0.0.1:{grpc}"
-        self.log = open(ROOT / "target" / "python-trace-server.log", "w")
-        self.proc = subprocess.Popen(
-            [str(BINARY), "--model-repository", str(ROOT / "models"), "--host", "127.0.0.1",
-             "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
-             "--cores", "2", "--exit-timeout-secs", "5",
-             "--trace-config", f"triton,file={self.file}", "--trace-config", "rate=1"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.time() > deadline:
-                self.proc.kill()
-                pytest.fail("traced server did not start; see target/python-trace-server.log")
-            time.sleep(0.1)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            assert self.proc.wait(timeout=20) == 0
-            self.log.close()
+from serverproc import ROOT, ServerProcess
 
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
-    server = TracedServer(tmp_path_factory.mktemp("trace"))
+    trace_file = tmp_path_factory.mktemp("trace") / "trace.json"
+    server = ServerProcess(
+        [ROOT / "models"],
+        ["--trace-config", f"triton,file={trace_file}", "--trace-config", "rate=1"],
+        log="python-trace-server.log",
+    )
+    server.file = trace_file
     yield server
-    server.stop()
+    server.stop_expecting_success()
 
 
 def _simple_infer(module, url, request_id):
@@ -120,7 +81,7 @@ def test_traced_requests_and_clearing(traced):
     assert m["trace_level"] == ["OFF"]
     assert m["trace_count"] == "50"
     _simple_infer(httpclient, traced.http_url, "untraced")
-    traced.stop()
+    traced.stop_expecting_success()
     traces = json.loads(traced.file.read_text())
     heads = {t["id"]: t for t in traces if "model_name" in t}
     names = {}
