@@ -95,18 +95,47 @@ impl Pool {
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
-        let (tx, rx) = oneshot::channel();
-        let job: Job = Box::new(move || {
-            let result = catch_unwind(AssertUnwindSafe(f)).map_err(|_| OffloadError::Panicked);
-            // The caller may have gone (connection closed): nothing to do.
-            let _ = tx.send(result);
-        });
+        let (job, rx) = job_for(f);
         self.queue.try_send(job).map_err(|e| match e {
             TrySendError::Full(_) => OffloadError::Busy,
             TrySendError::Disconnected(_) => OffloadError::Stopped,
         })?;
         rx.await.unwrap_or(Err(OffloadError::Stopped))
     }
+
+    /// As [`Pool::run`], but runs `f` on the calling thread when the queue
+    /// is full or the workers are gone: for work whose result must not be
+    /// lost (an answer already computed), where stalling the caller once
+    /// beats failing the request.
+    pub async fn run_or_inline<T, F>(&self, f: F) -> Result<T, OffloadError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        let (job, rx) = job_for(f);
+        match self.queue.try_send(job) {
+            Ok(()) => {}
+            Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => job(),
+        }
+        rx.await.unwrap_or(Err(OffloadError::Stopped))
+    }
+}
+
+type JobResult<T> = oneshot::Receiver<Result<T, OffloadError>>;
+
+/// `f` as a job that answers through the returned receiver.
+fn job_for<T, F>(f: F) -> (Job, JobResult<T>)
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let (tx, rx) = oneshot::channel();
+    let job: Job = Box::new(move || {
+        let result = catch_unwind(AssertUnwindSafe(f)).map_err(|_| OffloadError::Panicked);
+        // The caller may have gone (connection closed): nothing to do.
+        let _ = tx.send(result);
+    });
+    (job, rx)
 }
 
 fn worker(jobs: &Mutex<Receiver<Job>>) {
@@ -168,6 +197,19 @@ where
     global()?.run(f).await
 }
 
+/// Runs `f` on the process-wide pool, or on the calling thread when the
+/// pool is full or could not be started (see [`Pool::run_or_inline`]).
+pub async fn run_or_inline<T, F>(f: F) -> Result<T, OffloadError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    match global() {
+        Ok(pool) => pool.run_or_inline(f).await,
+        Err(_) => catch_unwind(AssertUnwindSafe(f)).map_err(|_| OffloadError::Panicked),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::{
@@ -217,6 +259,35 @@ mod tests {
         gate.wait();
         assert_eq!(block_on(first), Ok(1));
         assert_eq!(block_on(second), Ok(2));
+    }
+
+    #[test]
+    fn a_full_queue_runs_must_finish_work_on_the_caller() {
+        let pool = Pool::new(1, 1).unwrap();
+        let (started_tx, started) = mpsc::channel();
+        let gate = Arc::new(Barrier::new(2));
+        let held = Arc::clone(&gate);
+        let mut first = Box::pin(pool.run(move || {
+            let _ = started_tx.send(());
+            held.wait();
+            thread::current().name().map(str::to_string)
+        }));
+        assert!(first.as_mut().now_or_never().is_none());
+        started.recv().unwrap();
+        let mut second = Box::pin(pool.run(|| thread::current().name().map(str::to_string)));
+        assert!(second.as_mut().now_or_never().is_none());
+        // The queue is full: this one runs here, at once.
+        let here = thread::current().name().map(str::to_string);
+        assert_eq!(
+            block_on(pool.run_or_inline(|| thread::current().name().map(str::to_string))),
+            Ok(here)
+        );
+        gate.wait();
+        assert!(block_on(first).unwrap().unwrap().starts_with("offload-"));
+        assert!(block_on(second).unwrap().unwrap().starts_with("offload-"));
+        // With room in the queue it goes to a worker.
+        let name = block_on(pool.run_or_inline(|| thread::current().name().map(str::to_string)));
+        assert!(name.unwrap().unwrap().starts_with("offload-"));
     }
 
     #[test]

@@ -262,3 +262,112 @@ fn huge_names_are_not_echoed_over_http() {
         assert!(reply.error().len() < 1024, "{}", reply.error().len());
     });
 }
+
+/// A 60 MB JSON body on one connection (decoded on the offload pool, its
+/// answer encoded there too) while another connection of the same, only
+/// shard keeps probing `/v2/health/live`: the probes are not held up by
+/// the body. Latencies are printed; the bound asserted is generous (CI
+/// machines are shared), two orders below the seconds this used to take.
+#[test]
+fn a_60_mb_json_body_does_not_hold_up_health_probes() {
+    use std::{
+        io::Read,
+        net::TcpStream,
+        sync::{
+            atomic::{AtomicBool, Ordering},
+            Arc,
+        },
+        time::{Duration, Instant},
+    };
+
+    let repo = TempRepo::new("sixty_mb_json");
+    repo.identity("big", 0, "");
+    let server = repo.start(128 << 20);
+    let addr = server.http_addr();
+
+    // 7.5 M ints of 7 digits and a comma: 60 MB of `data`.
+    let n = 7_500_000usize;
+    let mut body = Vec::with_capacity(n * 8 + 200);
+    body.extend_from_slice(
+        format!(r#"{{"inputs":[{{"name":"INPUT0","datatype":"INT32","shape":[{n}],"data":["#)
+            .as_bytes(),
+    );
+    for i in 0..n {
+        if i > 0 {
+            body.push(b',');
+        }
+        write!(body, "{}", 1_000_000 + (i % 8_999_999)).unwrap();
+    }
+    body.extend_from_slice(
+        br#"]}],"outputs":[{"name":"OUTPUT0","parameters":{"binary_data":true}}]}"#,
+    );
+    println!("JSON body: {} MB", body.len() / 1_000_000);
+
+    let done = Arc::new(AtomicBool::new(false));
+    let prober = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_nodelay(true).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut lat = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !done.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                s.write_all(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+                    .unwrap();
+                // An empty 200 fits in one read.
+                let got = s.read(&mut buf).unwrap();
+                assert!(buf[..got].starts_with(b"HTTP/1.1 200"));
+                lat.push(t.elapsed());
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            lat
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    let reply = request(
+        addr,
+        "POST",
+        "/v2/models/big/infer",
+        &[("Content-Type", "application/json")],
+        &body,
+    );
+    let took = t.elapsed();
+    std::thread::sleep(Duration::from_millis(50));
+    done.store(true, Ordering::Relaxed);
+    let mut lat = prober.join().unwrap();
+    lat.sort();
+    let p = |q: f64| lat[((lat.len() - 1) as f64 * q).round() as usize];
+    println!(
+        "60 MB JSON infer answered {} in {took:?}; {} probes meanwhile: p50 {:?} p99 {:?} max {:?}",
+        reply.status,
+        lat.len(),
+        p(0.5),
+        p(0.99),
+        lat[lat.len() - 1]
+    );
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body[..reply.body.len().min(300)])
+    );
+    // The answer: a JSON header, then the 30 MB binary OUTPUT0.
+    assert!(reply.body.len() > 4 * n);
+    let tail = &reply.body[reply.body.len() - 4 * n..];
+    assert_eq!(&tail[..4], &1_000_000i32.to_le_bytes());
+    assert_eq!(
+        &tail[4 * (n - 1)..],
+        &(1_000_000 + (n - 1) as i32).to_le_bytes()
+    );
+    assert!(lat.len() >= 10, "only {} probes", lat.len());
+    assert!(
+        lat[lat.len() - 1] < Duration::from_millis(300),
+        "a probe waited {:?}",
+        lat[lat.len() - 1]
+    );
+    drop(repo);
+    server.shutdown().unwrap();
+}

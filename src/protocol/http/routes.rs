@@ -23,7 +23,7 @@ use crate::{
     server::{state, ServerState},
     shard::{self, InFlight},
     trace::Event,
-    types::{InferError, InferResult},
+    types::{InferError, InferResponse, InferResult, Parameters, RequestedOutput},
 };
 
 const HEADER_LENGTH: &str = "inference-header-content-length";
@@ -293,37 +293,75 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
     if let Some(targets) = &shm_outputs {
         targets.write(&mut response)?;
     }
-    let encoded = encode_infer_response(&response, &requested, &parameters)?;
-    let content_type = if encoded.json_header_length.is_some() {
-        "application/octet-stream"
-    } else {
-        "application/json"
-    };
     let accept = headers
         .get(header::ACCEPT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let (body, encoding) = match choose_response_encoding(accept) {
-        Some(enc) => match compress(enc, &encoded.body) {
-            Some(b) => (b, Some(enc)),
-            None => (encoded.body, None),
-        },
-        None => (encoded.body, None),
+    let wire = encode_answer(
+        response,
+        requested,
+        parameters,
+        choose_response_encoding(accept),
+    )
+    .await?;
+    let content_type = if wire.json_header_length.is_some() {
+        "application/octet-stream"
+    } else {
+        "application/json"
     };
     // As Triton's: the send is the hand-over of the whole response to the
     // HTTP library, not the last byte on the wire.
     trace.stamp(Event::HttpSendStart);
-    let mut resp = respond(StatusCode::OK, content_type, body);
-    if let Some(len) = encoded.json_header_length {
+    let mut resp = respond(StatusCode::OK, content_type, wire.body);
+    if let Some(len) = wire.json_header_length {
         resp.headers_mut()
             .insert(HEADER_LENGTH, HeaderValue::from(len));
     }
-    if let Some(enc) = encoding {
+    if let Some(enc) = wire.encoding {
         resp.headers_mut()
             .insert(header::CONTENT_ENCODING, HeaderValue::from_static(enc));
     }
     trace.stamp(Event::HttpSendEnd);
     Ok(resp)
+}
+
+/// An `/infer` answer as it goes on the wire.
+struct WireAnswer {
+    body: Bytes,
+    json_header_length: Option<usize>,
+    /// The `Content-Encoding` the body was compressed with.
+    encoding: Option<&'static str>,
+}
+
+/// Encodes an answer and compresses it when the client asked: inline for
+/// small answers, on the offload pool for large ones (tens of MB of JSON
+/// text or gzip would stall every connection of the shard), or inline
+/// after all when the pool is full, since the answer is already computed.
+async fn encode_answer(
+    response: InferResponse,
+    requested: Vec<RequestedOutput>,
+    parameters: Parameters,
+    compression: Option<&'static str>,
+) -> InferResult<WireAnswer> {
+    let large = response.outputs.iter().map(|t| t.data.len()).sum::<usize>()
+        > crate::offload::BODY_THRESHOLD;
+    let encode = move || -> InferResult<WireAnswer> {
+        let encoded = encode_infer_response(&response, &requested, &parameters)?;
+        let (body, encoding) =
+            match compression.and_then(|c| Some((compress(c, &encoded.body)?, c))) {
+                Some((compressed, c)) => (compressed, Some(c)),
+                None => (encoded.body, None),
+            };
+        Ok(WireAnswer {
+            body,
+            json_header_length: encoded.json_header_length,
+            encoding,
+        })
+    };
+    if !large {
+        return encode();
+    }
+    crate::offload::run_or_inline(encode).await?
 }
 
 fn parse_header_length(headers: &HeaderMap) -> InferResult<Option<usize>> {
