@@ -268,8 +268,12 @@ fn huge_names_are_not_echoed_over_http() {
 /// shard keeps probing `/v2/health/live`: the probes are not held up by
 /// the body. Latencies are printed; the bound asserted is generous (CI
 /// machines are shared), two orders below the seconds this used to take.
-#[test]
-fn a_60_mb_json_body_does_not_hold_up_health_probes() {
+/// Health probes on their own connection every 2 ms while `work` runs;
+/// returns `work`'s result and the probes' latencies, sorted.
+fn probing_health<R>(
+    addr: std::net::SocketAddr,
+    work: impl FnOnce() -> R,
+) -> (R, Vec<std::time::Duration>) {
     use std::{
         io::Read,
         net::TcpStream,
@@ -279,30 +283,6 @@ fn a_60_mb_json_body_does_not_hold_up_health_probes() {
         },
         time::{Duration, Instant},
     };
-
-    let repo = TempRepo::new("sixty_mb_json");
-    repo.identity("big", 0, "");
-    let server = repo.start(128 << 20);
-    let addr = server.http_addr();
-
-    // 7.5 M ints of 7 digits and a comma: 60 MB of `data`.
-    let n = 7_500_000usize;
-    let mut body = Vec::with_capacity(n * 8 + 200);
-    body.extend_from_slice(
-        format!(r#"{{"inputs":[{{"name":"INPUT0","datatype":"INT32","shape":[{n}],"data":["#)
-            .as_bytes(),
-    );
-    for i in 0..n {
-        if i > 0 {
-            body.push(b',');
-        }
-        write!(body, "{}", 1_000_000 + (i % 8_999_999)).unwrap();
-    }
-    body.extend_from_slice(
-        br#"]}],"outputs":[{"name":"OUTPUT0","parameters":{"binary_data":true}}]}"#,
-    );
-    println!("JSON body: {} MB", body.len() / 1_000_000);
-
     let done = Arc::new(AtomicBool::new(false));
     let prober = {
         let done = done.clone();
@@ -326,28 +306,70 @@ fn a_60_mb_json_body_does_not_hold_up_health_probes() {
         })
     };
     std::thread::sleep(Duration::from_millis(100));
-    let t = Instant::now();
-    let reply = request(
-        addr,
-        "POST",
-        "/v2/models/big/infer",
-        &[("Content-Type", "application/json")],
-        &body,
-    );
-    let took = t.elapsed();
+    let out = work();
     std::thread::sleep(Duration::from_millis(50));
     done.store(true, Ordering::Relaxed);
     let mut lat = prober.join().unwrap();
     lat.sort();
+    (out, lat)
+}
+
+/// Prints the probes' figures and checks none waited anywhere near the
+/// large request's time (a few ms expected; the bound only catches a
+/// shard held for the whole body).
+fn check_probes(what: &str, took: std::time::Duration, lat: &[std::time::Duration]) {
     let p = |q: f64| lat[((lat.len() - 1) as f64 * q).round() as usize];
     println!(
-        "60 MB JSON infer answered {} in {took:?}; {} probes meanwhile: p50 {:?} p99 {:?} max {:?}",
-        reply.status,
+        "{what} answered in {took:?}; {} probes meanwhile: p50 {:?} p99 {:?} max {:?}",
         lat.len(),
         p(0.5),
         p(0.99),
         lat[lat.len() - 1]
     );
+    assert!(lat.len() >= 10, "only {} probes", lat.len());
+    assert!(
+        lat[lat.len() - 1] < std::time::Duration::from_millis(300),
+        "a probe waited {:?}",
+        lat[lat.len() - 1]
+    );
+}
+
+#[test]
+fn a_60_mb_json_body_does_not_hold_up_health_probes() {
+    let repo = TempRepo::new("sixty_mb_json");
+    repo.identity("big", 0, "");
+    let server = repo.start(128 << 20);
+    let addr = server.http_addr();
+
+    // 7.5 M ints of 7 digits and a comma: 60 MB of `data`.
+    let n = 7_500_000usize;
+    let mut body = Vec::with_capacity(n * 8 + 200);
+    body.extend_from_slice(
+        format!(r#"{{"inputs":[{{"name":"INPUT0","datatype":"INT32","shape":[{n}],"data":["#)
+            .as_bytes(),
+    );
+    for i in 0..n {
+        if i > 0 {
+            body.push(b',');
+        }
+        write!(body, "{}", 1_000_000 + (i % 8_999_999)).unwrap();
+    }
+    body.extend_from_slice(
+        br#"]}],"outputs":[{"name":"OUTPUT0","parameters":{"binary_data":true}}]}"#,
+    );
+    println!("JSON body: {} MB", body.len() / 1_000_000);
+
+    let ((reply, took), lat) = probing_health(addr, || {
+        let t = std::time::Instant::now();
+        let reply = request(
+            addr,
+            "POST",
+            "/v2/models/big/infer",
+            &[("Content-Type", "application/json")],
+            &body,
+        );
+        (reply, t.elapsed())
+    });
     assert_eq!(
         reply.status,
         200,
@@ -362,12 +384,67 @@ fn a_60_mb_json_body_does_not_hold_up_health_probes() {
         &tail[4 * (n - 1)..],
         &(1_000_000 + (n - 1) as i32).to_le_bytes()
     );
-    assert!(lat.len() >= 10, "only {} probes", lat.len());
-    assert!(
-        lat[lat.len() - 1] < Duration::from_millis(300),
-        "a probe waited {:?}",
-        lat[lat.len() - 1]
-    );
+    check_probes("60 MB JSON infer", took, &lat);
+    drop(repo);
+    server.shutdown().unwrap();
+}
+
+/// A 60 MB tensor each way over gRPC: the answer's raw output is sent
+/// from the model's buffer after the message (`raw_tail`) and both
+/// directions pause the shard every MiB, so probes keep being answered;
+/// tonic's decoder must read the appended field as the same message.
+#[test]
+fn a_60_mb_grpc_tensor_round_trips_without_holding_up_health_probes() {
+    use shardserve::proto::inference::model_infer_request::InferInputTensor;
+
+    let repo = TempRepo::new("sixty_mb_grpc");
+    repo.identity("big", 0, "");
+    let mut opts = ServerOptions::for_tests(&repo.0);
+    opts.cores = Some(1);
+    opts.grpc_max_message_size = 128 << 20;
+    let server = start_with(opts);
+    let (http, grpc) = (server.http_addr(), server.grpc_addr());
+
+    let n = 15_000_000usize;
+    let raw: Vec<u8> = (0..n as i32).flat_map(|v| v.to_le_bytes()).collect();
+    let request = ModelInferRequest {
+        model_name: "big".into(),
+        inputs: vec![InferInputTensor {
+            name: "INPUT0".into(),
+            datatype: "INT32".into(),
+            shape: vec![n as i64],
+            ..Default::default()
+        }],
+        raw_input_contents: vec![raw.clone().into()],
+        ..Default::default()
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ((reply, took), lat) = probing_health(http, || {
+        rt.block_on(async move {
+            let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let mut client = GrpcInferenceServiceClient::new(channel)
+                .max_encoding_message_size(128 << 20)
+                .max_decoding_message_size(128 << 20);
+            let t = std::time::Instant::now();
+            let reply = client.model_infer(request).await.map(|r| r.into_inner());
+            (reply, t.elapsed())
+        })
+    });
+    let reply = reply.expect("the 60 MB infer succeeds");
+    assert_eq!(reply.model_name, "big");
+    assert_eq!(reply.outputs.len(), 1);
+    assert_eq!(reply.outputs[0].name, "OUTPUT0");
+    assert_eq!(reply.outputs[0].shape, vec![n as i64]);
+    assert_eq!(reply.raw_output_contents.len(), 1);
+    assert!(reply.raw_output_contents[0][..] == raw[..]);
+    check_probes("60 MB gRPC infer", took, &lat);
     drop(repo);
     server.shutdown().unwrap();
 }

@@ -2,6 +2,7 @@
 pub mod codec;
 mod compression;
 mod health;
+mod raw_tail;
 mod repository_service;
 mod server;
 mod service;

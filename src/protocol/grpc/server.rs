@@ -16,14 +16,18 @@ use monoio::{io::IntoPollIo, net::TcpListener};
 use monoio_compat::hyper::{MonoioExecutor, MonoioIo, MonoioTimer};
 use tower_service::Service;
 
-use super::{health::HealthService, service::InferenceService};
+use super::{
+    health::HealthService,
+    raw_tail::{with_raw_tail, RawTail},
+    service::InferenceService,
+};
 use crate::{
     proto::{
         health::health_server::HealthServer,
         inference::grpc_inference_service_server::GrpcInferenceServiceServer,
     },
     protocol::transport::{
-        self, ActiveRequest, ConnIo, ConnSlot, ConnState, Decision, TrackedBody,
+        self, ActiveRequest, ConnIo, ConnSlot, ConnState, Decision, PacedBody, TrackedBody,
     },
     server::state,
     shard::{ConnectionGauge, InFlight, Shard},
@@ -65,7 +69,7 @@ impl Service<http::Request<Incoming>> for GrpcRouter {
         let fut: Pin<
             Box<dyn Future<Output = Result<http::Response<tonic::body::Body>, Infallible>> + Send>,
         > = if path.starts_with("/inference.GRPCInferenceService/") {
-            Box::pin(self.inference.call(req))
+            Box::pin(self.inference.call(req.map(PacedBody::new)))
         } else if path.starts_with("/grpc.health.v1.Health/") {
             Box::pin(self.health.call(req))
         } else {
@@ -75,7 +79,16 @@ impl Service<http::Request<Incoming>> for GrpcRouter {
         Box::pin(async move {
             let out = fut.await;
             drop(in_flight);
-            out.map(|resp| resp.map(|body| TrackedBody::new(body, active)))
+            out.map(|mut resp| {
+                let tail = resp.extensions_mut().remove::<RawTail>();
+                resp.map(|body| {
+                    let body = match tail {
+                        Some(tail) => with_raw_tail(body, tail),
+                        None => body,
+                    };
+                    TrackedBody::new(body, active)
+                })
+            })
         })
     }
 }

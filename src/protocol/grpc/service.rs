@@ -6,6 +6,7 @@ use tonic::{codegen::BoxStream, Request, Response, Status, Streaming};
 
 use super::{
     codec::{decode_model_infer_request_for, encode_model_infer_response, typed_contents_size},
+    raw_tail::{RawTail, MIN_TAIL_BYTES},
     status::to_status,
     stream::InferStream,
 };
@@ -224,9 +225,14 @@ impl GrpcInferenceService for InferenceService {
         }
         // The send is the hand-over of the response to the gRPC library.
         trace.stamp(Event::GrpcSendStart);
-        let encoded = encode_model_infer_response(response);
+        let mut encoded = encode_model_infer_response(response);
+        let tail = take_raw_tail(&mut encoded);
         trace.stamp(Event::GrpcSendEnd);
-        Ok(Response::new(encoded))
+        let mut response = Response::new(encoded);
+        if let Some(tail) = tail {
+            response.extensions_mut().insert(tail);
+        }
+        Ok(response)
     }
 
     async fn trace_setting(
@@ -324,4 +330,26 @@ impl GrpcInferenceService for InferenceService {
     ) -> Result<Response<BoxStream<ModelStreamInferResponse>>, Status> {
         Ok(Response::new(Box::pin(InferStream::new(req.into_inner()))))
     }
+}
+
+/// Takes large raw outputs out of the message tonic will encode, to be
+/// sent from their own buffers after it (see `raw_tail`). Not where
+/// tonic may compress the response, nor past the message size limit
+/// (tonic's own check then refuses the whole message as before).
+fn take_raw_tail(message: &mut ModelInferResponse) -> Option<RawTail> {
+    let raw: usize = message.raw_output_contents.iter().map(|b| b.len()).sum();
+    if raw < MIN_TAIL_BYTES {
+        return None;
+    }
+    let (limit, compressing) = state::with_current(|s| {
+        (
+            s.options.grpc_max_message_size,
+            s.options.grpc_compress_responses,
+        )
+    })
+    .unwrap_or((64 << 20, true));
+    if compressing || prost::Message::encoded_len(message) > limit {
+        return None;
+    }
+    Some(RawTail(std::mem::take(&mut message.raw_output_contents)))
 }

@@ -12,6 +12,7 @@
 mod body;
 mod conn;
 mod listener;
+mod paced;
 
 use std::{
     cell::{Cell, RefCell},
@@ -27,6 +28,7 @@ use std::{
 pub use body::{read_body, BodyError};
 pub use conn::{drive, ActiveRequest, ConnIo, ConnState, Decision, TrackedBody};
 pub use listener::{accept_loop, ConnSlot};
+pub use paced::{PacedBody, Pacer, PAUSE_EVERY_BYTES};
 
 use crate::server::ServerOptions;
 
