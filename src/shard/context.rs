@@ -158,13 +158,9 @@ impl Shard {
         CURRENT.with(|c| c.borrow_mut().take());
     }
 
-    /// The model table snapshot this shard currently serves from.
-    pub fn table(&self) -> Arc<ModelTable> {
-        self.table.borrow().clone()
-    }
-
     /// Runs `f` on the current table without touching its reference count
-    /// (the request path: other shards hold the same `Arc`).
+    /// (the request path: other shards hold the same `Arc`). There is
+    /// deliberately no accessor that clones the table's `Arc`.
     pub fn with_table<R>(&self, f: impl FnOnce(&ModelTable) -> R) -> R {
         f(&self.table.borrow())
     }
