@@ -89,3 +89,19 @@ fn add(a: &AtomicU64, delta: i64) {
         let _ = a.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(d)));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gauges_are_padded_per_shard() {
+        assert!(std::mem::align_of::<ShardGauges>() >= crate::padded::LINE);
+        let g = ShardGauges::new(3);
+        g.count_forwarded(2);
+        g.count_forwarded(7); // out of range: ignored
+        g.set_ring_occupancy(1, 5);
+        assert_eq!(g.forwarded(), vec![0, 0, 1]);
+        assert_eq!(g.ring_occupancy(), vec![0, 5, 0]);
+    }
+}

@@ -161,6 +161,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn doorbells_do_not_share_lines() {
+        assert!(std::mem::align_of::<Doorbell>() >= crate::padded::LINE);
+    }
+
+    #[test]
     fn messages_arrive_in_order_from_each_peer() {
         let mut links = mesh::<u32>(3, 4);
         let mut l2 = links.pop().unwrap();

@@ -367,3 +367,23 @@ impl ShardTransport {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shards_block_owns_its_lines_and_its_count() {
+        // The block's `Arc` count (cloned per buffered body) and counters
+        // sit on lines of their own.
+        assert!(std::mem::align_of::<ShardTransportStats>() >= crate::padded::LINE);
+        let limits = TransportLimits::new(&ServerOptions::for_tests("/nonexistent"), 8, 1 << 20, 2);
+        let stats = TransportStats::new(2, limits);
+        let blocks: Vec<usize> = (0..2)
+            .filter_map(|i| stats.shard(i))
+            .map(|b| b as *const ShardTransportStats as usize)
+            .collect();
+        assert_eq!(blocks.len(), 2);
+        assert!(blocks.iter().all(|p| p % crate::padded::LINE == 0));
+    }
+}
