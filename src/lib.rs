@@ -10,6 +10,7 @@ pub mod gpu;
 pub mod metrics;
 pub mod model;
 pub mod offload;
+pub mod padded;
 pub mod proto;
 pub mod protocol;
 pub mod repository;

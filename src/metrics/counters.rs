@@ -12,6 +12,8 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use crate::padded::PaddedSlice;
+
 /// Batch sizes up to this have their own counters from the start.
 const DENSE_BATCH_SIZES: usize = 1024;
 /// Distinct batch sizes above [`DENSE_BATCH_SIZES`] counted per size, for
@@ -104,7 +106,7 @@ struct LargeBatch {
 
 /// One shard's block. 128-byte alignment keeps two shards' blocks off the
 /// same cache line (adjacent-line prefetch included).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 #[repr(align(128))]
 pub struct ShardCounters {
     pub success: DurationCounter,
@@ -120,10 +122,12 @@ pub struct ShardCounters {
     /// Requests queued on this shard's instances, not yet executing.
     pending: AtomicU64,
     /// Indexed by batch size (0 unused), up to [`DENSE_BATCH_SIZES`].
-    batches: Box<[BatchCounters]>,
+    /// Padded: a plain boxed slice could end in the cache line where the
+    /// next allocation (another shard's block) begins.
+    batches: PaddedSlice<BatchCounters, 8>,
     /// Open addressing by batch size, for larger sizes; empty unless
     /// `max_batch_size` exceeds [`DENSE_BATCH_SIZES`].
-    large_batches: Box<[LargeBatch]>,
+    large_batches: PaddedSlice<LargeBatch, 16>,
 }
 
 impl ShardCounters {
@@ -135,9 +139,19 @@ impl ShardCounters {
             0
         };
         Self {
-            batches: (0..=dense).map(|_| BatchCounters::default()).collect(),
-            large_batches: (0..large).map(|_| LargeBatch::default()).collect(),
-            ..Default::default()
+            success: DurationCounter::default(),
+            fail: DurationCounter::default(),
+            fail_by_reason: Default::default(),
+            queue: DurationCounter::default(),
+            compute_input: DurationCounter::default(),
+            compute_infer: DurationCounter::default(),
+            compute_output: DurationCounter::default(),
+            inference_count: AtomicU64::default(),
+            execution_count: AtomicU64::default(),
+            last_inference_ms: AtomicU64::default(),
+            pending: AtomicU64::default(),
+            batches: PaddedSlice::new(dense + 1),
+            large_batches: PaddedSlice::new(large),
         }
     }
 
@@ -150,7 +164,7 @@ impl ShardCounters {
         let slots = self.large_batches.len();
         let size = rows as u64;
         (0..slots)
-            .map(|i| &self.large_batches[(rows + i) % slots])
+            .filter_map(|i| self.large_batches.get((rows + i) % slots))
             .find_map(|slot| match slot.size.load(Acquire) {
                 s if s == size => Some(&slot.counters),
                 0 => {
@@ -376,5 +390,8 @@ mod tests {
     #[test]
     fn blocks_do_not_share_cache_lines() {
         assert!(std::mem::align_of::<ShardCounters>() >= 128);
+        // The chunk sizes of the padded batch arrays waste no bytes.
+        assert_eq!(std::mem::size_of::<[BatchCounters; 8]>() % 128, 0);
+        assert_eq!(std::mem::size_of::<[LargeBatch; 16]>() % 128, 0);
     }
 }

@@ -10,19 +10,26 @@ pub mod statistics;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use crate::padded::PaddedSlice;
+
 pub use counters::{FailureReason, ModelStats, ShardCounters, StatsSnapshot};
 
-/// Gauges one shard updates about itself; any thread may read them.
+/// Per-destination gauges, 16 to a 128-byte line.
+type PerShard = PaddedSlice<AtomicU64, 16>;
+
+/// Gauges one shard updates about itself; any thread may read them. The
+/// block and its per-destination arrays are padded, so no other shard's
+/// writes share their cache lines.
 #[derive(Debug)]
 #[repr(align(128))]
 pub struct ShardGauges {
     connections: AtomicU64,
     in_flight: AtomicU64,
     queue_depth: AtomicU64,
-    ring_occupancy: Box<[AtomicU64]>,
+    ring_occupancy: PerShard,
     /// Requests this shard received and handed to an instance on another
     /// shard, per destination (a counter; only this shard writes it).
-    forwarded: Box<[AtomicU64]>,
+    forwarded: PerShard,
 }
 
 impl ShardGauges {
@@ -31,8 +38,8 @@ impl ShardGauges {
             connections: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             queue_depth: AtomicU64::new(0),
-            ring_occupancy: (0..shards).map(|_| AtomicU64::new(0)).collect(),
-            forwarded: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+            ring_occupancy: PerShard::new(shards),
+            forwarded: PerShard::new(shards),
         }
     }
     pub fn connections(&self) -> u64 {
@@ -80,5 +87,21 @@ fn add(a: &AtomicU64, delta: i64) {
     } else {
         let d = delta.unsigned_abs();
         let _ = a.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(d)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gauges_are_padded_per_shard() {
+        assert!(std::mem::align_of::<ShardGauges>() >= crate::padded::LINE);
+        let g = ShardGauges::new(3);
+        g.count_forwarded(2);
+        g.count_forwarded(7); // out of range: ignored
+        g.set_ring_occupancy(1, 5);
+        assert_eq!(g.forwarded(), vec![0, 0, 1]);
+        assert_eq!(g.ring_occupancy(), vec![0, 5, 0]);
     }
 }

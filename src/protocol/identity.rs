@@ -19,10 +19,8 @@ pub const SERVER_HEADER: &str = concat!("shardserve/", env!("CARGO_PKG_VERSION")
 
 /// The configured server name (the default outside a running server).
 pub fn server_name() -> String {
-    state::current().map_or_else(
-        || DEFAULT_SERVER_NAME.to_string(),
-        |s| s.options.server_name.clone(),
-    )
+    state::with_current(|s| s.options.server_name.clone())
+        .unwrap_or_else(|| DEFAULT_SERVER_NAME.to_string())
 }
 
 /// The extensions `GET /v2` and ServerMetadata list.

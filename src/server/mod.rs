@@ -82,6 +82,29 @@ impl ServerHandle {
         &self.table
     }
 
+    /// Runs `f` on shard `shard`'s thread (through its control channel)
+    /// and returns its result; for tools and benchmarks that must act on a
+    /// shard, such as reading its thread's CPU clock. Blocks the caller:
+    /// never call it from a shard thread.
+    pub fn run_on_shard<R: Send + 'static>(
+        &self,
+        shard: ShardId,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> anyhow::Result<R> {
+        let control = self
+            .control
+            .get(shard)
+            .with_context(|| format!("no shard {shard} (the server has {})", self.control.len()))?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        control
+            .unbounded_send(ShardControl::Run(Box::new(move || {
+                let _ = tx.send(f());
+            })))
+            .map_err(|_| anyhow::anyhow!("shard {shard} has stopped"))?;
+        rx.recv()
+            .map_err(|_| anyhow::anyhow!("shard {shard} dropped the task without running it"))
+    }
+
     /// Stops accepting, lets in-flight requests finish (up to the exit
     /// timeout) and joins the shard threads.
     pub fn shutdown(self) -> anyhow::Result<()> {

@@ -82,6 +82,9 @@ pub struct Shard {
     pub request_timeout: Option<std::time::Duration>,
     /// `--max-queue-size`: the bound of queues the config leaves unbounded.
     pub max_queue_size: usize,
+    /// Called as each request enters ([`InFlight::enter`]); `None` except in
+    /// `benches/shard_sharing.rs`, which plants deliberate work here.
+    request_probe: Cell<Option<fn()>>,
 }
 
 thread_local! {
@@ -134,7 +137,16 @@ impl Shard {
             gauges,
             request_timeout,
             max_queue_size,
+            request_probe: Cell::new(None),
         })
+    }
+
+    /// Installs (or with `None` removes) a function this shard calls as
+    /// each request enters. For benchmarks that need to plant work on the
+    /// request path (`benches/shard_sharing.rs`); nothing else sets it.
+    #[doc(hidden)]
+    pub fn set_request_probe(&self, probe: Option<fn()>) {
+        self.request_probe.set(probe);
     }
 
     /// Makes `shard` this thread's current shard.
@@ -146,13 +158,9 @@ impl Shard {
         CURRENT.with(|c| c.borrow_mut().take());
     }
 
-    /// The model table snapshot this shard currently serves from.
-    pub fn table(&self) -> Arc<ModelTable> {
-        self.table.borrow().clone()
-    }
-
     /// Runs `f` on the current table without touching its reference count
-    /// (the request path: other shards hold the same `Arc`).
+    /// (the request path: other shards hold the same `Arc`). There is
+    /// deliberately no accessor that clones the table's `Arc`.
     pub fn with_table<R>(&self, f: impl FnOnce(&ModelTable) -> R) -> R {
         f(&self.table.borrow())
     }
@@ -338,6 +346,9 @@ impl InFlight {
             if let Some(g) = s.gauges.get(s.id) {
                 g.add_in_flight(1);
             }
+            if let Some(probe) = s.request_probe.get() {
+                probe();
+            }
         });
         InFlight(())
     }
@@ -354,27 +365,27 @@ impl Drop for InFlight {
     }
 }
 
-/// Counts an open connection in its shard's gauges while it lives.
+/// Counts an open connection in its shard's gauges while it lives. Holds
+/// the shard by `Rc` (a count only this thread writes), not the gauges'
+/// `Arc`, whose count every shard would bump per connection.
 pub struct ConnectionGauge {
-    gauges: Arc<[ShardGauges]>,
-    shard: ShardId,
+    shard: Rc<Shard>,
 }
 
 impl ConnectionGauge {
-    pub fn open(shard: &Shard) -> Self {
+    pub fn open(shard: &Rc<Shard>) -> Self {
         if let Some(g) = shard.gauges.get(shard.id) {
             g.add_connection(1);
         }
         Self {
-            gauges: shard.gauges.clone(),
-            shard: shard.id,
+            shard: shard.clone(),
         }
     }
 }
 
 impl Drop for ConnectionGauge {
     fn drop(&mut self) {
-        if let Some(g) = self.gauges.get(self.shard) {
+        if let Some(g) = self.shard.gauges.get(self.shard.id) {
             g.add_connection(-1);
         }
     }

@@ -16,7 +16,10 @@ pub type ShardId = usize;
 /// Wakes a shard's drainer task from any thread. Waking works across
 /// threads because monoio is built with its `sync` feature: a foreign wake
 /// goes to the owner's remote queue and unparks its driver (eventfd).
+/// Padded: the doorbells sit side by side in one array, and a shard
+/// re-registering on its own must not slow a peer ringing another.
 #[derive(Default)]
+#[repr(align(128))]
 pub struct Doorbell {
     waker: AtomicWaker,
 }
@@ -156,6 +159,11 @@ pub fn mesh<T>(shards: usize, capacity: usize) -> Vec<ShardLinks<T>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn doorbells_do_not_share_lines() {
+        assert!(std::mem::align_of::<Doorbell>() >= crate::padded::LINE);
+    }
 
     #[test]
     fn messages_arrive_in_order_from_each_peer() {

@@ -8,7 +8,10 @@ use crate::{
     server::state,
 };
 
+/// Padded for the reason `InferenceService` is: tonic clones its `Arc`
+/// (one per shard) on every call.
 #[derive(Clone, Copy)]
+#[repr(align(128))]
 pub struct HealthService;
 
 #[tonic::async_trait]

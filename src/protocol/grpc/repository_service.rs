@@ -15,9 +15,11 @@ use crate::{
     types::{clip, InferError},
 };
 
+/// The repository thread's client, cloned out of the borrowed server state
+/// (the request awaits the answer, so it cannot hold the borrow).
 fn client() -> Result<RepositoryClient, Status> {
-    crate::server::state::current()
-        .and_then(|s| s.repository.get().cloned())
+    crate::server::state::with_current(|s| s.repository.get().cloned())
+        .flatten()
         .ok_or_else(|| Status::unavailable("the model repository is not started yet"))
 }
 

@@ -61,10 +61,8 @@ pub async fn generate(
     version: &str,
     streaming: bool,
 ) -> InferResult<HttpResponse> {
-    let limit = state::current()
-        .ok_or_else(|| InferError::internal("HTTP request outside a server shard"))?
-        .options
-        .http_max_input_size;
+    let limit = state::with_current(|s| s.options.http_max_input_size)
+        .ok_or_else(|| InferError::internal("HTTP request outside a server shard"))?;
     let body = match read_body(req.into_body(), limit).await {
         Ok(body) => body,
         Err(e) => {
@@ -76,10 +74,12 @@ pub async fn generate(
             return Ok(resp);
         }
     };
-    let table = shard::with_current(|s| s.table())
-        .ok_or_else(|| InferError::internal("HTTP request outside a shard"))?;
-    let target = table.resolve(model, version)?;
-    let request = decode(&body, target)?;
+    // Decoded against the shard's table by borrow: cloning the table's
+    // `Arc` would write a count every shard writes.
+    let request = shard::with_current(|s| {
+        s.with_table(|table| decode(&body, table.resolve(model, version)?))
+    })
+    .ok_or_else(|| InferError::internal("HTTP request outside a shard"))??;
     let mut responses = scheduler::infer_stream(request);
     if !streaming {
         return one_response(&mut responses).await;

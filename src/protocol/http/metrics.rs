@@ -10,11 +10,15 @@ use crate::{metrics::prometheus, protocol::transport::ShardTransport, server::st
 
 pub async fn handle(req: Request<Incoming>) -> HttpResponse {
     let (status, body) = if req.uri().path() == "/metrics" {
-        let table = shard::with_current(|s| s.table()).unwrap_or_default();
-        let mut text = match state::current() {
-            Some(st) => prometheus::render(&table, &st.gauges),
-            None => prometheus::render(&table, &[]),
-        };
+        // Table and server state borrowed, not cloned: their `Arc`s are
+        // shared by every shard.
+        let mut text = shard::with_current(|s| {
+            s.with_table(|table| {
+                state::with_current(|st| prometheus::render(table, &st.gauges))
+                    .unwrap_or_else(|| prometheus::render(table, &[]))
+            })
+        })
+        .unwrap_or_else(|| prometheus::render(&Default::default(), &[]));
         if let Some(t) = ShardTransport::current() {
             text.push_str(&t.stats().render_prometheus());
         }

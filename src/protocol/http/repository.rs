@@ -24,15 +24,14 @@ pub async fn route(req: Request<Incoming>, rest: &[&str]) -> InferResult<HttpRes
             req.method()
         )));
     }
-    let state = crate::server::state::current()
-        .ok_or_else(|| InferError::internal("request handled outside a shard thread"))?;
-    let limit = state.options.http_max_input_size;
-    let client = state
-        .repository
-        .get()
-        .cloned()
-        .ok_or_else(|| InferError::unavailable("the model repository is not started yet"))?;
-    drop(state);
+    // The server state is borrowed; the client (a channel sender) is
+    // cloned, as it must outlive the borrow across the awaits below.
+    let (limit, client) = crate::server::state::with_current(|s| {
+        (s.options.http_max_input_size, s.repository.get().cloned())
+    })
+    .ok_or_else(|| InferError::internal("request handled outside a shard thread"))?;
+    let client =
+        client.ok_or_else(|| InferError::unavailable("the model repository is not started yet"))?;
     let body = match transport::read_body(req.into_body(), limit).await {
         Ok(b) => b,
         Err(e) => return Ok(body_error_response(&e)),

@@ -27,7 +27,7 @@ use http::StatusCode;
 use http_body::Body;
 use http_body_util::BodyExt;
 
-use super::{ShardTransport, TransportStats};
+use super::{ShardTransport, ShardTransportStats};
 
 /// Why a body was not read; the response closes the connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,11 +45,13 @@ impl BodyError {
     }
 }
 
-/// Bytes reserved against a shard's body budget; released on drop.
+/// Bytes reserved against a shard's body budget; released on drop. Holds
+/// only that shard's counter block: the clone per body writes a count in
+/// the block's own lines, which no other shard writes unless the body is
+/// dropped there (after its request crossed a ring).
 #[derive(Debug)]
 struct Reservation {
-    stats: Arc<TransportStats>,
-    shard: usize,
+    counters: Option<Arc<ShardTransportStats>>,
     budget: usize,
     bytes: usize,
 }
@@ -57,8 +59,7 @@ struct Reservation {
 impl Reservation {
     fn new(transport: &ShardTransport) -> Self {
         Self {
-            stats: transport.stats().clone(),
-            shard: transport.shard,
+            counters: transport.counters_arc().cloned(),
             budget: transport.limits.buffered_bytes_per_shard,
             bytes: 0,
         }
@@ -71,7 +72,7 @@ impl Reservation {
         let Some(extra) = total.checked_sub(self.bytes).filter(|&e| e > 0) else {
             return true;
         };
-        let Some(counters) = self.stats.shard(self.shard) else {
+        let Some(counters) = &self.counters else {
             return false;
         };
         let current = counters.buffered_request_bytes.load(Ordering::Relaxed);
@@ -94,7 +95,7 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         if self.bytes > 0 {
-            if let Some(counters) = self.stats.shard(self.shard) {
+            if let Some(counters) = &self.counters {
                 counters
                     .buffered_request_bytes
                     .fetch_sub(self.bytes, Ordering::Relaxed);

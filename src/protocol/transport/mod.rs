@@ -5,9 +5,11 @@
 //! budget of buffered request-body bytes.
 //!
 //! Everything here is shard-local (`Rc`, `Cell`) except [`TransportStats`]:
-//! one cache-line-aligned block of relaxed atomics per shard, written by
-//! that shard (body buffers released on another shard decrement it) and
-//! summed only when read.
+//! one cache-line-aligned block of relaxed atomics per shard, each in its
+//! own allocation, written by that shard (body buffers released on another
+//! shard decrement it) and summed only when read. A body's reservation
+//! holds its shard's block alone, so reading a body writes no reference
+//! count or counter that another shard writes.
 
 mod body;
 mod conn;
@@ -95,7 +97,9 @@ impl TransportLimits {
 
 /// One shard's transport counters. Written by that shard only, except
 /// `buffered_request_bytes`, which a body buffer dropped on another shard
-/// (after crossing a ring with its request) decrements.
+/// (after crossing a ring with its request) decrements. Each block is its
+/// own `Arc` allocation; the 128-byte alignment keeps its reference count
+/// (cloned per buffered body) and its counters off other shards' lines.
 #[derive(Debug, Default)]
 #[repr(align(128))]
 pub struct ShardTransportStats {
@@ -139,7 +143,7 @@ impl ShardTransportStats {
 /// the metrics exposition.
 #[derive(Debug)]
 pub struct TransportStats {
-    shards: Box<[ShardTransportStats]>,
+    shards: Box<[Arc<ShardTransportStats>]>,
     limits: TransportLimits,
 }
 
@@ -147,7 +151,7 @@ impl TransportStats {
     pub fn new(shards: usize, limits: TransportLimits) -> Arc<Self> {
         Arc::new(Self {
             shards: (0..shards)
-                .map(|_| ShardTransportStats::default())
+                .map(|_| Arc::new(ShardTransportStats::default()))
                 .collect(),
             limits,
         })
@@ -157,7 +161,7 @@ impl TransportStats {
     }
     /// One shard's counters (`None` for an id out of range).
     pub fn shard(&self, id: usize) -> Option<&ShardTransportStats> {
-        self.shards.get(id)
+        self.shards.get(id).map(|s| &**s)
     }
     pub fn open_connections(&self) -> usize {
         self.shards.iter().map(|s| s.open_connections()).sum()
@@ -240,6 +244,8 @@ pub struct ShardTransport {
     pub shard: usize,
     pub limits: TransportLimits,
     stats: Arc<TransportStats>,
+    /// This shard's block of `stats` (`None` for an id out of range).
+    counters: Option<Arc<ShardTransportStats>>,
     connections: RefCell<HashMap<u64, Rc<ConnState>>>,
     next_connection: Cell<u64>,
     draining: Cell<bool>,
@@ -255,6 +261,7 @@ impl ShardTransport {
         let transport = Rc::new(Self {
             shard,
             limits: stats.limits,
+            counters: stats.shards.get(shard).cloned(),
             stats,
             connections: RefCell::new(HashMap::new()),
             next_connection: Cell::new(0),
@@ -274,10 +281,16 @@ impl ShardTransport {
     }
 
     fn counters(&self) -> Option<&ShardTransportStats> {
-        self.stats.shard(self.shard)
+        self.counters.as_deref()
     }
 
-    pub fn stats(&self) -> &Arc<TransportStats> {
+    /// This shard's counter block, for a body reservation to hold.
+    fn counters_arc(&self) -> Option<&Arc<ShardTransportStats>> {
+        self.counters.as_ref()
+    }
+
+    /// Every shard's counters (the metrics exposition sums them).
+    pub fn stats(&self) -> &TransportStats {
         &self.stats
     }
 
@@ -354,5 +367,25 @@ impl ShardTransport {
         if let Some(c) = self.counters() {
             c.accept_errors.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shards_block_owns_its_lines_and_its_count() {
+        // The block's `Arc` count (cloned per buffered body) and counters
+        // sit on lines of their own.
+        assert!(std::mem::align_of::<ShardTransportStats>() >= crate::padded::LINE);
+        let limits = TransportLimits::new(&ServerOptions::for_tests("/nonexistent"), 8, 1 << 20, 2);
+        let stats = TransportStats::new(2, limits);
+        let blocks: Vec<usize> = (0..2)
+            .filter_map(|i| stats.shard(i))
+            .map(|b| b as *const ShardTransportStats as usize)
+            .collect();
+        assert_eq!(blocks.len(), 2);
+        assert!(blocks.iter().all(|p| p % crate::padded::LINE == 0));
     }
 }
