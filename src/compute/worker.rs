@@ -33,7 +33,8 @@ struct Shared {
 }
 
 /// The owner's end of a worker. Dropping it lets the thread finish what it
-/// was handed and exit.
+/// was handed and exit; its join handle goes to the reaper (see
+/// [`super::join_retired`]), which shutdown waits on.
 pub struct ComputeWorker<W, R> {
     name: String,
     work: rtrb::Producer<W>,
@@ -151,7 +152,10 @@ impl<W, R> Drop for ComputeWorker<W, R> {
         self.shared.stop.store(true, Ordering::Release);
         self.thread.unpark();
         // Not joined: a shard must never block on a thread. The worker
-        // exits by itself after its last item.
+        // exits by itself after its last item; shutdown joins it.
+        if let Some(j) = self.join.take() {
+            super::reaper::retire(self.name.clone(), j);
+        }
     }
 }
 
