@@ -62,10 +62,8 @@ struct Setup {
 
 impl Setup {
     fn new(tag: &str, models: &[(&str, u32, &str)]) -> Self {
-        let base = std::env::temp_dir().join(format!(
-            "shardserve-teardown-{tag}-{}",
-            std::process::id()
-        ));
+        let base =
+            std::env::temp_dir().join(format!("shardserve-teardown-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
         std::fs::create_dir_all(&base).expect("temp dir");
         let backends = base.join("backends");
@@ -84,7 +82,10 @@ impl Setup {
     }
 
     fn start(&self, tag: &str, args: &[&str]) -> ChildServer {
-        let mut all = vec!["--backend-directory", self.backends.to_str().expect("utf-8")];
+        let mut all = vec![
+            "--backend-directory",
+            self.backends.to_str().expect("utf-8"),
+        ];
         all.extend_from_slice(args);
         ChildServer::spawn_in(tag, &self.repo.root, 1, None, &all)
     }
@@ -145,9 +146,9 @@ fn assert_instances_finalized(lines: &[String], models: &[(&str, u32)]) {
         let model_finalize = position(lines, &format!("model_finalize {model}"));
         for i in 0..*count {
             let instance = format!("{model}_{i}");
-            let fin = finalizes.get(&instance).unwrap_or_else(|| {
-                panic!("{instance} not finalized:\n{}", lines.join("\n"))
-            });
+            let fin = finalizes
+                .get(&instance)
+                .unwrap_or_else(|| panic!("{instance} not finalized:\n{}", lines.join("\n")));
             assert_eq!(fin.len(), 1, "{instance} finalized {} times", fin.len());
             let at = position(lines, &format!("instance_finalize {instance} {}", fin[0]));
             assert!(at < model_finalize, "{instance} finalized after its model");
@@ -208,7 +209,10 @@ fn sigterm_finalizes_instances_models_then_backend_and_exits_zero() {
     assert_eq!(lines.iter().filter(|l| *l == "backend_finalize").count(), 1);
     // Generous: guards against waiting out the 20 s exit timeout.
     assert!(took < Duration::from_secs(10), "exit took {took:?}");
-    eprintln!("teardown: exit 0 {took:?} after SIGTERM; lines:\n{}", lines.join("\n"));
+    eprintln!(
+        "teardown: exit 0 {took:?} after SIGTERM; lines:\n{}",
+        lines.join("\n")
+    );
 }
 
 #[test]
@@ -280,9 +284,130 @@ fn a_finalizer_hanging_past_the_exit_timeout_exits_one_naming_it() {
     );
     let lines = setup.lines();
     assert!(
-        !lines.iter().any(|l| l.starts_with("instance_finalize") || l == "backend_finalize"),
+        !lines
+            .iter()
+            .any(|l| l.starts_with("instance_finalize") || l == "backend_finalize"),
         "finalizers completed although one hangs:\n{}",
         lines.join("\n")
     );
     eprintln!("hanging finalizer: exit 1 after {took:?} (exit timeout 2 s)");
+}
+
+#[test]
+fn an_execution_running_past_the_exit_timeout_exits_one_naming_the_model() {
+    let setup = Setup::new(
+        "slow",
+        &[(
+            "lc_slow",
+            1,
+            r#"parameters { key: "execute_sleep_ms" value: { string_value: "60000" } }"#,
+        )],
+    );
+    let mut server = setup.start("teardown-slow", &["--exit-timeout-secs", "2"]);
+    let http = server.http;
+    // Its answer never comes: the process exits under it.
+    std::thread::spawn(move || {
+        let body = json!({
+            "inputs": [{ "name": "INPUT0", "datatype": "INT32", "shape": [4], "data": [1, 2, 3, 4] }]
+        });
+        let _ = std::panic::catch_unwind(|| post_json(http, "/v2/models/lc_slow/infer", &body));
+    });
+    wait_for("the execution to start", Duration::from_secs(10), || {
+        setup
+            .lines()
+            .iter()
+            .any(|l| l.starts_with("execute lc_slow_0"))
+    });
+    server.signal(libc::SIGTERM);
+    let status = server
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("no exit 20 s after SIGTERM:\n{}", server.log()));
+    let log = server.log();
+    assert_eq!(status.code(), Some(1), "exit status {status}:\n{log}");
+    assert!(
+        log.contains("model 'lc_slow' was still executing"),
+        "the model is not named:\n{log}"
+    );
+}
+
+const FINALIZING_MODEL_PY: &str = r#"import json
+import pathlib
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.marker = config["parameters"]["finalize_marker"]["string_value"]
+
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                output_tensors=[
+                    pb_utils.Tensor(
+                        "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+                    )
+                ]
+            )
+            for r in requests
+        ]
+
+    def finalize(self):
+        pathlib.Path(self.marker).write_text("finalized\n")
+"#;
+
+/// Triton's own Python backend: the model's `finalize()` runs at SIGTERM
+/// (it is called from the backend's `TRITONBACKEND_ModelInstanceFinalize`).
+#[test]
+fn python_model_finalize_runs_at_sigterm() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let backend = root.join(".backends/python/libtriton_python.so");
+    if !backend.exists() {
+        eprintln!(
+            "SKIPPED: Triton's Python backend is not installed ({}); scripts/setup.sh installs it",
+            backend.display()
+        );
+        return;
+    }
+    let marker_dir =
+        std::env::temp_dir().join(format!("shardserve-teardown-py-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&marker_dir);
+    std::fs::create_dir_all(&marker_dir).expect("marker dir");
+    let marker = marker_dir.join("finalized");
+    let config = format!(
+        r#"name: "py_final"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "INPUT0", data_type: TYPE_INT32, dims: [ 4 ] }} ]
+output [ {{ name: "OUTPUT0", data_type: TYPE_INT32, dims: [ 4 ] }} ]
+instance_group [ {{ count: 1, kind: KIND_CPU }} ]
+parameters {{ key: "finalize_marker" value: {{ string_value: "{}" }} }}
+"#,
+        marker.display()
+    );
+    let repo = TempRepo::new("teardown-py-repo", &[("py_final", config)]);
+    std::fs::write(repo.root.join("py_final/1/model.py"), FINALIZING_MODEL_PY).expect("model.py");
+    let mut server = ChildServer::spawn_in(
+        "teardown-py",
+        &repo.root,
+        1,
+        None,
+        &["--exit-timeout-secs", "30"],
+    );
+    infer(&server, "py_final");
+    assert!(!marker.exists(), "finalize() ran before shutdown");
+    server.signal(libc::SIGTERM);
+    let status = server
+        .wait_exit(Duration::from_secs(45))
+        .unwrap_or_else(|| panic!("no exit 45 s after SIGTERM:\n{}", server.log()));
+    let log = server.log();
+    let finalized = std::fs::read_to_string(&marker);
+    let _ = std::fs::remove_dir_all(&marker_dir);
+    assert!(status.success(), "exit status {status}:\n{log}");
+    assert_eq!(
+        finalized.ok().as_deref(),
+        Some("finalized\n"),
+        "the model's finalize() did not run:\n{log}"
+    );
 }

@@ -24,8 +24,9 @@ static RETIRED: Mutex<Vec<Retired>> = Mutex::new(Vec::new());
 /// keep the list short.
 pub(super) fn retire(name: String, join: JoinHandle<()>) {
     let mut retired = RETIRED.lock().unwrap_or_else(|p| p.into_inner());
-    let (done, running): (Vec<_>, Vec<_>) =
-        std::mem::take(&mut *retired).into_iter().partition(|r| r.join.is_finished());
+    let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut *retired)
+        .into_iter()
+        .partition(|r| r.join.is_finished());
     *retired = running;
     retired.push(Retired { name, join });
     drop(retired);
@@ -47,8 +48,9 @@ pub fn join_retired(deadline: Instant) -> Vec<String> {
     loop {
         let running = {
             let mut retired = RETIRED.lock().unwrap_or_else(|p| p.into_inner());
-            let (done, running): (Vec<_>, Vec<_>) =
-                std::mem::take(&mut *retired).into_iter().partition(|r| r.join.is_finished());
+            let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut *retired)
+                .into_iter()
+                .partition(|r| r.join.is_finished());
             *retired = running;
             let names: Vec<String> = retired.iter().map(|r| r.name.clone()).collect();
             drop(retired);

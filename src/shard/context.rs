@@ -316,8 +316,12 @@ impl Shard {
     /// was still running at the deadline (an execution that did not end),
     /// left to be dropped with the runtime.
     pub async fn retire_all(&self, deadline: std::time::Instant) -> Vec<String> {
-        let schedulers: Vec<Rc<ModelScheduler>> =
-            self.schedulers.borrow_mut().drain().map(|(_, s)| s).collect();
+        let schedulers: Vec<Rc<ModelScheduler>> = self
+            .schedulers
+            .borrow_mut()
+            .drain()
+            .map(|(_, s)| s)
+            .collect();
         for s in &schedulers {
             s.stop();
         }

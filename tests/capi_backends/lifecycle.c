@@ -9,7 +9,8 @@
      model_finalize <model>
      backend_finalize
    The model parameter "finalize_sleep_ms" makes ModelInstanceFinalize
-   sleep that long first (a hanging finalizer). Executions copy INPUT0 to
+   sleep that long first (a hanging finalizer), "execute_sleep_ms" each
+   execution (one still running at the exit timeout). Executions copy INPUT0 to
    OUTPUT0. */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -27,7 +28,15 @@ static pthread_mutex_t backend_log_lock = PTHREAD_MUTEX_INITIALIZER;
 typedef struct {
   char log[1024];
   long finalize_sleep_ms;
+  long execute_sleep_ms;
 } ModelState;
+
+static void sleep_ms(long ms)
+{
+  if (ms <= 0) return;
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
 
 static long tid(void) { return (long)syscall(SYS_gettid); }
 
@@ -97,6 +106,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model)
     parameter(text, "lifecycle_log", state->log, sizeof state->log);
     char ms[32];
     if (parameter(text, "finalize_sleep_ms", ms, sizeof ms)) state->finalize_sleep_ms = atol(ms);
+    if (parameter(text, "execute_sleep_ms", ms, sizeof ms)) state->execute_sleep_ms = atol(ms);
     free(text);
   }
   TRITONSERVER_MessageDelete(config);
@@ -156,17 +166,16 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInsta
   void* vstate = NULL;
   RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &vstate));
   ModelState* state = (ModelState*)vstate;
-  if (state != NULL && state->finalize_sleep_ms > 0) {
-    struct timespec ts = {state->finalize_sleep_ms / 1000, (state->finalize_sleep_ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-  }
+  if (state != NULL) sleep_ms(state->finalize_sleep_ms);
   return instance_line(instance, "instance_finalize", NULL);
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(
     TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request** requests, const uint32_t count)
 {
-  RETURN_IF_ERROR(instance_line(instance, "execute", NULL));
+  ModelState* state = NULL;
+  RETURN_IF_ERROR(instance_line(instance, "execute", &state));
+  if (state != NULL) sleep_ms(state->execute_sleep_ms);
   for (uint32_t r = 0; r < count; r++) {
     TRITONBACKEND_Request* request = requests[r];
     TRITONBACKEND_Response* response = NULL;
