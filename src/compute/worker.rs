@@ -197,6 +197,38 @@ mod tests {
         w.join();
     }
 
+    /// What a dropped worker owned is dropped on its own thread, and
+    /// `join_retired` returns only once that is done.
+    #[test]
+    fn a_dropped_worker_drops_its_state_on_its_thread_and_is_joined() {
+        struct Owned(Arc<std::sync::Mutex<Option<std::thread::ThreadId>>>);
+        impl Drop for Owned {
+            fn drop(&mut self) {
+                std::thread::sleep(Duration::from_millis(50));
+                *self.0.lock().expect("lock") = Some(std::thread::current().id());
+            }
+        }
+        let dropped_on = Arc::new(std::sync::Mutex::new(None));
+        let owned = Owned(dropped_on.clone());
+        let bell = Arc::new(AtomicWaker::new());
+        let w = ComputeWorker::spawn("reaped".into(), placement(), 2, bell, move |()| {
+            let _keep = &owned;
+        })
+        .expect("spawn");
+        drop(w);
+        let running = crate::compute::join_retired(Instant::now() + Duration::from_secs(10));
+        assert!(
+            !running.contains(&"reaped".to_string()),
+            "still running: {running:?}"
+        );
+        let on = *dropped_on.lock().expect("lock");
+        assert!(
+            on.is_some(),
+            "the worker's state was not dropped by join time"
+        );
+        assert_ne!(on, Some(std::thread::current().id()));
+    }
+
     #[test]
     fn join_waits_for_submitted_work() {
         let bell = Arc::new(AtomicWaker::new());
