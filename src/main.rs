@@ -65,7 +65,9 @@ struct Cli {
     /// Poll mode: seconds between scans of the repositories for changes.
     #[arg(long, default_value_t = 15)]
     repository_poll_secs: u64,
-    /// Seconds to let in-flight requests finish on SIGINT/SIGTERM.
+    /// Seconds, from SIGINT/SIGTERM, for in-flight requests to finish and
+    /// the backends' finalizers to run; past it the process exits with
+    /// status 1, naming what was still running.
     #[arg(long, default_value_t = 30)]
     exit_timeout_secs: u64,
     /// Longest an inference request may wait for its answer, in
@@ -384,7 +386,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             "shutting down: no new connections, finishing in-flight requests"
         );
     }
-    handle.shutdown()?;
+    if let Err(e) = handle.shutdown() {
+        if e.downcast_ref::<server::ExitTimeout>().is_some() {
+            tracing::error!("{e:#}");
+            // A backend thread is stuck in an execution or a finalizer:
+            // exit handlers (a backend library's destructors among them)
+            // could wait on it, so leave without running them.
+            // SAFETY: _exit only ends the process.
+            unsafe { libc::_exit(1) };
+        }
+        return Err(e);
+    }
     tracing::info!("stopped");
     Ok(())
 }

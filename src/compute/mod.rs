@@ -8,7 +8,9 @@
 //! Knows nothing of requests, models or protocols: a worker runs a closure
 //! over whatever it is handed.
 
+mod reaper;
 pub mod thread;
 mod worker;
 
+pub use reaper::join_retired;
 pub use worker::{ComputeWorker, WorkerPlacement};

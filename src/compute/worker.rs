@@ -33,7 +33,8 @@ struct Shared {
 }
 
 /// The owner's end of a worker. Dropping it lets the thread finish what it
-/// was handed and exit.
+/// was handed and exit; its join handle goes to the reaper (see
+/// [`super::join_retired`]), which shutdown waits on.
 pub struct ComputeWorker<W, R> {
     name: String,
     work: rtrb::Producer<W>,
@@ -151,7 +152,10 @@ impl<W, R> Drop for ComputeWorker<W, R> {
         self.shared.stop.store(true, Ordering::Release);
         self.thread.unpark();
         // Not joined: a shard must never block on a thread. The worker
-        // exits by itself after its last item.
+        // exits by itself after its last item; shutdown joins it.
+        if let Some(j) = self.join.take() {
+            super::reaper::retire(self.name.clone(), j);
+        }
     }
 }
 
@@ -191,6 +195,38 @@ mod tests {
         }
         assert_eq!(got, (0..100).map(|i| i * 2).collect::<Vec<_>>());
         w.join();
+    }
+
+    /// What a dropped worker owned is dropped on its own thread, and
+    /// `join_retired` returns only once that is done.
+    #[test]
+    fn a_dropped_worker_drops_its_state_on_its_thread_and_is_joined() {
+        struct Owned(Arc<std::sync::Mutex<Option<std::thread::ThreadId>>>);
+        impl Drop for Owned {
+            fn drop(&mut self) {
+                std::thread::sleep(Duration::from_millis(50));
+                *self.0.lock().expect("lock") = Some(std::thread::current().id());
+            }
+        }
+        let dropped_on = Arc::new(std::sync::Mutex::new(None));
+        let owned = Owned(dropped_on.clone());
+        let bell = Arc::new(AtomicWaker::new());
+        let w = ComputeWorker::spawn("reaped".into(), placement(), 2, bell, move |()| {
+            let _keep = &owned;
+        })
+        .expect("spawn");
+        drop(w);
+        let running = crate::compute::join_retired(Instant::now() + Duration::from_secs(10));
+        assert!(
+            !running.contains(&"reaped".to_string()),
+            "still running: {running:?}"
+        );
+        let on = *dropped_on.lock().expect("lock");
+        assert!(
+            on.is_some(),
+            "the worker's state was not dropped by join time"
+        );
+        assert_ne!(on, Some(std::thread::current().id()));
     }
 
     #[test]

@@ -7,7 +7,12 @@ mod ports;
 mod shard_thread;
 pub mod state;
 
-use std::{net::SocketAddr, sync::Arc, thread::JoinHandle};
+use std::{
+    net::SocketAddr,
+    sync::Arc,
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
 
 use anyhow::{bail, Context};
 use futures::channel::mpsc;
@@ -42,7 +47,7 @@ pub struct ServerHandle {
     addresses: Addresses,
     state: Arc<ServerState>,
     control: Vec<mpsc::UnboundedSender<ShardControl>>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Vec<JoinHandle<Vec<String>>>,
     table: Arc<ModelTable>,
     transport: Arc<TransportStats>,
     /// The handle C API backends call back into the server with.
@@ -105,10 +110,15 @@ impl ServerHandle {
             .map_err(|_| anyhow::anyhow!("shard {shard} dropped the task without running it"))
     }
 
-    /// Stops accepting, lets in-flight requests finish (up to the exit
-    /// timeout) and joins the shard threads.
+    /// Stops accepting, lets in-flight requests finish, then tears down
+    /// as Triton does: every model instance is finalized (on its compute
+    /// worker, which is joined), then every model, then every backend
+    /// (`TRITONBACKEND_Finalize`, then dlclose). All of it within the exit
+    /// timeout from the call: what is still running then (an execution,
+    /// a finalizer) is named in an [`ExitTimeout`] error and left running.
     pub fn shutdown(self) -> anyhow::Result<()> {
         self.state.begin_shutdown();
+        let deadline = self.state.shutdown_deadline();
         if let Some(repository) = self.state.repository.get() {
             repository.stop();
         }
@@ -118,14 +128,102 @@ impl ServerHandle {
         for c in &self.control {
             let _ = c.unbounded_send(ShardControl::Shutdown);
         }
-        for t in self.threads {
-            if t.join().is_err() {
-                bail!("a shard thread panicked during shutdown");
+        let mut unfinished = Vec::new();
+        // Shards bound their own drain and teardown by the deadline; the
+        // grace covers dropping their runtime after it.
+        let shard_grace = deadline + Duration::from_secs(1);
+        for (id, t) in self.threads.into_iter().enumerate() {
+            wait_finished(&t, shard_grace);
+            if !t.is_finished() {
+                unfinished.push(format!("shard thread {id}"));
+                continue;
+            }
+            match t.join() {
+                Ok(models) => unfinished.extend(
+                    models
+                        .into_iter()
+                        .map(|m| format!("an execution of model '{m}'")),
+                ),
+                Err(_) => bail!("a shard thread panicked during shutdown"),
             }
         }
         // After the shards: every request's trace has been handed over.
         self.state.trace.shutdown();
-        Ok(())
+        // The instances' threads run their finalizers as they stop (the
+        // model's with its last instance).
+        let workers = crate::compute::join_retired(deadline);
+        if !workers.is_empty() {
+            unfinished.extend(
+                crate::backend::capi::finalizing::running()
+                    .into_iter()
+                    .chain(workers.into_iter().map(|w| format!("compute worker '{w}'"))),
+            );
+        }
+        if unfinished.is_empty() {
+            finalize_backends(deadline, &mut unfinished);
+        }
+        if unfinished.is_empty() {
+            Ok(())
+        } else {
+            Err(ExitTimeout { unfinished }.into())
+        }
+    }
+}
+
+/// Shutdown ran past the exit timeout: what was still running then. The
+/// threads running it are left as they are; the binary exits with status
+/// 1 without running exit handlers (one could wait on them).
+#[derive(Debug)]
+pub struct ExitTimeout {
+    pub unfinished: Vec<String>,
+}
+
+impl std::fmt::Display for ExitTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit timeout reached with teardown unfinished; still running: {}",
+            self.unfinished.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for ExitTimeout {}
+
+fn wait_finished<T>(t: &JoinHandle<T>, deadline: Instant) {
+    // `JoinHandle` has no timed join: poll, this is the exit path only.
+    while !t.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// `TRITONBACKEND_Finalize` and dlclose of every backend, on a thread of
+/// its own so that a hanging one leaves the deadline to this thread.
+fn finalize_backends(deadline: Instant, unfinished: &mut Vec<String>) {
+    let spawned = std::thread::Builder::new()
+        .name("backend-finalize".into())
+        .spawn(crate::backend::capi::backend::finalize_all);
+    let t = match spawned {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the backend finalizer thread: backends not finalized");
+            return;
+        }
+    };
+    wait_finished(&t, deadline);
+    if !t.is_finished() {
+        unfinished.extend(crate::backend::capi::finalizing::running());
+        if unfinished.is_empty() {
+            unfinished.push("backend finalization".into());
+        }
+        return;
+    }
+    match t.join() {
+        Ok(kept) if !kept.is_empty() => {
+            tracing::warn!(backends = ?kept, "backends still held by a model: not finalized");
+        }
+        Ok(_) => {}
+        Err(_) => tracing::error!("a backend finalizer panicked"),
     }
 }
 

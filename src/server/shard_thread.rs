@@ -41,7 +41,9 @@ pub struct ShardBoot {
     pub transport: Arc<TransportStats>,
 }
 
-pub fn run(boot: ShardBoot) {
+/// Runs a shard until shutdown; returns the models that were still
+/// executing (or had requests queued) at the exit timeout.
+pub fn run(boot: ShardBoot) -> Vec<String> {
     if let Some(cpu) = boot.cpu {
         if let Err(e) = crate::compute::thread::set_affinity(&[cpu]) {
             tracing::warn!(
@@ -57,7 +59,7 @@ pub fn run(boot: ShardBoot) {
         Ok(rt) => rt,
         Err(e) => {
             let _ = boot.ready.send(Err(format!("shard {}: {e}", boot.id)));
-            return;
+            return Vec::new();
         }
     };
     let driver = match (&runtime, asked) {
@@ -70,9 +72,13 @@ pub fn run(boot: ShardBoot) {
     } else {
         tracing::debug!(shard = boot.id, driver, "shard runtime driver");
     }
-    runtime.block_on(shard_main(boot));
+    let stuck = runtime.block_on(shard_main(boot));
     ShardTransport::clear_current();
     Shard::clear_current();
+    // Dropping the runtime drops its tasks, and with them the schedulers
+    // that did not finish by the deadline.
+    drop(runtime);
+    stuck
 }
 
 type ShardRuntime = FusionRuntime<TimeDriver<IoUringDriver>, TimeDriver<LegacyDriver>>;
@@ -106,7 +112,7 @@ fn bind(addr: Option<SocketAddr>) -> std::io::Result<Option<TcpListener>> {
     .transpose()
 }
 
-async fn shard_main(boot: ShardBoot) {
+async fn shard_main(boot: ShardBoot) -> Vec<String> {
     let ShardBoot {
         id,
         count,
@@ -139,7 +145,7 @@ async fn shard_main(boot: ShardBoot) {
         Ok(l) => l,
         Err(e) => {
             let _ = ready.send(Err(format!("shard {id}: cannot bind a listener: {e}")));
-            return;
+            return Vec::new();
         }
     };
     let shard = Shard::new(
@@ -174,7 +180,7 @@ async fn shard_main(boot: ShardBoot) {
     // requests get their answers; then it keeps serving its rings and
     // schedulers until every shard is done, because a request still in
     // flight on another shard may be queued here.
-    let deadline = Instant::now() + state.options.exit_timeout;
+    let deadline = state.shutdown_deadline();
     let tick = Duration::from_millis(1);
     while shard.in_flight() > 0 && Instant::now() < deadline {
         monoio::time::sleep(tick).await;
@@ -183,11 +189,12 @@ async fn shard_main(boot: ShardBoot) {
     while !state.all_shards_drained() && Instant::now() < deadline {
         monoio::time::sleep(tick).await;
     }
-    if shard.in_flight() > 0 || shard.queued() > 0 {
+    let (in_flight, queued) = (shard.in_flight(), shard.queued());
+    if in_flight > 0 || queued > 0 {
         tracing::warn!(
             shard = id,
-            in_flight = shard.in_flight(),
-            queued = shard.queued(),
+            in_flight,
+            queued,
             "exit timeout reached with requests in flight"
         );
     }
@@ -198,4 +205,14 @@ async fn shard_main(boot: ShardBoot) {
     if open > 0 {
         tracing::debug!(shard = id, open, "connections still open at exit");
     }
+    // Teardown: the schedulers and their instances (finalizers).
+    let stuck = shard.retire_all(deadline).await;
+    for model in &stuck {
+        tracing::error!(
+            shard = id,
+            model = %model,
+            "exit timeout reached while model '{model}' was still executing"
+        );
+    }
+    stuck
 }

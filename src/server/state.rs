@@ -4,6 +4,7 @@ use std::{
         atomic::{AtomicBool, AtomicUsize, Ordering},
         Arc,
     },
+    time::Instant,
 };
 
 use super::ServerOptions;
@@ -21,6 +22,8 @@ pub struct ServerState {
     shards: usize,
     /// Shards whose own requests are all answered (shutdown only).
     drained_shards: AtomicUsize,
+    /// Set by `begin_shutdown`.
+    shutdown_deadline: std::sync::OnceLock<Instant>,
     /// The repository thread (load, unload, index), once started.
     pub repository: std::sync::OnceLock<crate::repository::manager::RepositoryClient>,
     /// The trace extension's settings, sampling and writer thread.
@@ -52,6 +55,7 @@ impl ServerState {
             shutting_down: AtomicBool::new(false),
             shards,
             drained_shards: AtomicUsize::new(0),
+            shutdown_deadline: std::sync::OnceLock::new(),
             repository: std::sync::OnceLock::new(),
         })
     }
@@ -69,8 +73,20 @@ impl ServerState {
         self.ready.store(ready, Ordering::Release);
     }
 
+    /// Starts shutdown; the exit timeout runs from here (the signal).
     pub fn begin_shutdown(&self) {
+        let _ = self
+            .shutdown_deadline
+            .set(Instant::now() + self.options.exit_timeout);
         self.shutting_down.store(true, Ordering::Release);
+    }
+
+    /// When drain and teardown must be over: the exit timeout after
+    /// `begin_shutdown` (from now if it was not called).
+    pub fn shutdown_deadline(&self) -> Instant {
+        *self
+            .shutdown_deadline
+            .get_or_init(|| Instant::now() + self.options.exit_timeout)
     }
 
     pub fn is_shutting_down(&self) -> bool {

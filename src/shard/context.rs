@@ -316,6 +316,37 @@ impl Shard {
         }
     }
 
+    /// Shutdown, after the drain: stops every scheduler this shard owns
+    /// and waits, until `deadline`, for their tasks to end. The schedulers
+    /// are then dropped here: inline instances on this thread, compute
+    /// workers told to stop (their threads drop, and so finalize, their
+    /// instance; shutdown joins them). Returns the models whose scheduler
+    /// was still running at the deadline (an execution that did not end),
+    /// left to be dropped with the runtime.
+    pub async fn retire_all(&self, deadline: std::time::Instant) -> Vec<String> {
+        let schedulers: Vec<Rc<ModelScheduler>> = self
+            .schedulers
+            .borrow_mut()
+            .drain()
+            .map(|(_, s)| s)
+            .collect();
+        for s in &schedulers {
+            s.stop();
+        }
+        // The scheduler task holds the other reference until it returns.
+        let running = |s: &Rc<ModelScheduler>| Rc::strong_count(s) > 1;
+        while schedulers.iter().any(running) && std::time::Instant::now() < deadline {
+            monoio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        let stuck = schedulers
+            .iter()
+            .filter(|s| running(s))
+            .map(|s| s.model.name.clone())
+            .collect();
+        drop(schedulers);
+        stuck
+    }
+
     pub fn in_flight(&self) -> usize {
         self.in_flight.get()
     }

@@ -1,9 +1,10 @@
 //! `TRITONBACKEND_Backend`: one loaded backend library, shared by every
 //! model that names it, initialized once (`TRITONBACKEND_Initialize`)
-//! and kept for the life of the process, as in Triton.
-//! Not done yet: `TRITONBACKEND_Finalize` is never called (Triton calls it
-//! at exit, after every model's finalizers; here the process just exits).
-
+//! and kept until shutdown, as in Triton. At shutdown, once every model
+//! instance and model is finalized (their compute workers joined),
+//! [`finalize_all`] calls each backend's `TRITONBACKEND_Finalize` and
+//! unloads its library (dlclose). A backend some model still holds (one
+//! left running past the exit timeout) is neither finalized nor unloaded.
 use std::{
     collections::HashMap,
     ffi::{c_char, c_void, CString},
@@ -63,7 +64,8 @@ pub struct TRITONBACKEND_Backend {
     pub entry: EntryPoints,
     pub attributes: Mutex<TRITONBACKEND_BackendAttribute>,
     memory: TRITONBACKEND_MemoryManager,
-    /// Never unloaded: backend threads may outlive every model.
+    /// Unloaded (dlclose) when the backend is dropped, after
+    /// `TRITONBACKEND_Finalize` ([`finalize_all`]).
     _library: Library,
 }
 
@@ -83,6 +85,49 @@ impl TRITONBACKEND_Backend {
     pub fn as_ptr(self: &Arc<Self>) -> *mut TRITONBACKEND_Backend {
         Arc::as_ptr(self).cast_mut()
     }
+}
+
+/// Shutdown: for each loaded backend no model holds any more,
+/// `TRITONBACKEND_Finalize` (if defined), then dlclose. Returns the names
+/// of the backends left loaded because a model still holds them.
+pub fn finalize_all() -> Vec<String> {
+    let mut loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(map) = loaded.as_mut() else {
+        return Vec::new();
+    };
+    let mut kept = Vec::new();
+    // Held under the lock: `load` clones a backend only under it, so a
+    // count of 1 stays 1 until the backend is gone.
+    let paths: Vec<PathBuf> = map.keys().cloned().collect();
+    for path in paths {
+        let Some(backend) = map.remove(&path) else {
+            continue;
+        };
+        let name = backend.name.to_string_lossy().into_owned();
+        if Arc::strong_count(&backend) > 1 {
+            tracing::warn!(
+                backend = %name,
+                "a model still holds the backend at shutdown: not finalized"
+            );
+            kept.push(name);
+            map.insert(path, backend);
+            continue;
+        }
+        if let Some(finalize) = backend.entry.finalize {
+            let _running = super::finalizing::Finalizing::enter(format!(
+                "TRITONBACKEND_Finalize (backend '{name}')"
+            ));
+            // SAFETY: the backend's own entry point with the handle it was
+            // initialized with; no model of it is left.
+            if let Some(e) = unsafe { error::take(finalize(backend.as_ptr())) } {
+                tracing::error!(backend = %name, "TRITONBACKEND_Finalize failed: {}", e.message);
+            }
+        }
+        // Drops the library: dlclose.
+        drop(backend);
+        tracing::debug!(backend = %name, "backend finalized and unloaded");
+    }
+    kept
 }
 
 /// Where a model's backend library is, in Triton's order: the version

@@ -94,6 +94,10 @@ impl Drop for TRITONBACKEND_ModelInstance {
             return;
         }
         if let Some(finalize) = self.model.backend.entry.instance_finalize {
+            let _running = super::finalizing::Finalizing::enter(format!(
+                "TRITONBACKEND_ModelInstanceFinalize (instance '{}')",
+                self.name.to_string_lossy()
+            ));
             // SAFETY: the instance is whole and no execution is running.
             if let Some(e) = unsafe { error::take(finalize(self)) } {
                 tracing::error!(

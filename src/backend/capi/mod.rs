@@ -19,6 +19,7 @@
 
 pub mod backend;
 pub mod error;
+pub mod finalizing;
 pub mod instance;
 pub mod log;
 pub mod memory;

@@ -7,7 +7,9 @@
 //! (in `auto_complete` when auto-complete is on, so `ModelSetConfig`
 //! feeds the configuration the server then validates; else with the
 //! first instance), then each `TRITONBACKEND_ModelInstanceInitialize`.
-//! `TRITONBACKEND_ModelFinalize` runs when the last instance is gone.
+//! `TRITONBACKEND_ModelFinalize` runs when the last instance is gone: the
+//! instances hold the model, so it runs after every instance's finalizer,
+//! on the thread that dropped the last one (its compute worker).
 
 use std::{
     ffi::{c_char, c_void, CString},
@@ -112,6 +114,10 @@ impl Drop for TRITONBACKEND_Model {
             return;
         }
         if let Some(finalize) = self.backend.entry.model_finalize {
+            let _running = super::finalizing::Finalizing::enter(format!(
+                "TRITONBACKEND_ModelFinalize (model '{}')",
+                self.name.to_string_lossy()
+            ));
             // SAFETY: the model is still whole; no instance is left.
             if let Some(e) = unsafe { error::take(finalize(self)) } {
                 tracing::error!(
