@@ -497,7 +497,8 @@ fn cuda_shared_memory_over_http_answers_as_triton_without_gpu() {
         json!({"shared_memory_region": "cu", "shared_memory_byte_size": 64});
     req["inputs"][0].as_object_mut().unwrap().remove("data");
     let r = post_json(addr, "/v2/models/simple/infer", &req);
-    assert_eq!(r.status, 400, "{}", r.error());
+    // NOT_FOUND, which Triton's HTTP endpoint answers with 404.
+    assert_eq!(r.status, 404, "{}", r.error());
     assert_eq!(r.error(), "Unable to find shared memory region: 'cu'");
     // The server serves on.
     assert_eq!(
