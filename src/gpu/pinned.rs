@@ -164,9 +164,10 @@ fn bind_to_node(ptr: NonNull<u8>, len: usize, node: usize) -> Result<(), String>
     Ok(())
 }
 
-/// The NUMA node holding the page at `ptr` (`get_mempolicy`), for tests
-/// and diagnostics.
-pub fn node_of(ptr: *const u8) -> Option<usize> {
+/// The NUMA node holding the first page of `mem` (`get_mempolicy`), for
+/// tests and diagnostics.
+pub fn node_of(mem: &[u8]) -> Option<usize> {
+    let ptr = mem.as_ptr();
     const MPOL_F_NODE: libc::c_ulong = 1;
     const MPOL_F_ADDR: libc::c_ulong = 2;
     let mut node: libc::c_int = -1;
@@ -446,11 +447,10 @@ impl Drop for StagingBuffer {
         let Some(chunk) = self.chunk.take() else {
             return;
         };
-        match self.pool.state.lock() {
-            Ok(mut st) => st.free.entry(chunk.len).or_default().push(chunk),
-            // A poisoned pool: leak the chunk rather than unmap memory a
-            // pinner may still have registered.
-            Err(_) => std::mem::forget(chunk),
+        // A poisoned pool: the chunk (which has no `Drop`) is leaked rather
+        // than unmapped while a pinner may still have it registered.
+        if let Ok(mut st) = self.pool.state.lock() {
+            st.free.entry(chunk.len).or_default().push(chunk);
         }
     }
 }
@@ -598,7 +598,7 @@ mod tests {
         match s.unbound_reason {
             // Containers may forbid mbind (seccomp): then the reason is kept.
             Some(reason) => println!("mbind unavailable here: {reason}"),
-            None => assert_eq!(node_of(b.as_ptr()), Some(0)),
+            None => assert_eq!(node_of(&b), Some(0)),
         }
     }
 
