@@ -40,8 +40,20 @@ use std::{
 pub const MIN_CLASS: usize = 64 * 1024;
 /// Default largest buffer (64 MiB).
 pub const DEFAULT_MAX_BUFFER: usize = 64 * 1024 * 1024;
-/// Default bound on one pool's bytes (256 MiB).
+/// Default bound on one pool's bytes: Triton's default
+/// `--pinned-memory-pool-byte-size` (256 MiB).
 pub const DEFAULT_CAPACITY: usize = 256 * 1024 * 1024;
+
+/// The bound `pool_for_node` gives the pools it makes.
+static CAPACITY: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(DEFAULT_CAPACITY);
+
+/// Sets the bound of each NUMA node's pool (`--pinned-memory-pool-byte-size`;
+/// 0: no staging buffers, every copy goes through pageable memory). Takes
+/// effect for pools not yet made: call it before the server starts.
+pub fn set_pool_capacity(bytes: usize) {
+    CAPACITY.store(bytes, Ordering::Relaxed);
+}
 
 /// Locks and unlocks host memory for DMA.
 pub trait Pinner: Send + Sync + fmt::Debug {
@@ -456,7 +468,7 @@ impl Drop for StagingBuffer {
 }
 
 /// The process's pools, one per NUMA node (and one unbound), made on first
-/// use with the system pinner and the default bounds.
+/// use with the system pinner and the bound `set_pool_capacity` gave.
 pub fn pool_for_node(node: Option<usize>) -> StagingPool {
     static POOLS: OnceLock<Mutex<HashMap<Option<usize>, StagingPool>>> = OnceLock::new();
     let pools = POOLS.get_or_init(Default::default);
@@ -555,6 +567,13 @@ mod tests {
         let s = pool.stats();
         assert_eq!(s.total_bytes, MIB);
         assert_eq!(s.refused, 2);
+    }
+
+    #[test]
+    fn a_zero_bound_pool_makes_nothing() {
+        let pool = StagingPool::new(None, 0, MIB, Arc::new(FakePinner::default()));
+        assert!(pool.take(1).is_none());
+        assert_eq!(pool.stats().buffers, 0);
     }
 
     #[test]
