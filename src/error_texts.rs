@@ -127,6 +127,26 @@ pub fn cuda_shm_register_no_gpu(name: &str) -> InferError {
     ))
 }
 
+/// Registering a CUDA region with an empty name (HTTP
+/// `/v2/cudasharedmemory/register`).
+pub fn cuda_shm_register_no_name() -> InferError {
+    InferError::invalid("'region name' is necessary to register cuda shared memory region")
+}
+
+/// A raw handle that is not 64 bytes (or not base64).
+pub fn cuda_shm_bad_handle() -> InferError {
+    InferError::invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+}
+
+/// Status of a region of the other kind: `registered` is "system" or
+/// "CUDA", `asked` the other.
+pub fn shm_wrong_kind(name: &str, registered: &str, asked: &str) -> InferError {
+    InferError::not_found(format!(
+        "The region named '{}' is registered as {registered} shared memory, not {asked} shared memory",
+        clip(name)
+    ))
+}
+
 /// Status of one CUDA region that is not registered.
 pub fn cuda_shm_unknown_region(name: &str) -> InferError {
     InferError::not_found(format!(

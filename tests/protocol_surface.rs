@@ -11,7 +11,8 @@ use common::*;
 use serde_json::json;
 use shardserve::proto::inference::{
     model_infer_request::{InferInputTensor, InferRequestedOutputTensor},
-    CudaSharedMemoryRegisterRequest, InferParameter, ModelInferRequest, ServerMetadataRequest,
+    CudaSharedMemoryRegisterRequest, CudaSharedMemoryStatusRequest,
+    CudaSharedMemoryUnregisterRequest, InferParameter, ModelInferRequest, ServerMetadataRequest,
     SystemSharedMemoryRegisterRequest, SystemSharedMemoryStatusRequest,
     SystemSharedMemoryUnregisterRequest,
 };
@@ -46,6 +47,11 @@ fn identity_defaults_to_triton_and_says_shardserve_elsewhere() {
         .map(|e| e.as_str().unwrap())
         .collect();
     assert!(exts.contains(&"system_shared_memory"));
+    // Advertised only where register can work.
+    assert_eq!(
+        exts.contains(&"cuda_shared_memory"),
+        shardserve::shm::cuda::unavailable().is_none()
+    );
     assert!(exts.contains(&"logging"));
     assert!(exts.contains(&"trace"));
     // Not implemented here, so not advertised.
@@ -392,10 +398,39 @@ fn system_shared_memory_over_http() {
     );
 }
 
+/// Says on the terminal (past the harness's capture) that a test did not
+/// run, and why.
+fn skip(test: &str, why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+}
+
+fn has_gpu() -> bool {
+    shardserve::shm::cuda::unavailable().is_none()
+}
+
 #[test]
 fn cuda_shared_memory_over_http_answers_as_triton_without_gpu() {
+    if has_gpu() {
+        skip(
+            "cuda_shared_memory_over_http_answers_as_triton_without_gpu",
+            "this machine has a GPU; the no-GPU answers do not apply",
+        );
+        return;
+    }
     let server = start_server(1);
     let addr = server.http_addr();
+    // Triton checks the name before anything else.
+    let r = post_json(
+        addr,
+        "/v2/cudasharedmemory/register",
+        &json!({"raw_handle": {"b64": ""}, "device_id": 0, "byte_size": 64}),
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.error(),
+        "'region name' is necessary to register cuda shared memory region"
+    );
     let r = post_json(
         addr,
         "/v2/cudasharedmemory/region/cu/register",
@@ -413,6 +448,61 @@ fn cuda_shared_memory_over_http_answers_as_triton_without_gpu() {
     );
     assert_eq!(
         post_json(addr, "/v2/cudasharedmemory/unregister", &json!({})).status,
+        200
+    );
+    // One name space for both kinds, as in Triton: a system region asked
+    // for as a CUDA one (and the other way round) names its kind.
+    let region = ShmObject::new("cudakind", 64);
+    assert_eq!(
+        post_json(
+            addr,
+            "/v2/systemsharedmemory/region/sysk/register",
+            &json!({"key": region.key, "offset": 0, "byte_size": 64}),
+        )
+        .status,
+        200
+    );
+    let r = get(addr, "/v2/cudasharedmemory/region/sysk/status");
+    assert_eq!(r.status, 404);
+    assert_eq!(
+        r.error(),
+        "The region named 'sysk' is registered as system shared memory, not CUDA shared memory"
+    );
+    // Unregistering it as CUDA memory leaves the system region registered.
+    assert_eq!(
+        post_json(
+            addr,
+            "/v2/cudasharedmemory/region/sysk/unregister",
+            &json!({})
+        )
+        .status,
+        200
+    );
+    assert_eq!(
+        get(addr, "/v2/systemsharedmemory/region/sysk/status").status,
+        200
+    );
+    assert_eq!(
+        post_json(
+            addr,
+            "/v2/systemsharedmemory/region/sysk/unregister",
+            &json!({})
+        )
+        .status,
+        200
+    );
+    // Inference naming a CUDA region that cannot exist: the generic text.
+    let mut req = simple_json_request(1);
+    req["inputs"][0]["parameters"] =
+        json!({"shared_memory_region": "cu", "shared_memory_byte_size": 64});
+    req["inputs"][0].as_object_mut().unwrap().remove("data");
+    let r = post_json(addr, "/v2/models/simple/infer", &req);
+    // NOT_FOUND, which Triton's HTTP endpoint answers with 404.
+    assert_eq!(r.status, 404, "{}", r.error());
+    assert_eq!(r.error(), "Unable to find shared memory region: 'cu'");
+    // The server serves on.
+    assert_eq!(
+        post_json(addr, "/v2/models/simple/infer", &simple_json_request(1)).status,
         200
     );
     // Wrong method, unknown action.
@@ -513,15 +603,62 @@ async fn system_shared_memory_over_grpc() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::AlreadyExists);
-    let e = c
-        .cuda_shared_memory_register(CudaSharedMemoryRegisterRequest {
-            name: "cu".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), Code::InvalidArgument);
-    assert!(e.message().contains("GPUs not supported"));
+    if has_gpu() {
+        skip(
+            "system_shared_memory_over_grpc (its CUDA part)",
+            "this machine has a GPU; the no-GPU answers do not apply",
+        );
+    } else {
+        let e = c
+            .cuda_shared_memory_register(CudaSharedMemoryRegisterRequest {
+                name: "cu".into(),
+                raw_handle: vec![1; 64],
+                device_id: 0,
+                byte_size: 64,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert_eq!(
+            e.message(),
+            "failed to register CUDA shared memory region: 'cu', GPUs not supported"
+        );
+        let status = c
+            .cuda_shared_memory_status(CudaSharedMemoryStatusRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(status.regions.is_empty());
+        let e = c
+            .cuda_shared_memory_status(CudaSharedMemoryStatusRequest { name: "g".into() })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::NotFound);
+        assert_eq!(
+            e.message(),
+            "The region named 'g' is registered as system shared memory, not CUDA shared memory"
+        );
+        let e = c
+            .cuda_shared_memory_status(CudaSharedMemoryStatusRequest { name: "cu".into() })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::NotFound);
+        assert_eq!(
+            e.message(),
+            "Unable to find cuda shared memory region: 'cu'"
+        );
+        c.cuda_shared_memory_unregister(CudaSharedMemoryUnregisterRequest { name: "g".into() })
+            .await
+            .unwrap();
+        c.cuda_shared_memory_unregister(CudaSharedMemoryUnregisterRequest::default())
+            .await
+            .unwrap();
+        // The system region survived both CUDA unregisters.
+        assert!(c
+            .system_shared_memory_status(SystemSharedMemoryStatusRequest { name: "g".into() })
+            .await
+            .is_ok());
+    }
     c.system_shared_memory_unregister(SystemSharedMemoryUnregisterRequest {
         name: String::new(),
     })

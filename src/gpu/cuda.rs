@@ -3,17 +3,24 @@
 //! so presence is checked first, and the calls run under `catch_unwind`
 //! too: a driver too old for a symbol must not take the server down.
 //!
-//! No context is created (a primary context costs hundreds of MiB of
-//! device memory): only the device attribute queries, which need `cuInit`.
+//! Discovery creates no context (a primary context costs hundreds of MiB
+//! of device memory): only the device attribute queries, which need
+//! `cuInit`. CUDA shared memory and pinned staging buffers retain the
+//! device's primary context on first use (`context`).
 //!
 //! Not exercised on this project's CI machines (no GPU, no driver): there
 //! only the "no driver" branch runs.
 
-use std::ffi::{c_char, CStr};
+use std::{
+    collections::HashMap,
+    ffi::{c_char, CStr},
+    ptr::NonNull,
+    sync::{Arc, Mutex, OnceLock},
+};
 
-use cudarc::driver::{result, sys};
+use cudarc::driver::{result, sys, CudaContext};
 
-use super::CudaDevice;
+use super::{pinned::Pinner, CudaDevice};
 
 pub fn devices() -> Result<Vec<CudaDevice>, String> {
     // SAFETY: only tries to dlopen the driver library by its usual names.
@@ -87,6 +94,182 @@ fn format_uuid(bytes: &[c_char; 16]) -> String {
         hex[8..10].concat(),
         hex[10..16].concat()
     )
+}
+
+/// The primary context of device `ordinal`, retained once per process
+/// and shared by every user here (CUDA shared memory, pinning): ONNX
+/// Runtime's CUDA execution provider uses the same primary context, so
+/// no extra device memory is spent beyond the first user's.
+fn context(ordinal: i32) -> Result<Arc<CudaContext>, String> {
+    static CONTEXTS: OnceLock<Mutex<HashMap<i32, Arc<CudaContext>>>> = OnceLock::new();
+    let ordinal_usize =
+        usize::try_from(ordinal).map_err(|_| format!("invalid CUDA device {ordinal}"))?;
+    // SAFETY: only tries to dlopen the driver library.
+    if !unsafe { sys::is_culib_present() } {
+        return Err("no CUDA driver (libcuda.so.1) found".to_string());
+    }
+    let mut map = CONTEXTS
+        .get_or_init(Default::default)
+        .lock()
+        .map_err(|_| "the CUDA context table is unusable after a panic".to_string())?;
+    if let Some(ctx) = map.get(&ordinal) {
+        ctx.bind_to_thread()
+            .map_err(|e| format!("binding the context of CUDA device {ordinal}: {e}"))?;
+        return Ok(Arc::clone(ctx));
+    }
+    let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal_usize))
+        .map_err(|_| "the CUDA driver library could not be used".to_string())?
+        .map_err(|e| format!("retaining the context of CUDA device {ordinal}: {e}"))?;
+    map.insert(ordinal, Arc::clone(&ctx));
+    Ok(ctx)
+}
+
+/// Pins host memory with `cuMemHostRegister(PORTABLE)`: page-locked for
+/// every context, so one pool serves copies to any GPU.
+///
+/// Never run on this project's machines (no GPU); written from the CUDA
+/// driver API documentation.
+#[derive(Debug)]
+pub struct HostRegister {
+    device: i32,
+}
+
+impl HostRegister {
+    /// Registration needs a current context: `device`'s primary one.
+    pub fn new(device: i32) -> Self {
+        Self { device }
+    }
+}
+
+impl Pinner for HostRegister {
+    fn pin(&self, ptr: NonNull<u8>, len: usize) -> Result<(), String> {
+        context(self.device)?;
+        // SAFETY: `[ptr, ptr + len)` is a live mapping the caller owns and
+        // keeps until `unpin`.
+        let rc = unsafe {
+            sys::cuMemHostRegister_v2(ptr.as_ptr().cast(), len, sys::CU_MEMHOSTREGISTER_PORTABLE)
+        };
+        if rc != sys::CUresult::CUDA_SUCCESS {
+            return Err(format!("cuMemHostRegister of {len} bytes: {rc:?}"));
+        }
+        Ok(())
+    }
+
+    fn unpin(&self, ptr: NonNull<u8>, _len: usize) {
+        if context(self.device).is_err() {
+            return;
+        }
+        // SAFETY: `ptr` was registered by `pin` and is still mapped.
+        let rc = unsafe { sys::cuMemHostUnregister(ptr.as_ptr().cast()) };
+        if rc != sys::CUresult::CUDA_SUCCESS {
+            tracing::warn!(?rc, "cuMemHostUnregister failed");
+        }
+    }
+}
+
+/// Device memory of another process, opened from its CUDA IPC handle
+/// (`cuIpcOpenMemHandle`, as Triton's `cudaIpcOpenMemHandle`); closed when
+/// dropped. Copies are synchronous (`cuMemcpyDtoH`/`HtoD` on the null
+/// stream), so the bytes are in place when they return.
+///
+/// Never run on this project's machines (no GPU); written from the CUDA
+/// driver API documentation and Triton's `shared_memory_manager.cc`.
+#[derive(Debug)]
+pub struct IpcMemory {
+    ctx: Arc<CudaContext>,
+    ptr: sys::CUdeviceptr,
+    /// Bytes from `ptr` to the end of the allocation the handle names.
+    available: usize,
+}
+
+// SAFETY: a device pointer is an integer valid in the (shared, primary)
+// context, which every use binds to its thread first.
+unsafe impl Send for IpcMemory {}
+unsafe impl Sync for IpcMemory {}
+
+impl IpcMemory {
+    pub fn open(device: i32, handle: &[u8; 64]) -> Result<Self, String> {
+        let ctx = context(device)?;
+        let mut raw = sys::CUipcMemHandle_st { reserved: [0; 64] };
+        for (d, s) in raw.reserved.iter_mut().zip(handle) {
+            *d = *s as c_char;
+        }
+        let opened = std::panic::catch_unwind(|| {
+            let mut ptr: sys::CUdeviceptr = 0;
+            // SAFETY: valid out-pointer; the handle is 64 opaque bytes that
+            // the driver validates.
+            let rc = unsafe {
+                sys::cuIpcOpenMemHandle_v2(
+                    &mut ptr,
+                    raw,
+                    sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
+                )
+            };
+            if rc != sys::CUresult::CUDA_SUCCESS {
+                return Err(format!("cuIpcOpenMemHandle: {rc:?}"));
+            }
+            let mut base: sys::CUdeviceptr = 0;
+            let mut size = 0usize;
+            // SAFETY: valid out-pointers, `ptr` was just opened.
+            let rc = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) };
+            if rc != sys::CUresult::CUDA_SUCCESS {
+                // SAFETY: opened above, not used after.
+                unsafe { sys::cuIpcCloseMemHandle(ptr) };
+                return Err(format!("cuMemGetAddressRange: {rc:?}"));
+            }
+            let available = size.saturating_sub((ptr - base) as usize);
+            Ok((ptr, available))
+        })
+        .map_err(|_| "the CUDA driver library could not be used".to_string())??;
+        Ok(Self {
+            ctx,
+            ptr: opened.0,
+            available: opened.1,
+        })
+    }
+
+    /// Bytes usable from the region's start.
+    pub fn available(&self) -> usize {
+        self.available
+    }
+
+    fn checked(&self, offset: usize, len: usize) -> Result<sys::CUdeviceptr, String> {
+        offset
+            .checked_add(len)
+            .filter(|&end| end <= self.available)
+            .ok_or_else(|| format!("{len} bytes at {offset} overrun {}", self.available))?;
+        Ok(self.ptr + offset as u64)
+    }
+
+    /// Copies `dst.len()` bytes from `offset` of the region to `dst`.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), String> {
+        let src = self.checked(offset, dst.len())?;
+        self.ctx.bind_to_thread().map_err(|e| e.to_string())?;
+        // SAFETY: `src..src + len` is inside the opened allocation.
+        unsafe { result::memcpy_dtoh_sync(dst, src) }.map_err(|e| format!("cuMemcpyDtoH: {e}"))
+    }
+
+    /// Copies `src` to `offset` of the region.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), String> {
+        let dst = self.checked(offset, src.len())?;
+        self.ctx.bind_to_thread().map_err(|e| e.to_string())?;
+        // SAFETY: `dst..dst + len` is inside the opened allocation.
+        unsafe { result::memcpy_htod_sync(dst, src) }.map_err(|e| format!("cuMemcpyHtoD: {e}"))
+    }
+}
+
+impl Drop for IpcMemory {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_err() {
+            return;
+        }
+        // SAFETY: opened by `open`, closed once, no copy is in flight
+        // (copies are synchronous and hold `&self`).
+        let rc = unsafe { sys::cuIpcCloseMemHandle(self.ptr) };
+        if rc != sys::CUresult::CUDA_SUCCESS {
+            tracing::warn!(?rc, "cuIpcCloseMemHandle failed");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 //! header and the start-up log line say shardserve and its version, so
 //! nobody mistakes it for a Triton build.
 
+use std::sync::OnceLock;
+
 use http::HeaderValue;
 
 use crate::server::{state, EXTENSIONS};
@@ -23,9 +25,19 @@ pub fn server_name() -> String {
         .unwrap_or_else(|| DEFAULT_SERVER_NAME.to_string())
 }
 
-/// The extensions `GET /v2` and ServerMetadata list.
+/// The extensions `GET /v2` and ServerMetadata list: `EXTENSIONS`, and
+/// `cuda_shared_memory` when this process can use a GPU (clients such as
+/// perf_analyzer pick the CUDA path from this list, so it is not
+/// advertised when every register would fail).
 pub fn extensions() -> &'static [&'static str] {
-    EXTENSIONS
+    static LIST: OnceLock<Vec<&'static str>> = OnceLock::new();
+    LIST.get_or_init(|| {
+        let mut list = EXTENSIONS.to_vec();
+        if crate::shm::cuda::unavailable().is_none() {
+            list.push("cuda_shared_memory");
+        }
+        list
+    })
 }
 
 pub fn server_header() -> HeaderValue {

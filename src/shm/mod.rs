@@ -11,10 +11,13 @@
 //!   model ran (the backends write into their own buffers), and the
 //!   response carries the output's datatype and shape without its data.
 //!
-//! CUDA shared memory is answered with Triton's errors for a server built
-//! without GPU support (see `protocol/http/shm_routes.rs` and the gRPC
-//! service); `mapping` and `registry` hold the mechanics.
+//! CUDA shared memory (`cuda`) shares the tensor parameters and the name
+//! space: a request's region name is looked up among system regions, then
+//! CUDA ones; CUDA inputs are copied to host memory and CUDA outputs to the
+//! device (see `cuda.rs`). `mapping` and `registry` hold the system
+//! mechanics.
 
+pub mod cuda;
 mod mapping;
 pub mod registry;
 
@@ -87,21 +90,57 @@ pub fn shm_ref(params: &Parameters, what: &str) -> Result<Option<ShmRef>, InferE
     }))
 }
 
-/// `[offset, offset + byte_size)` of `region`, checked as Triton checks it.
-fn bounds(region: &Region, offset: u64, byte_size: u64) -> Result<(usize, usize), InferError> {
-    if offset >= region.byte_size {
-        return Err(error_texts::shm_invalid_offset(&region.name));
+/// A region a request names, of either kind.
+#[derive(Debug, Clone)]
+enum Located {
+    System(Arc<Region>),
+    Cuda(Arc<cuda::CudaRegion>),
+}
+
+impl Located {
+    /// System regions first: they are the common case and the lookup
+    /// Triton-era clients pay for.
+    fn find(name: &str) -> Result<Self, InferError> {
+        if let Some(r) = global().find(name)? {
+            return Ok(Self::System(r));
+        }
+        cuda::global()
+            .find(name)?
+            .map(Self::Cuda)
+            .ok_or_else(|| error_texts::shm_unknown_region(name))
     }
-    let end = offset
-        .checked_add(byte_size)
-        .filter(|&e| e <= region.byte_size)
-        .ok_or_else(|| error_texts::shm_invalid_range(&region.name))?;
-    // Both fit in the mapping's usize length, which was checked at registration.
-    let offset =
-        usize::try_from(offset).map_err(|_| error_texts::shm_invalid_range(&region.name))?;
-    let len =
-        usize::try_from(end).map_err(|_| error_texts::shm_invalid_range(&region.name))? - offset;
-    Ok((offset, len))
+
+    fn name(&self) -> &str {
+        match self {
+            Self::System(r) => &r.name,
+            Self::Cuda(r) => &r.name,
+        }
+    }
+
+    fn byte_size(&self) -> u64 {
+        match self {
+            Self::System(r) => r.byte_size,
+            Self::Cuda(r) => r.byte_size,
+        }
+    }
+
+    /// `[offset, offset + byte_size)` of the region, checked as Triton
+    /// checks it.
+    fn bounds(&self, offset: u64, byte_size: u64) -> Result<(usize, usize), InferError> {
+        let name = self.name();
+        if offset >= self.byte_size() {
+            return Err(error_texts::shm_invalid_offset(name));
+        }
+        let end = offset
+            .checked_add(byte_size)
+            .filter(|&e| e <= self.byte_size())
+            .ok_or_else(|| error_texts::shm_invalid_range(name))?;
+        // Both fit in usize: the mapping's length (system) or the device
+        // allocation's (CUDA) was checked at registration.
+        let offset = usize::try_from(offset).map_err(|_| error_texts::shm_invalid_range(name))?;
+        let len = usize::try_from(end).map_err(|_| error_texts::shm_invalid_range(name))? - offset;
+        Ok((offset, len))
+    }
 }
 
 /// A tensor's bytes inside a region; keeps the region mapped.
@@ -131,13 +170,16 @@ pub fn read_input(
     shape: &[i64],
     what: &str,
 ) -> Result<Bytes, InferError> {
-    let region = global().get(&r.region)?;
-    let (offset, len) = bounds(&region, r.offset, r.byte_size.unwrap_or(0))?;
-    let data = Bytes::from_owner(RegionSlice {
-        region,
-        offset,
-        len,
-    });
+    let region = Located::find(&r.region)?;
+    let (offset, len) = region.bounds(r.offset, r.byte_size.unwrap_or(0))?;
+    let data = match region {
+        Located::System(region) => Bytes::from_owner(RegionSlice {
+            region,
+            offset,
+            len,
+        }),
+        Located::Cuda(region) => region.read(offset, len)?,
+    };
     match datatype.element_size() {
         Some(elem) => {
             if count.checked_mul(elem) != Some(len) {
@@ -181,7 +223,7 @@ pub fn output_in_shm(requested: &[RequestedOutput], output: &str) -> bool {
 #[derive(Debug)]
 struct OutputTarget {
     output: String,
-    region: Arc<Region>,
+    region: Located,
     offset: usize,
     len: usize,
 }
@@ -219,11 +261,11 @@ impl OutputTargets {
                     "Output can't set both 'shared_memory_region' and 'binary_data'",
                 ));
             }
-            let region = global().get(&shm.region)?;
+            let region = Located::find(&shm.region)?;
             let byte_size = shm
                 .byte_size
-                .unwrap_or_else(|| region.byte_size.saturating_sub(shm.offset));
-            let (offset, len) = bounds(&region, shm.offset, byte_size)?;
+                .unwrap_or_else(|| region.byte_size().saturating_sub(shm.offset));
+            let (offset, len) = region.bounds(shm.offset, byte_size)?;
             targets.push(OutputTarget {
                 output: r.name.clone(),
                 region,
@@ -242,7 +284,15 @@ impl OutputTargets {
             let Some(tensor) = response.outputs.iter_mut().find(|o| o.name == t.output) else {
                 continue;
             };
-            if tensor.data.len() > t.len || !t.region.mapping.write(t.offset, &tensor.data) {
+            let written = tensor.data.len() <= t.len
+                && match &t.region {
+                    Located::System(r) => r.mapping.write(t.offset, &tensor.data),
+                    Located::Cuda(r) => {
+                        r.write(t.offset, &tensor.data)?;
+                        true
+                    }
+                };
+            if !written {
                 // Triton's text (INTERNAL, as its allocator reports it).
                 return Err(InferError::internal(format!(
                     "shared memory size specified with the request for output '{}' ({} bytes) \

@@ -54,11 +54,14 @@ impl Registry {
         }
         // Cheap refusal before any system call; checked again under the
         // write lock, since mapping happens outside it.
+        // Triton keeps system and CUDA regions in one map: a name is
+        // taken by either kind.
         if self
             .regions
             .read()
             .map_err(|_| poisoned())?
             .contains_key(name)
+            || super::cuda::global().contains(name)?
         {
             return Err(error_texts::shm_already_registered(name));
         }
@@ -109,16 +112,28 @@ impl Registry {
             .ok_or_else(|| error_texts::shm_unknown_region(name))
     }
 
+    /// `name`'s region, if registered.
+    pub fn find(&self, name: &str) -> Result<Option<Arc<Region>>, InferError> {
+        Ok(self
+            .regions
+            .read()
+            .map_err(|_| poisoned())?
+            .get(name)
+            .cloned())
+    }
+
     /// Every region (empty `name`) or the one named.
     pub fn status(&self, name: &str) -> Result<Vec<Arc<Region>>, InferError> {
         let regions = self.regions.read().map_err(|_| poisoned())?;
         if name.is_empty() {
             return Ok(regions.values().cloned().collect());
         }
-        regions
-            .get(name)
-            .cloned()
-            .map(|r| vec![r])
-            .ok_or_else(|| error_texts::shm_unknown_system_region(name))
+        if let Some(r) = regions.get(name) {
+            return Ok(vec![Arc::clone(r)]);
+        }
+        if super::cuda::global().contains(name)? {
+            return Err(error_texts::shm_wrong_kind(name, "CUDA", "system"));
+        }
+        Err(error_texts::shm_unknown_system_region(name))
     }
 }

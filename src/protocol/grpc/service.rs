@@ -322,11 +322,9 @@ impl GrpcInferenceService for InferenceService {
 
     async fn cuda_shared_memory_unregister(
         &self,
-        _: Request<CudaSharedMemoryUnregisterRequest>,
+        req: Request<CudaSharedMemoryUnregisterRequest>,
     ) -> Result<Response<CudaSharedMemoryUnregisterResponse>, Status> {
-        // No CUDA region can be registered here, so nothing to forget
-        // (Triton answers OK for an unknown name too).
-        Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
+        super::shm_service::cuda_unregister(req.into_inner()).map(Response::new)
     }
 
     async fn model_stream_infer(

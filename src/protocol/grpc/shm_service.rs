@@ -1,16 +1,17 @@
 //! The shared memory RPCs of `GRPCInferenceService`: system shared
-//! memory through `crate::shm`'s registry; CUDA shared memory answered as
-//! Triton built without GPU support answers it.
+//! memory through `crate::shm`'s registry, CUDA shared memory through
+//! `crate::shm::cuda`'s (answered as Triton built without GPU support
+//! answers it when no GPU is usable).
 
 use tonic::Status;
 
 use super::status::to_status;
 use crate::{
-    error_texts,
     proto::inference::{
         cuda_shared_memory_status_response, system_shared_memory_status_response,
         CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse,
         CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse,
+        CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse,
         SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse,
         SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse,
         SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse,
@@ -65,19 +66,44 @@ pub(super) fn system_unregister(
 pub(super) fn cuda_status(
     req: CudaSharedMemoryStatusRequest,
 ) -> Result<CudaSharedMemoryStatusResponse, Status> {
-    if !req.name.is_empty() {
-        return Err(to_status(error_texts::cuda_shm_unknown_region(&req.name)));
-    }
+    let regions = shm::cuda::global().status(&req.name).map_err(to_status)?;
     Ok(CudaSharedMemoryStatusResponse {
-        regions: std::collections::HashMap::<
-            String,
-            cuda_shared_memory_status_response::RegionStatus,
-        >::new(),
+        regions: regions
+            .iter()
+            .map(|r| {
+                (
+                    r.name.clone(),
+                    cuda_shared_memory_status_response::RegionStatus {
+                        name: r.name.clone(),
+                        device_id: r.device_id as u64,
+                        byte_size: r.byte_size,
+                    },
+                )
+            })
+            .collect(),
     })
 }
 
 pub(super) fn cuda_register(
     req: CudaSharedMemoryRegisterRequest,
 ) -> Result<CudaSharedMemoryRegisterResponse, Status> {
-    Err(to_status(error_texts::cuda_shm_register_no_gpu(&req.name)))
+    // Triton's gRPC handler reads 64 bytes from `raw_handle` whatever its
+    // length; here a handle of another length gets the HTTP check's error.
+    shm::cuda::global()
+        .register(&req.name, &req.raw_handle, req.device_id, req.byte_size)
+        .map_err(to_status)?;
+    Ok(CudaSharedMemoryRegisterResponse {})
+}
+
+pub(super) fn cuda_unregister(
+    req: CudaSharedMemoryUnregisterRequest,
+) -> Result<CudaSharedMemoryUnregisterResponse, Status> {
+    let registry = shm::cuda::global();
+    if req.name.is_empty() {
+        registry.unregister_all()
+    } else {
+        registry.unregister(&req.name)
+    }
+    .map_err(to_status)?;
+    Ok(CudaSharedMemoryUnregisterResponse {})
 }

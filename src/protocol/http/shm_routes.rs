@@ -1,6 +1,6 @@
 //! `/v2/systemsharedmemory/...` and `/v2/cudasharedmemory/...`:
-//! register, status and unregister, as Triton serves them. CUDA regions
-//! are answered as Triton built without GPU support answers them.
+//! register, status and unregister, as Triton serves them. Without a
+//! usable GPU, CUDA register answers as Triton built without GPU support.
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, StatusCode};
@@ -50,7 +50,7 @@ pub async fn handle(req: Request<Incoming>, segs: &[&str]) -> InferResult<HttpRe
         Method::POST
     };
     if !matches!(action, "status" | "register" | "unregister")
-        || (action == "register" && name.is_empty())
+        || (action == "register" && name.is_empty() && kind == "systemsharedmemory")
     {
         return Err(InferError::not_found(format!(
             "no such endpoint: {method} /v2/{}",
@@ -91,16 +91,87 @@ pub async fn handle(req: Request<Incoming>, segs: &[&str]) -> InferResult<HttpRe
             Ok(ok(Bytes::new()))
         }
         (_, "status") => {
-            if name.is_empty() {
-                Ok(ok(Bytes::from_static(b"[]")))
-            } else {
-                Err(error_texts::cuda_shm_unknown_region(name))
-            }
+            let regions = shm::cuda::global().status(name)?;
+            let list: Vec<_> = regions
+                .iter()
+                .map(
+                    |r| json!({"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size}),
+                )
+                .collect();
+            Ok(ok(Bytes::from(serde_json::Value::from(list).to_string())))
         }
-        (_, "register") => Err(error_texts::cuda_shm_register_no_gpu(name)),
-        // No CUDA region can exist; Triton answers OK for unknown names.
-        _ => Ok(ok(Bytes::new())),
+        (_, "register") => {
+            // Triton's order: the name, then (built without GPU support)
+            // the refusal, before the body is read.
+            if name.is_empty() {
+                return Err(error_texts::cuda_shm_register_no_name());
+            }
+            if shm::cuda::unavailable().is_some() {
+                return Err(error_texts::cuda_shm_register_no_gpu(name));
+            }
+            let body = transport::read_body(req.into_body(), MAX_REGISTER_BODY)
+                .await
+                .map_err(|e| InferError::invalid(e.message))?;
+            let r = parse_cuda_register(&body)?;
+            shm::cuda::global().register(name, &r.handle, r.device_id, r.byte_size)?;
+            Ok(ok(Bytes::new()))
+        }
+        _ => {
+            if name.is_empty() {
+                shm::cuda::global().unregister_all()?;
+            } else {
+                shm::cuda::global().unregister(name)?;
+            }
+            Ok(ok(Bytes::new()))
+        }
     }
+}
+
+/// A CUDA register body: `{"raw_handle": {"b64": ...}, "device_id": n,
+/// "byte_size": n}`.
+struct CudaRegister {
+    handle: Vec<u8>,
+    device_id: i64,
+    byte_size: u64,
+}
+
+fn parse_cuda_register(body: &[u8]) -> InferResult<CudaRegister> {
+    #[derive(Deserialize)]
+    struct RawHandle {
+        b64: String,
+    }
+    #[derive(Deserialize)]
+    struct Body {
+        raw_handle: Option<RawHandle>,
+        byte_size: u64,
+        device_id: u64,
+    }
+    let b: Body = serde_json::from_slice(body).map_err(|e| {
+        InferError::invalid(format!(
+            "failed to parse the CUDA shared memory register request: {} \
+             (expected {{\"raw_handle\": {{\"b64\": string}}, \"device_id\": integer, \
+             \"byte_size\": integer}})",
+            clip(&e.to_string())
+        ))
+    })?;
+    let raw = b.raw_handle.ok_or_else(|| {
+        InferError::invalid("Shared memory register request has no 'raw_handle' field")
+    })?;
+    use base64::Engine as _;
+    // Triton's decoder is lenient and then checks the size; either way a
+    // handle that is not 64 bytes of base64 gets its size error.
+    let handle = base64::engine::general_purpose::STANDARD
+        .decode(raw.b64.trim())
+        .map_err(|_| error_texts::cuda_shm_bad_handle())?;
+    if handle.len() != shm::cuda::IPC_HANDLE_SIZE {
+        return Err(error_texts::cuda_shm_bad_handle());
+    }
+    Ok(CudaRegister {
+        handle,
+        device_id: i64::try_from(b.device_id)
+            .map_err(|_| InferError::invalid("'device_id' is out of range"))?,
+        byte_size: b.byte_size,
+    })
 }
 
 #[derive(Deserialize)]
@@ -132,5 +203,35 @@ mod tests {
         assert!(parse_register(br#"{"key": "/k"}"#).is_err());
         assert!(parse_register(br#"{"key": "/k", "byte_size": -1}"#).is_err());
         assert!(parse_register(b"not json").is_err());
+    }
+
+    #[test]
+    fn cuda_register_body() {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD.encode([7u8; 64]);
+        let body =
+            format!(r#"{{"raw_handle": {{"b64": "{b64}"}}, "device_id": 1, "byte_size": 256}}"#);
+        let r = parse_cuda_register(body.as_bytes()).unwrap();
+        assert_eq!((r.handle.len(), r.device_id, r.byte_size), (64, 1, 256));
+
+        let short = base64::engine::general_purpose::STANDARD.encode([7u8; 63]);
+        let body =
+            format!(r#"{{"raw_handle": {{"b64": "{short}"}}, "device_id": 0, "byte_size": 1}}"#);
+        assert_eq!(
+            parse_cuda_register(body.as_bytes())
+                .err()
+                .map(|e| e.message),
+            Some("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t".to_string())
+        );
+        let body = r#"{"raw_handle": {"b64": "!!"}, "device_id": 0, "byte_size": 1}"#;
+        assert!(parse_cuda_register(body.as_bytes()).is_err());
+        let body = r#"{"device_id": 0, "byte_size": 1}"#;
+        assert_eq!(
+            parse_cuda_register(body.as_bytes())
+                .err()
+                .map(|e| e.message),
+            Some("Shared memory register request has no 'raw_handle' field".to_string())
+        );
+        assert!(parse_cuda_register(br#"{"raw_handle": {"b64": ""}}"#).is_err());
     }
 }

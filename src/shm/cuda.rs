@@ -1,0 +1,279 @@
+//! Triton's CUDA shared memory extension: clients register device memory
+//! of their own process by its CUDA IPC handle (`/v2/cudasharedmemory`,
+//! gRPC `CudaSharedMemory*`), then name it in inference requests with the
+//! same tensor parameters as system shared memory.
+//!
+//! - Register opens the handle on the named device (`gpu::IpcMemory`:
+//!   `cuIpcOpenMemHandle` in the device's primary context) and checks the
+//!   size against the allocation, as Triton does; unregister closes it once
+//!   no request holds the region (`Arc`).
+//! - Inputs in a CUDA region are copied device → host into the request's
+//!   tensor, into a pinned staging buffer of the GPU's NUMA node when the
+//!   pool has one (`gpu::pinned`), pageable memory otherwise. Backends then
+//!   see ordinary host tensors; handing device pointers to ONNX Runtime
+//!   (IoBinding) is not done.
+//! - Outputs requested into a CUDA region are copied host → device after
+//!   the model ran.
+//! - Copies are synchronous on the calling thread (the shard decoding the
+//!   request or encoding the response): a few MiB cost a shard well under
+//!   a millisecond over PCIe, but the shard serves nothing else meanwhile.
+//!
+//! Without a usable GPU (no driver, no device, built without `cuda`),
+//! register answers Triton's "GPUs not supported" error, status lists
+//! nothing and the server serves on; `cuda_shared_memory` is then not in
+//! the server's extensions.
+//!
+//! Never run against a real GPU on this project's machines: the device
+//! side (`gpu::IpcMemory`) is written from the CUDA driver API docs.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, OnceLock, RwLock},
+};
+
+use bytes::Bytes;
+
+use crate::{
+    error_texts,
+    gpu::{pinned, GpuInventory, IpcMemory},
+    types::{clip, InferError},
+};
+
+/// Bytes of a `cudaIpcMemHandle_t`.
+pub const IPC_HANDLE_SIZE: usize = 64;
+
+/// A registered CUDA region.
+#[derive(Debug)]
+pub struct CudaRegion {
+    pub name: String,
+    pub device_id: i64,
+    pub byte_size: u64,
+    memory: IpcMemory,
+    /// The GPU's NUMA node: where its staging buffers live.
+    numa_node: Option<usize>,
+}
+
+impl CudaRegion {
+    /// `len` bytes at `offset` (checked against `byte_size` by the caller),
+    /// copied to host memory.
+    pub fn read(&self, offset: usize, len: usize) -> Result<Bytes, InferError> {
+        let copy_error = |e: String| {
+            tracing::error!(region = %self.name, error = %e, "copy from CUDA shared memory failed");
+            InferError::internal(format!(
+                "failed to copy from CUDA shared memory region '{}': {e}",
+                clip(&self.name)
+            ))
+        };
+        if let Some(mut staged) = pinned::pool_for_node(self.numa_node).take(len) {
+            self.memory.read(offset, &mut staged).map_err(copy_error)?;
+            return Ok(Bytes::from_owner(staged));
+        }
+        let mut data = vec![0u8; len];
+        self.memory.read(offset, &mut data).map_err(copy_error)?;
+        Ok(Bytes::from(data))
+    }
+
+    /// Copies `data` to `offset` of the region.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), InferError> {
+        self.memory.write(offset, data).map_err(|e| {
+            tracing::error!(region = %self.name, error = %e, "copy to CUDA shared memory failed");
+            InferError::internal(format!(
+                "failed to copy to CUDA shared memory region '{}': {e}",
+                clip(&self.name)
+            ))
+        })
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct CudaRegistry {
+    regions: RwLock<BTreeMap<String, Arc<CudaRegion>>>,
+}
+
+/// The process's CUDA registry.
+pub fn global() -> &'static CudaRegistry {
+    static REGISTRY: OnceLock<CudaRegistry> = OnceLock::new();
+    REGISTRY.get_or_init(CudaRegistry::default)
+}
+
+fn poisoned() -> InferError {
+    InferError::internal("the CUDA shared memory registry is unusable after a panic")
+}
+
+/// Why this server cannot use CUDA shared memory, or `None` when it can.
+pub fn unavailable() -> Option<String> {
+    if !cfg!(feature = "cuda") {
+        return Some("built without the `cuda` feature".to_string());
+    }
+    let inventory = GpuInventory::shared();
+    inventory.gpus.is_empty().then(|| {
+        inventory
+            .absent
+            .clone()
+            .unwrap_or_else(|| "no GPU".to_string())
+    })
+}
+
+/// Triton's "invalid args" answer for a handle it cannot open.
+fn cannot_open() -> InferError {
+    InferError::invalid("failed to register shared memory region: invalid args")
+}
+
+impl CudaRegistry {
+    /// Registers `name` → the device memory `raw_handle` names on
+    /// `device_id`, of `byte_size` bytes. Errors are Triton's texts, in
+    /// Triton's order of checks.
+    pub fn register(
+        &self,
+        name: &str,
+        raw_handle: &[u8],
+        device_id: i64,
+        byte_size: u64,
+    ) -> Result<(), InferError> {
+        if let Some(reason) = unavailable() {
+            tracing::debug!(name, reason, "CUDA shared memory register refused");
+            return Err(error_texts::cuda_shm_register_no_gpu(name));
+        }
+        if name.is_empty() {
+            return Err(error_texts::cuda_shm_register_no_name());
+        }
+        let handle: &[u8; IPC_HANDLE_SIZE] = raw_handle
+            .try_into()
+            .map_err(|_| error_texts::cuda_shm_bad_handle())?;
+        if self.contains(name)? || super::global().find(name)?.is_some() {
+            return Err(error_texts::shm_already_registered(name));
+        }
+        let gpu = i32::try_from(device_id)
+            .ok()
+            .and_then(|id| GpuInventory::shared().gpus.iter().find(|g| g.id == id));
+        let Some(gpu) = gpu else {
+            tracing::error!(name, device_id, "CUDA shared memory: no such GPU");
+            return Err(cannot_open());
+        };
+        let memory = IpcMemory::open(gpu.id, handle).map_err(|e| {
+            // Triton logs the driver's reason and answers a generic error.
+            tracing::error!(name, device_id, error = %e, "failed to open CUDA IPC handle");
+            cannot_open()
+        })?;
+        if usize::try_from(byte_size).map_or(true, |b| b > memory.available()) {
+            tracing::error!(
+                name,
+                byte_size,
+                available = memory.available(),
+                "CUDA shared memory region larger than its allocation"
+            );
+            return Err(error_texts::shm_register_invalid_args(name));
+        }
+        let mut regions = self.regions.write().map_err(|_| poisoned())?;
+        if regions.contains_key(name) {
+            return Err(error_texts::shm_already_registered(name));
+        }
+        regions.insert(
+            name.to_string(),
+            Arc::new(CudaRegion {
+                name: name.to_string(),
+                device_id,
+                byte_size,
+                memory,
+                numa_node: gpu.numa_node,
+            }),
+        );
+        tracing::debug!(name, device_id, byte_size, "registered CUDA shared memory");
+        Ok(())
+    }
+
+    pub fn contains(&self, name: &str) -> Result<bool, InferError> {
+        Ok(self
+            .regions
+            .read()
+            .map_err(|_| poisoned())?
+            .contains_key(name))
+    }
+
+    /// `name`'s region, if registered (inference inputs and outputs).
+    pub fn find(&self, name: &str) -> Result<Option<Arc<CudaRegion>>, InferError> {
+        Ok(self
+            .regions
+            .read()
+            .map_err(|_| poisoned())?
+            .get(name)
+            .cloned())
+    }
+
+    /// Forgets `name` (no error when it is not registered, as in Triton).
+    /// The handle is closed when the last request using it finishes.
+    pub fn unregister(&self, name: &str) -> Result<(), InferError> {
+        self.regions.write().map_err(|_| poisoned())?.remove(name);
+        Ok(())
+    }
+
+    pub fn unregister_all(&self) -> Result<(), InferError> {
+        self.regions.write().map_err(|_| poisoned())?.clear();
+        Ok(())
+    }
+
+    /// Every region (empty `name`) or the one named.
+    pub fn status(&self, name: &str) -> Result<Vec<Arc<CudaRegion>>, InferError> {
+        let regions = self.regions.read().map_err(|_| poisoned())?;
+        if name.is_empty() {
+            return Ok(regions.values().cloned().collect());
+        }
+        if let Some(r) = regions.get(name) {
+            return Ok(vec![Arc::clone(r)]);
+        }
+        if super::global().find(name)?.is_some() {
+            return Err(error_texts::shm_wrong_kind(name, "system", "CUDA"));
+        }
+        Err(error_texts::cuda_shm_unknown_region(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::ErrorKind;
+
+    #[test]
+    fn without_a_gpu_register_answers_tritons_no_gpu_error_first() {
+        if unavailable().is_none() {
+            println!("SKIPPED: this machine has a GPU; the no-GPU answer does not apply");
+            return;
+        }
+        let reg = CudaRegistry::default();
+        // Even a malformed handle gets the no-GPU answer, as from Triton
+        // built without GPU support.
+        let e = reg.register("c", b"short", 0, 64).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        assert_eq!(
+            e.message,
+            "failed to register CUDA shared memory region: 'c', GPUs not supported"
+        );
+        assert!(reg.status("").unwrap().is_empty());
+        let e = reg.status("c").unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotFound);
+        assert_eq!(e.message, "Unable to find cuda shared memory region: 'c'");
+        reg.unregister("c").unwrap();
+        reg.unregister_all().unwrap();
+    }
+
+    #[test]
+    fn with_a_gpu_malformed_handles_are_refused_before_the_driver() {
+        if let Some(reason) = unavailable() {
+            println!("SKIPPED: no usable GPU ({reason})");
+            return;
+        }
+        let reg = CudaRegistry::default();
+        let e = reg.register("c", &[0u8; 10], 0, 64).unwrap_err();
+        assert_eq!(
+            e.message,
+            "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"
+        );
+        // 64 zero bytes are no handle the driver knows.
+        let e = reg.register("c", &[0u8; 64], 0, 64).unwrap_err();
+        assert_eq!(
+            e.message,
+            "failed to register shared memory region: invalid args"
+        );
+        assert!(!reg.contains("c").unwrap());
+    }
+}
