@@ -426,7 +426,9 @@ pub async fn drive<C, E>(
                     Poll::Pending
                 }
             }) => Woke::Deadline,
-            _ = state.drained(), if closing.is_none() => Woke::Drain,
+            // A connection already told to close (idle GOAWAY, whose grace
+            // may outlast the exit timeout) still drains with the shard.
+            _ = state.drained(), if !matches!(closing, Some(Closing::Draining(_))) => Woke::Drain,
             _ = monoio::time::sleep_until(deadline.into()) => Woke::Deadline,
         };
         match woke {
@@ -441,7 +443,9 @@ pub async fn drive<C, E>(
                 return;
             }
             Woke::Drain => {
-                graceful(conn.as_mut());
+                if closing.is_none() {
+                    graceful(conn.as_mut());
+                }
                 closing = Some(Closing::Draining(Instant::now()));
             }
             Woke::Deadline => {}
