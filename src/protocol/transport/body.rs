@@ -134,19 +134,9 @@ fn too_large(limit: usize) -> BodyError {
     )
 }
 
-/// Bytes of body copied between two hand-backs of the shard in
-/// [`read_body`]: about 50 µs of copying and page faults.
-const YIELD_EVERY_BYTES: usize = 1024 * 1024;
-/// How long [`read_body`] hands the shard back for: long enough that the
-/// runtime finds nothing to run and parks (which is when it reaps the
-/// other sockets' readiness; a timer that has already fired when the
-/// runtime looks again keeps it spinning through its queue instead), short
-/// enough to cost a 60 MB body a few milliseconds in all.
-const PAUSE: std::time::Duration = std::time::Duration::from_micros(50);
-
 /// Reads a whole request body under the size, time and memory bounds
 /// above. Must run on a shard (it reads the shard's transport context).
-pub async fn read_body<B>(mut body: B, limit: usize) -> Result<Bytes, BodyError>
+pub async fn read_body<B>(body: B, limit: usize) -> Result<Bytes, BodyError>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
@@ -172,9 +162,10 @@ where
         return Err(over_budget(&transport));
     }
     let mut buf: Vec<u8> = Vec::with_capacity(initial);
-    let mut since_yield = 0usize;
-    // Made (a timerfd) only when a body is large enough to need it.
-    let pause = crate::shard::PreciseTimer::default();
+    // A fast sender keeps frames ready, so the loop would copy (and fault
+    // in) a whole large body without letting the shard's other
+    // connections run: the paced body hands the shard back every MiB.
+    let mut body = super::paced::PacedBody::new(body);
     let limits = transport.limits;
     let total_deadline = Instant::now() + limits.http_body_total_timeout;
     loop {
@@ -230,16 +221,6 @@ where
             buf.reserve_exact(target - buf.len());
         }
         buf.extend_from_slice(&data);
-        // A fast sender keeps frames ready, so the loop would copy (and
-        // fault in) a whole large body without letting the shard's other
-        // connections run. A plain yield is not enough on io_uring: a
-        // runtime with runnable tasks never parks, and only parking reaps
-        // the readiness of the other sockets; a short timer wait parks it.
-        since_yield += data.len();
-        if since_yield >= YIELD_EVERY_BYTES {
-            since_yield = 0;
-            pause.sleep_until(Instant::now() + PAUSE).await;
-        }
     }
     Ok(Bytes::from_owner(BufferedBody {
         data: buf,
