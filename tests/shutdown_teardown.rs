@@ -16,7 +16,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{child::ChildServer, post_json, wait_for, TempRepo};
+use common::{
+    child::{cpu_seconds, ChildServer},
+    post_json, wait_for, TempRepo,
+};
 use serde_json::json;
 
 /// Compiles `tests/capi_backends/lifecycle.c` into
@@ -255,6 +258,66 @@ fn unload_finalizes_the_instances_on_their_workers() {
     let lines = setup.lines();
     assert_instances_finalized(&lines, &[("lc_keep", 1)]);
     assert_eq!(lines.last().map(String::as_str), Some("backend_finalize"));
+}
+
+#[test]
+fn unloading_during_a_long_execution_waits_for_it_without_spinning() {
+    let setup = Setup::new(
+        "unload-busy",
+        &[(
+            "lc_busy",
+            1,
+            r#"parameters { key: "execute_sleep_ms" value: { string_value: "2500" } }"#,
+        )],
+    );
+    let mut server = setup.start(
+        "teardown-unload-busy",
+        &[
+            "--model-control-mode",
+            "explicit",
+            "--load-model",
+            "lc_busy",
+        ],
+    );
+    let http = server.http;
+    let answer = std::thread::spawn(move || {
+        let body = json!({
+            "inputs": [{ "name": "INPUT0", "datatype": "INT32", "shape": [4], "data": [1, 2, 3, 4] }]
+        });
+        post_json(http, "/v2/models/lc_busy/infer", &body).status
+    });
+    wait_for("the execution to start", Duration::from_secs(10), || {
+        setup
+            .lines()
+            .iter()
+            .any(|l| l.starts_with("execute lc_busy_0"))
+    });
+    let unload = std::thread::spawn(move || {
+        post_json(http, "/v2/repository/models/lc_busy/unload", &json!({})).status
+    });
+    // The stopped scheduler now waits for its busy instance: it used to
+    // return from every wait at once and spin the shard until the
+    // execution ended.
+    std::thread::sleep(Duration::from_millis(200));
+    let before = cpu_seconds(server.pid());
+    std::thread::sleep(Duration::from_secs(1));
+    let cpu = cpu_seconds(server.pid()) - before;
+    println!("server CPU while an unloaded model's execution runs on: {cpu:.3} s in 1 s");
+    assert!(cpu < 0.3, "the shard spins: {cpu:.3} s of CPU in 1 s");
+    assert_eq!(
+        answer.join().expect("infer thread"),
+        200,
+        "the execution in flight finishes"
+    );
+    assert_eq!(unload.join().expect("unload thread"), 200);
+    wait_for("lc_busy's finalizers", Duration::from_secs(10), || {
+        setup.lines().iter().any(|l| l == "model_finalize lc_busy")
+    });
+    server.signal(libc::SIGTERM);
+    let status = server
+        .wait_exit(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("no exit 30 s after SIGTERM:\n{}", server.log()));
+    assert!(status.success(), "exit status {status}:\n{}", server.log());
 }
 
 #[test]

@@ -595,8 +595,6 @@ impl ModelScheduler {
         })
     }
 
-    /// Sleeps until a request is queued, a worker finishes, the scheduler
-    /// is stopped, or `until`.
     /// When idle sequences are next due for release: waited on the coarse
     /// timer. Putting it among the precise deadlines would keep the shard
     /// yielding through the last millisecond before each of them — with a
@@ -608,9 +606,14 @@ impl ModelScheduler {
         }
     }
 
+    /// Sleeps until a request is queued, a worker finishes, the scheduler
+    /// is stopped, or `until`.
     async fn wait(&self, until: Option<Instant>, coarse: Option<Instant>) {
         let woken = poll_fn(|cx| {
-            if self.stopped.get() || self.notified.get() {
+            // `stop` notifies; a stopped scheduler whose instances are still
+            // busy waits for them here like any other (returning at once
+            // on `stopped` spun the shard until the execution ended).
+            if self.notified.get() {
                 return Poll::Ready(());
             }
             self.waker.set(Some(cx.waker().clone()));
