@@ -701,6 +701,12 @@ impl ModelInstance for OnnxInstance {
         // copies them to the device), and go back to the pool when
         // `staged` is dropped after it. Outputs never alias them: ORT
         // allocates its outputs itself.
+        //
+        // Never run on a GPU in this project. The views carry ORT's plain
+        // CPU memory info, so ORT does not know the buffer is pinned; the
+        // CUDA driver does (the range is registered, PORTABLE), which is
+        // what lets its copy DMA straight from it. Whether ORT's copy is
+        // then also asynchronous on the session's stream is unmeasured.
         let staged = staging.stage(&self.model, inputs);
         let result = self.run(staged.iter().map(|t| &**t), outputs);
         drop(staged);
