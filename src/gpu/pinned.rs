@@ -22,6 +22,12 @@
 //!   (RLIMIT_MEMLOCK, driver error), buffers stay pageable and the reason
 //!   is logged once and kept in [`PoolStats::unpinned_reason`].
 //!
+//! Users: CUDA shared memory's device → host reads (`shm::cuda`), and the
+//! ONNX Runtime backend, which stages every input of a GPU instance into a
+//! buffer of its GPU's node before `run` so the CUDA execution provider
+//! copies from pinned memory (`backend::onnxruntime::staging`). ORT's
+//! outputs are not staged: ORT copies them into its own pageable memory.
+//!
 //! The host-side logic (classes, reuse, bound, binding, fallback) is what
 //! the unit tests below exercise, with fake pinners; the CUDA pinner has
 //! never run on this project's machines (no GPU, no driver).
@@ -478,7 +484,12 @@ pub fn pool_for_node(node: Option<usize>) -> StagingPool {
     };
     map.entry(node)
         .or_insert_with(|| {
-            StagingPool::new(node, DEFAULT_CAPACITY, DEFAULT_MAX_BUFFER, system_pinner())
+            StagingPool::new(
+                node,
+                CAPACITY.load(Ordering::Relaxed),
+                DEFAULT_MAX_BUFFER,
+                system_pinner(),
+            )
         })
         .clone()
 }

@@ -32,6 +32,7 @@
 mod convert;
 pub mod runtime;
 mod sequence;
+mod staging;
 
 use std::{borrow::Cow, path::PathBuf};
 
@@ -44,6 +45,7 @@ use ort::{
 use self::sequence::{Role, SequenceTensors};
 use super::{Backend, InstanceDevice, InstanceSpec, ModelFiles, ModelInstance};
 use crate::{
+    gpu::pinned::{self, StagingPool},
     proto::inference::{
         model_config::SchedulingChoice, ModelConfig, ModelDynamicBatching, ModelInput, ModelOutput,
     },
@@ -92,6 +94,16 @@ impl Backend for OnnxRuntimeBackend {
         files: &ModelFiles,
         spec: &InstanceSpec,
     ) -> anyhow::Result<Box<dyn ModelInstance>> {
+        Ok(Box::new(OnnxInstance::create(config, files, spec)?))
+    }
+}
+
+impl OnnxInstance {
+    fn create(
+        config: &ModelConfig,
+        files: &ModelFiles,
+        spec: &InstanceSpec,
+    ) -> anyhow::Result<Self> {
         let settings = SessionSettings::from_config(config, spec)?;
         let session = open_session(config, files, &settings)?;
         // Strict mode skips auto-complete, so the configuration is checked
@@ -115,11 +127,12 @@ impl Backend for OnnxRuntimeBackend {
             intra_threads = settings.intra_threads,
             "ONNX Runtime session created"
         );
-        Ok(Box::new(OnnxInstance {
+        Ok(OnnxInstance {
             session,
             model: config.name.clone(),
             graph_inputs,
-        }))
+            staging: InputStaging::for_device(settings.device),
+        })
     }
 }
 
@@ -530,6 +543,75 @@ struct OnnxInstance {
     model: String,
     /// The graph's inputs, each of which `execute` must be given.
     graph_inputs: Vec<GraphInput>,
+    /// GPU instances: the pinned pool inputs are staged through. `None` for
+    /// CPU instances, which ORT reads in place (a staging copy would only
+    /// cost). Tests set it on CPU sessions to check that ORT accepts views
+    /// over staging buffers; it is not a user option.
+    staging: Option<InputStaging>,
+}
+
+/// A GPU instance's input staging ([`staging`]) and its running totals.
+struct InputStaging {
+    pool: StagingPool,
+    /// Tensors staged, and tensors the pool had no buffer for, since the
+    /// instance was made.
+    staged: u64,
+    fallback: u64,
+}
+
+impl InputStaging {
+    /// The pool of the GPU's NUMA node for GPU instances. The GPU's node is
+    /// also its owner shard's and its compute worker's (see
+    /// `repository::load`'s placement), and it is where DMA from host
+    /// memory is cheapest; an unknown node gets the unbound pool.
+    fn for_device(device: InstanceDevice) -> Option<Self> {
+        let InstanceDevice::Gpu(id) = device else {
+            return None;
+        };
+        let node = crate::gpu::GpuInventory::shared()
+            .get(id)
+            .and_then(|g| g.numa_node);
+        Some(Self::new(pinned::pool_for_node(node)))
+    }
+
+    fn new(pool: StagingPool) -> Self {
+        Self {
+            pool,
+            staged: 0,
+            fallback: 0,
+        }
+    }
+
+    fn stage<'a>(&mut self, model: &str, inputs: &'a [Tensor]) -> Vec<Cow<'a, Tensor>> {
+        let (staged, stats) = staging::stage_inputs(&self.pool, inputs);
+        self.staged += stats.staged as u64;
+        if stats.fallback > 0 {
+            self.fallback += stats.fallback as u64;
+            // Not an error: the tensors go to ORT from request memory, as
+            // without staging (only the host → device copy is slower).
+            tracing::debug!(
+                model,
+                node = ?self.pool.node(),
+                fallback = stats.fallback,
+                total_fallback = self.fallback,
+                pool = ?self.pool.stats(),
+                "staging pool had no buffer; inputs given from request memory"
+            );
+        }
+        staged
+    }
+}
+
+impl Drop for InputStaging {
+    fn drop(&mut self) {
+        tracing::debug!(
+            node = ?self.pool.node(),
+            staged = self.staged,
+            fallback = self.fallback,
+            pool = ?self.pool.stats(),
+            "input staging totals"
+        );
+    }
 }
 
 struct GraphInput {
@@ -565,11 +647,27 @@ impl OnnxInstance {
     }
 }
 
-impl ModelInstance for OnnxInstance {
-    fn execute(&mut self, inputs: &[Tensor], outputs: &[&str]) -> InferResult<Vec<Tensor>> {
-        self.check_all_inputs_given(inputs)?;
-        let mut feeds: Vec<(Cow<'_, str>, SessionInputValue<'_>)> =
-            Vec::with_capacity(inputs.len());
+impl OnnxInstance {
+    /// Runs the session on `inputs` (the request's tensors or their staged
+    /// copies) and converts the outputs asked for.
+    ///
+    /// Outputs: ORT allocates them in its own (pageable) CPU memory and the
+    /// CUDA provider copies device → host into it; they are not bound to
+    /// ORT's `CUDA_PINNED` allocator through `IoBinding`. In ort rc.15 that
+    /// would mean `run_binding` with `bind_output_to_device`, whose output
+    /// buffers ORT reuses on the next run (the returned values must be
+    /// cloned, a copy, before the response may keep them, while today the
+    /// response owns ORT's buffer with no copy), `bind_input` cloning
+    /// borrowed inputs whenever the session wants them on the CPU, and an
+    /// allocator that only a CUDA session has, so none of it could be run
+    /// here (no GPU). Left out until it can be measured on a GPU.
+    fn run<'t>(
+        &mut self,
+        inputs: impl Iterator<Item = &'t Tensor>,
+        outputs: &[&str],
+    ) -> InferResult<Vec<Tensor>> {
+        let (len, _) = inputs.size_hint();
+        let mut feeds: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::with_capacity(len);
         for t in inputs {
             let value = convert::to_ort(t).map_err(|e| {
                 InferError::invalid(format!("model '{}': input '{}': {e}", self.model, t.name))
@@ -589,6 +687,30 @@ impl ModelInstance for OnnxInstance {
             result.push(tensor);
         }
         Ok(result)
+    }
+}
+
+impl ModelInstance for OnnxInstance {
+    fn execute(&mut self, inputs: &[Tensor], outputs: &[&str]) -> InferResult<Vec<Tensor>> {
+        self.check_all_inputs_given(inputs)?;
+        let Some(staging) = self.staging.as_mut() else {
+            return self.run(inputs.iter(), outputs);
+        };
+        // GPU instance: ORT gets views over pinned staging buffers. They
+        // must outlive `run` (ORT reads them during it: the CUDA provider
+        // copies them to the device), and go back to the pool when
+        // `staged` is dropped after it. Outputs never alias them: ORT
+        // allocates its outputs itself.
+        //
+        // Never run on a GPU in this project. The views carry ORT's plain
+        // CPU memory info, so ORT does not know the buffer is pinned; the
+        // CUDA driver does (the range is registered, PORTABLE), which is
+        // what lets its copy DMA straight from it. Whether ORT's copy is
+        // then also asynchronous on the session's stream is unmeasured.
+        let staged = staging.stage(&self.model, inputs);
+        let result = self.run(staged.iter().map(|t| &**t), outputs);
+        drop(staged);
+        result
     }
 }
 

@@ -204,6 +204,10 @@ fn settings_follow_triton_parameters() {
 // ---- through ONNX Runtime, with tests/data/identity_all_types.onnx ----
 
 fn identity_instance() -> Box<dyn ModelInstance> {
+    Box::new(identity_onnx())
+}
+
+fn identity_onnx() -> OnnxInstance {
     let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data");
     let files = ModelFiles {
         model_dir: data.clone(),
@@ -226,9 +230,7 @@ fn identity_instance() -> Box<dyn ModelInstance> {
         intra_op_threads: 1,
         device: crate::backend::InstanceDevice::Cpu,
     };
-    OnnxRuntimeBackend
-        .create_instance(&config, &files, &spec)
-        .unwrap()
+    OnnxInstance::create(&config, &files, &spec).unwrap()
 }
 
 /// Two rows of three elements of each datatype, with distinctive values.
@@ -303,6 +305,123 @@ fn unaligned_inputs_are_copied_correctly() {
             input.name
         );
     }
+}
+
+// ---- input staging (GPU instances), forced onto CPU sessions ----
+
+/// A staging pool for tests: pageable buffers (no GPU here), otherwise the
+/// pool GPU instances use.
+fn test_pool(capacity: usize) -> StagingPool {
+    StagingPool::new(
+        None,
+        capacity,
+        crate::gpu::pinned::DEFAULT_MAX_BUFFER,
+        std::sync::Arc::new(crate::gpu::pinned::NoPinning("test: CPU session".into())),
+    )
+}
+
+/// Views over staging buffers are accepted by ORT for every datatype that
+/// is staged, and the others still go their own way; aligned or not, the
+/// outputs are the inputs. The buffers are back in the pool after each run.
+#[test]
+fn staged_inputs_of_every_datatype_round_trip_through_ort() {
+    let mut instance = identity_onnx();
+    assert!(instance.staging.is_none(), "CPU instances do not stage");
+    let pool = test_pool(crate::gpu::pinned::DEFAULT_CAPACITY);
+    instance.staging = Some(InputStaging::new(pool.clone()));
+    let stageable = DataType::ALL
+        .iter()
+        .filter(|&&dt| staging::is_stageable(dt))
+        .count() as u64;
+    let aligned = all_inputs(sample);
+    let unaligned = all_inputs(|dt| {
+        let data = sample(dt);
+        if dt == DataType::Bytes {
+            return data;
+        }
+        let mut raw = vec![0u8];
+        raw.extend_from_slice(&data);
+        Bytes::from(raw).slice(1..)
+    });
+    for inputs in [&aligned, &unaligned, &aligned] {
+        let outputs = instance.execute(inputs, &[]).unwrap();
+        assert_eq!(outputs.len(), DataType::ALL.len());
+        for input in inputs {
+            let out = by_name(&outputs, &input.name.replace("IN_", "OUT_"));
+            assert_eq!(out.datatype, input.datatype, "{}", input.name);
+            assert_eq!(out.shape, input.shape, "{}", input.name);
+            assert_eq!(out.data, input.data, "{}", input.name);
+        }
+        assert_eq!(
+            pool.stats().buffers as u64,
+            stageable,
+            "one buffer per staged input, all returned"
+        );
+    }
+    let s = pool.stats();
+    assert_eq!((s.created, s.reused), (stageable, 2 * stageable));
+    let staging = instance.staging.as_ref().unwrap();
+    assert_eq!((staging.staged, staging.fallback), (3 * stageable, 0));
+}
+
+/// A real model gives the same bytes from staged inputs as from the
+/// request's own, and from request memory when the pool has nothing.
+#[test]
+fn mlp_onnx_gives_the_same_outputs_staged_unstaged_and_on_fallback() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/mlp_onnx");
+    let files = ModelFiles {
+        model_dir: root.clone(),
+        version_dir: root.join("1"),
+        version: 1,
+    };
+    let mut config = ModelConfig {
+        name: "mlp_onnx".into(),
+        max_batch_size: 64,
+        ..Default::default()
+    };
+    OnnxRuntimeBackend
+        .auto_complete(&mut config, &files)
+        .unwrap();
+    let spec = InstanceSpec {
+        name: "mlp_onnx_0".into(),
+        index: 0,
+        intra_op_threads: 1,
+        device: crate::backend::InstanceDevice::Cpu,
+    };
+    let batch = 8;
+    let data: Vec<u8> = (0..batch * 256)
+        .flat_map(|i| (((i * 7919) % 113) as f32 / 113.0 - 0.5).to_le_bytes())
+        .collect();
+    let input = Tensor::new(
+        "INPUT0",
+        DataType::Fp32,
+        vec![batch as i64, 256],
+        Bytes::from(data),
+    );
+    let inputs = std::slice::from_ref(&input);
+
+    let mut plain = OnnxInstance::create(&config, &files, &spec).unwrap();
+    let expected = plain.execute(inputs, &[]).unwrap();
+    assert_eq!(expected[0].shape, vec![batch as i64, 256]);
+
+    let pool = test_pool(crate::gpu::pinned::DEFAULT_CAPACITY);
+    let mut staged = OnnxInstance::create(&config, &files, &spec).unwrap();
+    staged.staging = Some(InputStaging::new(pool.clone()));
+    for _ in 0..3 {
+        let got = staged.execute(inputs, &[]).unwrap();
+        assert_eq!(got[0].data, expected[0].data);
+        assert_eq!(got[0].shape, expected[0].shape);
+    }
+    let s = pool.stats();
+    assert_eq!((s.created, s.reused, s.buffers), (1, 2, 1));
+
+    let empty = test_pool(0);
+    staged.staging = Some(InputStaging::new(empty.clone()));
+    let got = staged.execute(inputs, &[]).unwrap();
+    assert_eq!(got[0].data, expected[0].data);
+    let staging = staged.staging.as_ref().unwrap();
+    assert_eq!((staging.staged, staging.fallback), (0, 1));
+    assert_eq!(empty.stats().buffers, 0);
 }
 
 #[test]
