@@ -11,6 +11,10 @@ use shardserve::{
 };
 use tracing_subscriber::EnvFilter;
 
+/// Chosen by measurement over glibc and jemalloc (see Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum ControlMode {
     None,
