@@ -149,9 +149,11 @@ struct Cli {
     #[arg(long, default_value_t = 2000)]
     metrics_interval_ms: u64,
     /// Bytes of page-locked host staging buffers per NUMA node, for copies
-    /// to and from GPUs (as tritonserver's flag; 0: none, copies stay pageable).
-    #[arg(long, default_value_t = shardserve::gpu::pinned::DEFAULT_CAPACITY)]
-    pinned_memory_pool_byte_size: usize,
+    /// to and from GPUs (as tritonserver's flag; 0: none, copies stay
+    /// pageable). Default: the tuning profile's `[gpu] pinned_pool_bytes`,
+    /// else 268435456 (256 MiB).
+    #[arg(long)]
+    pinned_memory_pool_byte_size: Option<usize>,
     /// The name server metadata reports (clients written for Triton expect "triton").
     #[arg(long, default_value = shardserve::protocol::identity::DEFAULT_SERVER_NAME)]
     server_name: String,
@@ -378,7 +380,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         metrics_interval: Duration::from_millis(cli.metrics_interval_ms.max(100)),
         ..ServerOptions::new(cli.model_repository)
     };
-    shardserve::gpu::pinned::set_pool_capacity(cli.pinned_memory_pool_byte_size);
+    shardserve::gpu::pinned::set_pool_capacity(
+        cli.pinned_memory_pool_byte_size
+            .or(options.tuning.gpu.pinned_pool_bytes)
+            .unwrap_or(shardserve::gpu::pinned::DEFAULT_CAPACITY),
+    );
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,

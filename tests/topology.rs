@@ -214,6 +214,8 @@ fn tune_derives_a_profile_per_socket_that_plans_on_that_machine() {
     let profile = TuningProfile::parse(&text, Path::new("tuned")).expect("parses");
     let plan = ShardPlan::build(&profile, None, true, &t.cpus).expect("plans");
     assert_eq!(plan.shard_count(), 64);
+    // Two GPUs per socket: each node's staging pool gets 2 x 256 MiB.
+    assert_eq!(profile.gpu.pinned_pool_bytes, Some(512 << 20), "{text}");
     // A quarter of each node computes: its last 8 CPUs (40-47, 56-63).
     let compute_cpus: Vec<usize> = plan.compute.iter().filter_map(|&s| plan.cpus[s]).collect();
     assert_eq!(

@@ -23,6 +23,19 @@ pub struct TuningProfile {
     pub runtime: RuntimeSection,
     #[serde(default)]
     pub compute: ComputeSection,
+    #[serde(default)]
+    pub gpu: GpuSection,
+}
+
+/// Host memory for GPU copies.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GpuSection {
+    /// Bound of each NUMA node's pinned staging pool, in bytes
+    /// (`--pinned-memory-pool-byte-size` overrides it; default 256 MiB).
+    /// Buffers are made on first use, so a machine without GPUs pays
+    /// nothing for it.
+    pub pinned_pool_bytes: Option<usize>,
 }
 
 /// Compute worker threads (instances that do not run inline on a shard).
@@ -154,7 +167,7 @@ mod tests {
     #[test]
     fn parses_every_section() {
         let p = TuningProfile::parse(
-            "name = \"x\"\n[shards]\ncpus = [0, 1]\naccept = [0]\ncompute = [1]\n[rings]\ncapacity = 256\n[onnxruntime]\nintra_op_threads = 2\n[runtime]\ndriver = \"epoll\"\n",
+            "name = \"x\"\n[shards]\ncpus = [0, 1]\naccept = [0]\ncompute = [1]\n[rings]\ncapacity = 256\n[onnxruntime]\nintra_op_threads = 2\n[runtime]\ndriver = \"epoll\"\n[gpu]\npinned_pool_bytes = 1024\n",
             Path::new("x.toml"),
         )
         .unwrap();
@@ -163,6 +176,7 @@ mod tests {
         assert_eq!(p.rings.capacity, Some(256));
         assert_eq!(p.onnxruntime.intra_op_threads, Some(2));
         assert_eq!(p.runtime.driver, Some(IoDriver::Epoll));
+        assert_eq!(p.gpu.pinned_pool_bytes, Some(1024));
     }
 
     #[test]

@@ -260,6 +260,32 @@ pub fn derive_profile(
     let _ = writeln!(out, "compute = [{}]", list(&compute));
     let _ = writeln!(out, "\n[rings]\ncapacity = {rings}");
     let _ = writeln!(out, "\n[onnxruntime]\nintra_op_threads = 1");
+    let most_gpus_on_a_node = topology
+        .numa_nodes
+        .iter()
+        .map(|n| {
+            gpus.gpus
+                .iter()
+                .filter(|g| g.numa_node == Some(n.os_index))
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+        .max(usize::from(!gpus.gpus.is_empty()));
+    if most_gpus_on_a_node > 0 {
+        // Triton's default pool (256 MiB) per GPU that the node's pool
+        // serves: each GPU's instances stage their inputs through it.
+        let _ = writeln!(
+            out,
+            "\n# Pinned staging pool per NUMA node: 256 MiB per GPU on the node \
+             with the most ({most_gpus_on_a_node}); made on first use."
+        );
+        let _ = writeln!(
+            out,
+            "[gpu]\npinned_pool_bytes = {}",
+            most_gpus_on_a_node * crate::gpu::pinned::DEFAULT_CAPACITY
+        );
+    }
     out
 }
 
@@ -278,6 +304,10 @@ mod tests {
         let text = derive_profile(&t, &GpuInventory::none("test"), &m);
         let profile = super::super::TuningProfile::parse(&text, std::path::Path::new("tuned"))
             .expect("the written profile parses");
+        assert_eq!(
+            profile.gpu.pinned_pool_bytes, None,
+            "no GPU, no pool size:\n{text}"
+        );
         super::super::ShardPlan::build(&profile, None, true, &t.cpus)
             .expect("and plans on the machine it was written for");
     }
