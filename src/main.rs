@@ -394,14 +394,38 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         server_name = %options.server_name,
         "starting shardserve"
     );
-    let handle = server::start(options)?;
-    if let Some(sig) = signals.forever().next() {
-        tracing::info!(
-            signal = sig,
-            "shutting down: no new connections, finishing in-flight requests"
-        );
+    // Signals are heard from here on, also while models load at start-up.
+    let signalled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (signal_tx, signal_rx) = std::sync::mpsc::channel();
+    {
+        let signalled = signalled.clone();
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                if let Some(sig) = signals.forever().next() {
+                    tracing::info!(
+                        signal = sig,
+                        "shutting down: no new connections, finishing in-flight requests"
+                    );
+                    signalled.store(true, std::sync::atomic::Ordering::Release);
+                    let _ = signal_tx.send(sig);
+                }
+            })
+            .context("cannot start the signal thread")?;
     }
-    if let Err(e) = handle.shutdown() {
+    let started = server::start_interruptible(options, &|| {
+        signalled.load(std::sync::atomic::Ordering::Acquire)
+    });
+    let stopped = match started {
+        Ok(Some(handle)) => {
+            // Only a signal (or the signal thread's end) stops the server.
+            let _ = signal_rx.recv();
+            handle.shutdown()
+        }
+        Ok(None) => Ok(()),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = stopped {
         if e.downcast_ref::<server::ExitTimeout>().is_some() {
             tracing::error!("{e:#}");
             // A backend thread is stuck in an execution or a finalizer:

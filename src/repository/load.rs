@@ -2,7 +2,14 @@
 //! shards. A model that fails is recorded with its reason and the others
 //! load regardless.
 
-use std::{collections::BTreeMap, path::Path, sync::Arc};
+use std::{
+    collections::BTreeMap,
+    path::Path,
+    sync::{
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc,
+    },
+};
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
@@ -38,13 +45,15 @@ pub struct LoadOptions {
 
 /// Chooses the owner shard of each model version's scheduler
 /// (round-robin over the compute shards), where its compute workers may
-/// run, and hands out scheduler keys unique within the server.
-#[derive(Debug)]
+/// run, and hands out scheduler keys unique within the server. Clones
+/// share the cursor and the keys: loads running on threads of their own
+/// each hold one.
+#[derive(Debug, Clone)]
 pub struct Placement {
     shard_count: usize,
     compute_shards: Vec<ShardId>,
-    cursor: usize,
-    next_key: u64,
+    cursor: Arc<AtomicUsize>,
+    next_key: Arc<AtomicU64>,
     /// Per shard: the CPUs its models' compute workers may use (the
     /// compute shards' CPUs on its NUMA node); empty = unpinned.
     worker_cpus: Vec<Vec<usize>>,
@@ -58,8 +67,8 @@ impl Placement {
         Self {
             shard_count,
             compute_shards,
-            cursor: 0,
-            next_key: 1,
+            cursor: Arc::new(AtomicUsize::new(0)),
+            next_key: Arc::new(AtomicU64::new(1)),
             worker_cpus: Vec::new(),
             worker_nice: 0,
             gpus: Vec::new(),
@@ -97,13 +106,9 @@ impl Placement {
     /// The next owner shard, round-robin over `shards` (the compute shards
     /// near a model's GPU, or all of them).
     fn next_among(&mut self, shards: &[ShardId]) -> Target {
-        let shard = shards
-            .get(self.cursor % shards.len().max(1))
-            .copied()
-            .unwrap_or(0);
-        self.cursor += 1;
-        let key = self.next_key;
-        self.next_key += 1;
+        let turn = self.cursor.fetch_add(1, Ordering::Relaxed);
+        let shard = shards.get(turn % shards.len().max(1)).copied().unwrap_or(0);
+        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
         Target { shard, key }
     }
 

@@ -1,17 +1,29 @@
 //! The model repository extension at run time: one `repository` thread
-//! owns the model table and does every load and unload (Triton serialises
-//! them too), so shards never block on a model's creation. A shard asks
-//! through [`RepositoryClient`] and awaits the answer on a oneshot.
+//! owns the model table and answers the repository API, and each load
+//! runs on a thread of its own, so a load that hangs (a backend that never
+//! returns from its initialization) blocks neither the index, nor
+//! unloads, nor other loads: it shows as LOADING until it ends. Shards
+//! ask through [`RepositoryClient`] and await the answer on a oneshot.
 //!
 //! A (re)load builds the new versions with their own schedulers, publishes
 //! a table naming them, and only then stops the old versions' schedulers:
 //! requests already queued finish on the old version, new ones go to the
 //! new. A failed load leaves whatever was serving in place.
+//!
+//! While loads run, the repository thread also watches the processes each
+//! load's thread forked (`children`): a child that has exited while its
+//! load still waits (Triton's Python backend waits forever for a stub that
+//! died before its first message) fails the load after
+//! [`CHILD_EXIT_GRACE`], and the child is reaped.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, VecDeque},
+    panic::AssertUnwindSafe,
     path::{Component, Path, PathBuf},
-    sync::{atomic::AtomicU64, mpsc, Arc},
+    sync::{
+        atomic::{AtomicI32, AtomicU64, Ordering},
+        mpsc, Arc, Mutex,
+    },
     time::{Duration, Instant, SystemTime},
 };
 
@@ -20,12 +32,14 @@ use bytes::Bytes;
 use futures::channel::{mpsc::UnboundedSender, oneshot};
 
 use super::{
+    children,
     load::{load_model_with, send_control, LoadOptions, Placement},
     scan::{scan_repositories, ModelDir},
 };
 use crate::{
     config,
     model::{ModelEntry, ModelState, ModelTable},
+    proto::inference::ModelConfig,
     scheduler::ensemble,
     server::ModelControlMode,
     shard::{ShardControl, ShardId},
@@ -64,13 +78,47 @@ enum Request {
         unload_dependents: bool,
         reply: oneshot::Sender<InferResult<()>>,
     },
+    /// The start-up load: every model found (or only these, in explicit
+    /// mode); answered with the table once every one of them has settled.
+    Initial {
+        only: Option<Vec<String>>,
+        reply: mpsc::Sender<ModelTable>,
+    },
+    /// A load thread is done.
+    Loaded {
+        id: u64,
+        entry: ModelEntry,
+    },
     Stop,
+}
+
+/// Loads whose threads are running, shared by the repository thread (which
+/// adds them), the load threads (which remove themselves when they end)
+/// and shutdown (which waits for them).
+#[derive(Debug, Default)]
+struct Running {
+    loads: Mutex<BTreeMap<u64, RunningLoad>>,
+}
+
+#[derive(Debug)]
+struct RunningLoad {
+    model: String,
+    /// Failed by the watchdog: its thread is stuck in the backend for good,
+    /// and shutdown does not wait for it.
+    abandoned: bool,
+}
+
+impl Running {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, RunningLoad>> {
+        self.loads.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// The shards' handle on the repository thread.
 #[derive(Debug, Clone)]
 pub struct RepositoryClient {
     tx: mpsc::Sender<Request>,
+    running: Arc<Running>,
 }
 
 fn gone() -> InferError {
@@ -108,9 +156,48 @@ impl RepositoryClient {
         rx.await.map_err(|_| gone())?
     }
 
-    /// Ends the repository thread (server shutdown).
+    /// Starts the start-up load (every model found, or `only`); the table
+    /// arrives on the returned channel once every one has settled.
+    pub fn load_initial(
+        &self,
+        only: Option<Vec<String>>,
+    ) -> anyhow::Result<mpsc::Receiver<ModelTable>> {
+        let (reply, rx) = mpsc::channel();
+        self.tx
+            .send(Request::Initial { only, reply })
+            .map_err(|_| anyhow::anyhow!("the repository thread has stopped"))?;
+        Ok(rx)
+    }
+
+    /// Ends the repository thread (server shutdown). Loads already running
+    /// go on until [`Self::wait_loads`] gives up on them.
     pub fn stop(&self) {
         let _ = self.tx.send(Request::Stop);
+    }
+
+    /// The models whose loads are running (not counting loads failed for
+    /// a dead child, whose threads never return).
+    pub fn loading(&self) -> Vec<String> {
+        self.running
+            .lock()
+            .values()
+            .filter(|l| !l.abandoned)
+            .map(|l| l.model.clone())
+            .collect()
+    }
+
+    /// Waits until no load runs or `deadline` passes; returns the models
+    /// still loading then.
+    pub fn wait_loads(&self, deadline: Instant) -> Vec<String> {
+        loop {
+            let loading = self.loading();
+            if loading.is_empty() || Instant::now() >= deadline {
+                return loading;
+            }
+            // The exit path only: polling keeps load threads free of any
+            // notification duty.
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
@@ -135,43 +222,116 @@ pub const MAX_OVERRIDE_FILE: usize = 1 << 30;
 /// Most files in one load request.
 pub const MAX_OVERRIDE_FILES: usize = 1024;
 
+/// How long a load may go on after a process its thread forked has exited
+/// before the load is failed: a backend that notices its child died
+/// reports it itself (and reaps it) well within this.
+pub const CHILD_EXIT_GRACE: Duration = Duration::from_secs(1);
+
+/// How often the repository thread looks at running loads' children.
+const WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// Start-up loads running at once (Triton's `--model-load-thread-count`
+/// default). Loads through the repository API are not held back.
+const INITIAL_LOAD_THREADS: usize = 4;
+
 static OVERRIDE_DIRS: AtomicU64 = AtomicU64::new(0);
+
+/// A load whose thread is running.
+struct InFlight {
+    id: u64,
+    name: String,
+    /// The load thread's kernel id, 0 until it has started.
+    tid: Arc<AtomicI32>,
+    reply: Option<oneshot::Sender<InferResult<()>>>,
+    initial: bool,
+    /// A child of the load thread seen dead, and since when.
+    dead_child: Option<(i32, Instant)>,
+}
+
+/// A load given up on (its model was unloaded, or its child died): what
+/// it brings, if it ever ends, is retired.
+struct Abandoned {
+    id: u64,
+    tid: i32,
+    /// Failed for a dead child: its thread waits in the backend for good,
+    /// so what else it forks and leaves dead is reaped here.
+    reap: bool,
+}
+
+/// The start-up load in progress.
+struct Initial {
+    reply: mpsc::Sender<ModelTable>,
+    queue: VecDeque<ModelDir>,
+    ensembles: Vec<ModelDir>,
+}
+
+/// What a load needs once its request has been checked.
+enum Prepared {
+    Ensemble(ModelDir),
+    Model {
+        dir: ModelDir,
+        config: Option<ModelConfig>,
+        files: Option<OverrideDir>,
+    },
+}
+
+/// The repository thread's state.
+struct Repository {
+    m: Manager,
+    tx: mpsc::Sender<Request>,
+    running: Arc<Running>,
+    in_flight: Vec<InFlight>,
+    abandoned: Vec<Abandoned>,
+    next_id: u64,
+    initial: Option<Initial>,
+}
 
 impl Manager {
     /// Starts the repository thread.
     pub fn spawn(self) -> anyhow::Result<RepositoryClient> {
         let (tx, rx) = mpsc::channel();
+        let running = Arc::new(Running::default());
+        let repository = Repository {
+            m: self,
+            tx: tx.clone(),
+            running: running.clone(),
+            in_flight: Vec::new(),
+            abandoned: Vec::new(),
+            next_id: 1,
+            initial: None,
+        };
         std::thread::Builder::new()
             .name("repository".into())
-            .spawn(move || self.run(rx))
+            .spawn(move || repository.run(rx))
             .context("cannot spawn the repository thread")?;
-        Ok(RepositoryClient { tx })
+        Ok(RepositoryClient { tx, running })
     }
+}
 
+impl Repository {
     fn run(mut self, rx: mpsc::Receiver<Request>) {
-        let mut last_poll = self.poll_interval.map(|_| self.fingerprints());
-        let mut next_poll = self.poll_interval.map(|every| Instant::now() + every);
+        let poll_interval = self.m.poll_interval;
+        let mut last_poll = poll_interval.map(|_| self.m.fingerprints());
+        let mut next_poll = poll_interval.map(|every| Instant::now() + every);
         loop {
-            // A steady stream of requests must not starve the poll: wait
-            // until the poll is due, not for a full interval per request.
-            let next = match (self.poll_interval, next_poll) {
-                (Some(every), Some(due)) => {
-                    let now = Instant::now();
-                    if now >= due {
-                        next_poll = Some(now + every);
-                        None
-                    } else {
-                        match rx.recv_timeout(due - now) {
-                            Ok(r) => Some(r),
-                            Err(mpsc::RecvTimeoutError::Timeout) => {
-                                next_poll = Some(Instant::now() + every);
-                                None
-                            }
-                            Err(mpsc::RecvTimeoutError::Disconnected) => return,
-                        }
-                    }
-                }
-                _ => match rx.recv() {
+            // A steady stream of requests must not starve the poll or the
+            // watch of running loads: wait until one is due, not for a
+            // full interval per request.
+            let watching = !self.in_flight.is_empty() || self.abandoned.iter().any(|a| a.reap);
+            let now = Instant::now();
+            let watch_due = watching.then(|| now + WATCH_EVERY);
+            let due = match (next_poll, watch_due) {
+                (Some(p), Some(w)) => Some(p.min(w)),
+                (p, w) => p.or(w),
+            };
+            let next = match due {
+                Some(due) if now >= due => None,
+                Some(due) => match rx.recv_timeout(due - now) {
+                    Ok(r) => Some(r),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                },
+                None => match rx.recv() {
                     Ok(r) => Some(r),
                     Err(_) => return,
                 },
@@ -181,20 +341,33 @@ impl Manager {
                     let _ = reply.send(self.index(ready_only));
                 }
                 Some(Request::Load { name, load, reply }) => {
-                    let _ = reply.send(self.explicit(|m| m.load(&name, load)));
+                    if let Err(e) = self.m.explicit() {
+                        let _ = reply.send(Err(e));
+                    } else {
+                        self.start_load(&name, load, Some(reply), false);
+                    }
                 }
                 Some(Request::Unload {
                     name,
                     unload_dependents,
                     reply,
                 }) => {
-                    let _ = reply.send(self.explicit(|m| {
-                        m.unload(&name, unload_dependents);
-                        Ok(())
-                    }));
+                    let done = self.m.explicit().map(|()| {
+                        self.unload(&name, unload_dependents);
+                    });
+                    let _ = reply.send(done);
                 }
+                Some(Request::Initial { only, reply }) => self.start_initial(only, reply),
+                Some(Request::Loaded { id, entry }) => self.loaded(id, entry),
                 Some(Request::Stop) => return,
-                None => {
+                None => {}
+            }
+            if watching {
+                self.watch_children();
+            }
+            if let (Some(every), Some(due)) = (poll_interval, next_poll) {
+                if Instant::now() >= due {
+                    next_poll = Some(Instant::now() + every);
                     if let Some(previous) = last_poll.take() {
                         last_poll = Some(self.poll(previous));
                     }
@@ -203,13 +376,390 @@ impl Manager {
         }
     }
 
-    fn explicit(&mut self, f: impl FnOnce(&mut Self) -> InferResult<()>) -> InferResult<()> {
+    fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
+        let mut rows = self.m.index(ready_only);
+        if ready_only {
+            return rows;
+        }
+        // A model loading for the first time has no table entry yet.
+        for f in &self.in_flight {
+            let row = IndexEntry {
+                name: f.name.clone(),
+                version: None,
+                state: Some(ModelState::Loading.as_str()),
+                reason: None,
+            };
+            match rows.iter().position(|r| r.name == f.name) {
+                Some(i) if rows[i].version.is_none() => rows[i] = row,
+                Some(_) => {}
+                None => rows.push(row),
+            }
+        }
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+        rows
+    }
+
+    /// Starts loading `name`: on a thread of its own, or here for an
+    /// ensemble (it only resolves its steps against the table). The
+    /// outcome goes to `reply`, or to the log when there is none.
+    fn start_load(
+        &mut self,
+        name: &str,
+        load: LoadRequest,
+        reply: Option<oneshot::Sender<InferResult<()>>>,
+        initial: bool,
+    ) {
+        if self.in_flight.iter().any(|f| f.name == name) {
+            let e = InferError::unavailable(format!(
+                "failed to load '{}', a load of this model is already in progress",
+                clip(name)
+            ));
+            answer(name, reply, Err(e));
+            return;
+        }
+        match self.m.prepare(name, load) {
+            Err(e) => answer(name, reply, Err(e)),
+            Ok(Prepared::Ensemble(dir)) => {
+                let done = self.m.load_ensemble(&dir);
+                answer(name, reply, done);
+                self.reload_dependents(name);
+            }
+            Ok(Prepared::Model { dir, config, files }) => {
+                self.spawn_load(dir, config, files, reply, initial)
+            }
+        }
+    }
+
+    fn spawn_load(
+        &mut self,
+        dir: ModelDir,
+        config: Option<ModelConfig>,
+        files: Option<OverrideDir>,
+        reply: Option<oneshot::Sender<InferResult<()>>>,
+        initial: bool,
+    ) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let name = dir.name.clone();
+        let tid = Arc::new(AtomicI32::new(0));
+        let thread_tid = tid.clone();
+        let tx = self.tx.clone();
+        let running = self.running.clone();
+        let opts = self.m.load.clone();
+        let mut placement = self.m.placement.clone();
+        let control = self.m.control.clone();
+        self.running.lock().insert(
+            id,
+            RunningLoad {
+                model: name.clone(),
+                abandoned: false,
+            },
+        );
+        let spawned = std::thread::Builder::new()
+            .name(format!("load-{}", clip(&name)))
+            .spawn(move || {
+                thread_tid.store(children::current_tid(), Ordering::Release);
+                let send = |shard: ShardId, msg: ShardControl| send_control(&control, shard, msg);
+                let loaded = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    load_model_with(&dir, config, &opts, &mut placement, &send)
+                }));
+                drop(files);
+                let entry = loaded.unwrap_or_else(|_| {
+                    tracing::error!(model = %dir.name, "the load panicked");
+                    failure_entry(&dir.name, "the load panicked (a bug: please report it)")
+                });
+                running.lock().remove(&id);
+                // The repository thread may have stopped (shutdown): the
+                // entry is dropped, its schedulers go with their shards.
+                let _ = tx.send(Request::Loaded { id, entry });
+            });
+        if let Err(e) = spawned {
+            self.running.lock().remove(&id);
+            let why = format!("cannot start a load thread: {e}");
+            self.m.record_failure(&name, &why);
+            answer(&name, reply, Err(load_failed(&name, &why)));
+            return;
+        }
+        self.in_flight.push(InFlight {
+            id,
+            name,
+            tid,
+            reply,
+            initial,
+            dead_child: None,
+        });
+    }
+
+    /// A load thread's outcome.
+    fn loaded(&mut self, id: u64, entry: ModelEntry) {
+        let Some(at) = self.in_flight.iter().position(|f| f.id == id) else {
+            // Given up on earlier (its child died), yet it did return.
+            if let Some(at) = self.abandoned.iter().position(|a| a.id == id) {
+                self.abandoned.swap_remove(at);
+            }
+            self.m.retire(&entry);
+            return;
+        };
+        let f = self.in_flight.swap_remove(at);
+        let done = self.m.install(&f.name, entry);
+        answer(&f.name, f.reply, done);
+        self.reload_dependents(&f.name);
+        if f.initial {
+            self.pump_initial();
+        }
+    }
+
+    /// Fails the loads whose thread forked a process that has exited while
+    /// the load still waits, and reaps what abandoned loads left behind.
+    fn watch_children(&mut self) {
+        let now = Instant::now();
+        let mut give_up = Vec::new();
+        for (at, f) in self.in_flight.iter_mut().enumerate() {
+            let tid = f.tid.load(Ordering::Acquire);
+            if tid == 0 {
+                continue;
+            }
+            if f.dead_child.is_none() {
+                f.dead_child = children::of_thread(tid)
+                    .into_iter()
+                    .find(|&pid| children::peek_exit(pid).is_some())
+                    .map(|pid| (pid, now));
+            }
+            if let Some((pid, since)) = f.dead_child {
+                if children::peek_exit(pid).is_none() {
+                    // The backend reaped it: it noticed, and will answer.
+                    f.dead_child = None;
+                } else if now.duration_since(since) >= CHILD_EXIT_GRACE {
+                    give_up.push((at, pid));
+                }
+            }
+        }
+        // Highest index first, so the others stay valid.
+        for (at, pid) in give_up.into_iter().rev() {
+            let f = self.in_flight.swap_remove(at);
+            self.abandon(f, pid);
+        }
+        for a in self.abandoned.iter().filter(|a| a.reap) {
+            for pid in children::of_thread(a.tid) {
+                if children::peek_exit(pid).is_some() {
+                    children::reap(pid);
+                }
+            }
+        }
+    }
+
+    fn abandon(&mut self, f: InFlight, pid: i32) {
+        let comm = children::comm(pid);
+        let exit = children::peek_exit(pid)
+            .map_or_else(|| "ended".to_string(), |e| e.to_string());
+        // The load's thread waits for this child for good: nothing else
+        // will ever take its exit status.
+        children::reap(pid);
+        let why = if comm.starts_with("triton_python") {
+            format!(
+                "Failed to preinitialize Python stub: the stub process (pid {pid}) {exit} \
+                 before it answered the backend, which kept waiting for it"
+            )
+        } else {
+            format!(
+                "process {pid} ('{comm}') started by the backend {exit} while the backend \
+                 kept waiting for it"
+            )
+        };
+        tracing::error!(
+            model = %f.name,
+            pid,
+            "{why}; the load is failed and its thread left in the backend"
+        );
+        if let Some(r) = self.running.lock().get_mut(&f.id) {
+            r.abandoned = true;
+        }
+        self.abandoned.push(Abandoned {
+            id: f.id,
+            tid: f.tid.load(Ordering::Acquire),
+            reap: true,
+        });
+        let e = load_failed(&f.name, &why);
+        self.m.record_failure(&f.name, &e.message);
+        answer(&f.name, f.reply, Err(e));
+        if f.initial {
+            self.pump_initial();
+        }
+    }
+
+    fn start_initial(&mut self, only: Option<Vec<String>>, reply: mpsc::Sender<ModelTable>) {
+        let found = match scan_repositories(&self.m.repositories) {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "cannot scan the model repositories");
+                BTreeMap::new()
+            }
+        };
+        if let Some(names) = &only {
+            for name in names.iter().filter(|n| !found.contains_key(*n)) {
+                tracing::error!(model = %name, "failed to load: no such model in the repository");
+                self.m.table.models.insert(
+                    name.clone(),
+                    failure_entry(name, "no such model in the repository"),
+                );
+            }
+        }
+        let mut queue = VecDeque::new();
+        let mut ensembles = Vec::new();
+        for (name, dir) in found {
+            if only.as_ref().is_some_and(|names| !names.contains(&name)) {
+                continue;
+            }
+            match dir {
+                Ok(dir) if ensemble::is_ensemble(&dir, &self.m.load) => ensembles.push(dir),
+                Ok(dir) => queue.push_back(dir),
+                Err(reason) => {
+                    tracing::error!(model = %name, %reason, "failed to load");
+                    self.m
+                        .table
+                        .models
+                        .insert(name.clone(), failure_entry(&name, &reason));
+                }
+            }
+        }
+        self.initial = Some(Initial {
+            reply,
+            queue,
+            ensembles,
+        });
+        self.pump_initial();
+    }
+
+    /// Starts queued start-up loads while fewer than
+    /// [`INITIAL_LOAD_THREADS`] run; once all have settled, loads the
+    /// ensembles (they need their composing models) and answers.
+    fn pump_initial(&mut self) {
+        let Some(mut initial) = self.initial.take() else {
+            return;
+        };
+        while self.in_flight.iter().filter(|f| f.initial).count() < INITIAL_LOAD_THREADS {
+            let Some(dir) = initial.queue.pop_front() else {
+                break;
+            };
+            self.spawn_load(dir, None, None, None, true);
+        }
+        if !initial.queue.is_empty() || self.in_flight.iter().any(|f| f.initial) {
+            self.initial = Some(initial);
+            return;
+        }
+        let dirs: Vec<&ModelDir> = initial.ensembles.iter().collect();
+        let Manager {
+            load,
+            placement,
+            table,
+            ..
+        } = &mut self.m;
+        ensemble::load_ensembles(&dirs, load, table, placement);
+        self.m.publish();
+        let _ = initial.reply.send(self.m.table.clone());
+    }
+
+    /// Unloads `name` (see [`Manager::unload`]); a load of it still running
+    /// is answered now, and what it brings retired when it ends.
+    fn unload(&mut self, name: &str, dependents: bool) {
+        let mut initial = false;
+        while let Some(at) = self.in_flight.iter().position(|f| f.name == name) {
+            let f = self.in_flight.swap_remove(at);
+            initial |= f.initial;
+            self.abandoned.push(Abandoned {
+                id: f.id,
+                tid: f.tid.load(Ordering::Acquire),
+                reap: false,
+            });
+            let e = load_failed(name, "the model was unloaded while it was loading");
+            answer(name, f.reply, Err(e));
+        }
+        self.m.unload(name, dependents);
+        if initial {
+            self.pump_initial();
+        }
+    }
+
+    /// A model came (back): ensembles made unavailable by its absence are
+    /// loaded again, as Triton reloads dependents.
+    fn reload_dependents(&mut self, name: &str) {
+        if !self.m.serving(name) {
+            return;
+        }
+        let marker = format!("{COMPOSING_GONE}'{name}'");
+        let waiting: Vec<String> = self
+            .m
+            .table
+            .models
+            .iter()
+            .filter(|(_, e)| {
+                e.versions
+                    .values()
+                    .any(|v| v.state.reason().starts_with(&marker))
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        for ensemble in waiting {
+            self.start_load(&ensemble, LoadRequest::default(), None, false);
+        }
+    }
+
+    /// Poll mode: loads added or changed models, unloads removed ones.
+    fn poll(
+        &mut self,
+        previous: BTreeMap<String, Vec<(PathBuf, Option<SystemTime>)>>,
+    ) -> BTreeMap<String, Vec<(PathBuf, Option<SystemTime>)>> {
+        let now = self.m.fingerprints();
+        for (name, marks) in &now {
+            if previous.get(name) != Some(marks) {
+                tracing::info!(model = %name, "repository changed: (re)loading");
+                self.start_load(name, LoadRequest::default(), None, false);
+            }
+        }
+        for name in previous.keys().filter(|n| !now.contains_key(*n)) {
+            tracing::info!(model = %name, "removed from the repository: unloading");
+            self.unload(name, false);
+            self.m.table.models.remove(name);
+            self.m.publish();
+        }
+        now
+    }
+}
+
+/// Sends a load's outcome, or logs a failure nobody asked to hear about.
+fn answer(name: &str, reply: Option<oneshot::Sender<InferResult<()>>>, done: InferResult<()>) {
+    match reply {
+        Some(reply) => {
+            let _ = reply.send(done);
+        }
+        None => {
+            if let Err(e) = done {
+                tracing::warn!(model = %name, error = %e.message, "load failed");
+            }
+        }
+    }
+}
+
+/// Triton reports a failed load as INTERNAL (HTTP 500).
+fn load_failed(name: &str, why: &str) -> InferError {
+    InferError::internal(format!("failed to load '{}', {why}", clip(name)))
+}
+
+fn failure_entry(name: &str, reason: &str) -> ModelEntry {
+    ModelEntry {
+        failure: Some(format!("failed to load '{}': {reason}", clip(name))),
+        ..Default::default()
+    }
+}
+
+impl Manager {
+    fn explicit(&self) -> InferResult<()> {
         if self.mode != ModelControlMode::Explicit {
             return Err(InferError::unavailable(
                 "explicit model load / unload is not allowed if polling is enabled",
             ));
         }
-        f(self)
+        Ok(())
     }
 
     fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
@@ -290,10 +840,25 @@ impl Manager {
         }
     }
 
-    fn load(&mut self, name: &str, load: LoadRequest) -> InferResult<()> {
-        // Triton reports a failed load as INTERNAL (HTTP 500).
-        let failed =
-            |why: String| InferError::internal(format!("failed to load '{}', {why}", clip(name)));
+    /// A load that failed before it built anything: the model shows the
+    /// reason unless an earlier version still serves.
+    fn record_failure(&mut self, name: &str, message: &str) {
+        if self.serving(name) || validate_name(name).is_err() {
+            return;
+        }
+        self.table.models.insert(
+            name.to_string(),
+            ModelEntry {
+                failure: Some(message.to_string()),
+                ..Default::default()
+            },
+        );
+        self.publish();
+    }
+
+    /// Checks a load request and finds (or writes) the model's folder.
+    fn prepare(&self, name: &str, load: LoadRequest) -> InferResult<Prepared> {
+        let failed = |why: String| load_failed(name, &why);
         validate_name(name).map_err(|e| failed(format!("{e:#}")))?;
         let override_config = match &load.config {
             None => None,
@@ -303,7 +868,7 @@ impl Manager {
                 ))
             })?),
         };
-        let (dir, _tmp) = if load.files.is_empty() {
+        let (dir, tmp) = if load.files.is_empty() {
             let found =
                 scan_repositories(&self.repositories).map_err(|e| failed(format!("{e:#}")))?;
             match found.get(name) {
@@ -333,23 +898,30 @@ impl Manager {
             )
         };
         let override_config = override_config.map(|c| inherit_backend(c, &dir));
-        let Self {
-            load: opts,
-            placement,
-            control,
-            ..
-        } = self;
-        let send = |shard: ShardId, msg: ShardControl| send_control(control, shard, msg);
-        let entry = if override_config.is_none() && ensemble::is_ensemble(&dir, opts) {
-            // An ensemble resolves its steps against the models loaded now.
-            let mut scratch = ModelTable {
-                models: self.table.models.clone(),
-            };
-            ensemble::load_ensembles(&[&dir], opts, &mut scratch, placement);
-            scratch.models.remove(name).unwrap_or_default()
-        } else {
-            load_model_with(&dir, override_config, opts, placement, &send)
+        if override_config.is_none() && ensemble::is_ensemble(&dir, &self.load) {
+            return Ok(Prepared::Ensemble(dir));
+        }
+        Ok(Prepared::Model {
+            dir,
+            config: override_config,
+            files: tmp,
+        })
+    }
+
+    /// An ensemble resolves its steps against the models loaded now.
+    fn load_ensemble(&mut self, dir: &ModelDir) -> InferResult<()> {
+        let mut scratch = ModelTable {
+            models: self.table.models.clone(),
         };
+        ensemble::load_ensembles(&[dir], &self.load, &mut scratch, &mut self.placement);
+        let entry = scratch.models.remove(&dir.name).unwrap_or_default();
+        self.install(&dir.name, entry)
+    }
+
+    /// Puts a load's outcome in the table: a ready model replaces what
+    /// served (retired after the new table is out); a failed one leaves
+    /// what served in place.
+    fn install(&mut self, name: &str, entry: ModelEntry) -> InferResult<()> {
         let all_ready = entry.failure.is_none()
             && !entry.versions.is_empty()
             && entry
@@ -380,7 +952,6 @@ impl Manager {
         if let Some(old) = old {
             self.retire(&old);
         }
-        self.reload_dependents(name);
         Ok(())
     }
 
@@ -417,28 +988,6 @@ impl Manager {
             }
             tracing::warn!(model = %ensemble, composing = %name, "ensemble not ready: a composing model was unloaded");
             self.disable_dependents(&ensemble);
-        }
-    }
-
-    /// A model came (back): ensembles made unavailable by its absence are
-    /// loaded again, as Triton reloads dependents.
-    fn reload_dependents(&mut self, name: &str) {
-        let marker = format!("{COMPOSING_GONE}'{name}'");
-        let waiting: Vec<String> = self
-            .table
-            .models
-            .iter()
-            .filter(|(_, e)| {
-                e.versions
-                    .values()
-                    .any(|v| v.state.reason().starts_with(&marker))
-            })
-            .map(|(n, _)| n.clone())
-            .collect();
-        for ensemble in waiting {
-            if let Err(e) = self.load(&ensemble, LoadRequest::default()) {
-                tracing::warn!(model = %ensemble, error = %e.message, "could not reload an ensemble");
-            }
         }
     }
 
@@ -508,29 +1057,6 @@ impl Manager {
                 (name, marks)
             })
             .collect()
-    }
-
-    /// Poll mode: loads added or changed models, unloads removed ones.
-    fn poll(
-        &mut self,
-        previous: BTreeMap<String, Vec<(PathBuf, Option<SystemTime>)>>,
-    ) -> BTreeMap<String, Vec<(PathBuf, Option<SystemTime>)>> {
-        let now = self.fingerprints();
-        for (name, marks) in &now {
-            if previous.get(name) != Some(marks) {
-                tracing::info!(model = %name, "repository changed: (re)loading");
-                if let Err(e) = self.load(name, LoadRequest::default()) {
-                    tracing::error!(model = %name, error = %e.message, "poll: failed to load");
-                }
-            }
-        }
-        for name in previous.keys().filter(|n| !now.contains_key(*n)) {
-            tracing::info!(model = %name, "removed from the repository: unloading");
-            self.unload(name, false);
-            self.table.models.remove(name);
-            self.publish();
-        }
-        now
     }
 }
 

@@ -2,6 +2,7 @@
 //! (`scan`), and turning each into loaded, placed instances (`load`).
 //! Runs on the control plane, never on a shard.
 
+mod children;
 mod load;
 pub mod manager;
 mod scan;

@@ -26,9 +26,7 @@ use crate::{
     gpu::GpuInventory,
     model::ModelTable,
     protocol::transport::{self, TransportLimits, TransportStats},
-    repository::{
-        load_repository, manager::Manager, scan_repositories, send_control, LoadOptions, Placement,
-    },
+    repository::{manager::Manager, LoadOptions, Placement},
     shard::{ring, ShardControl, ShardId},
     tuning::{MachineTopology, ShardPlan},
 };
@@ -149,6 +147,16 @@ impl ServerHandle {
         }
         // After the shards: every request's trace has been handed over.
         self.state.trace.shutdown();
+        // A load still running may yet create instances (and their
+        // threads); one stuck in a backend is named like an execution.
+        if let Some(repository) = self.state.repository.get() {
+            unfinished.extend(
+                repository
+                    .wait_loads(deadline)
+                    .into_iter()
+                    .map(|m| format!("the load of model '{m}'")),
+            );
+        }
         // The instances' threads run their finalizers as they stop (the
         // model's with its last instance).
         let workers = crate::compute::join_retired(deadline);
@@ -231,6 +239,19 @@ fn finalize_backends(deadline: Instant, unfinished: &mut Vec<String>) {
 /// Returns once the initial load is done; models that failed to load are
 /// reported in the log and the model table, and do not stop the server.
 pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
+    start_interruptible(options, &|| false)?
+        .context("the server start was interrupted without an interruption source")
+}
+
+/// [`start`], giving up when `interrupted` turns true while models are
+/// still loading (SIGTERM during start-up): the server is then shut down
+/// as at a signal, within the exit timeout, and `Ok(None)` is returned —
+/// or an [`ExitTimeout`] naming what outlived it (a load stuck in a
+/// backend among them).
+pub fn start_interruptible(
+    options: ServerOptions,
+    interrupted: &dyn Fn() -> bool,
+) -> anyhow::Result<Option<ServerHandle>> {
     // Any executable that runs a server (also test binaries) keeps the
     // backend C API for the backends it may load.
     crate::backend::capi::keep_exported();
@@ -352,43 +373,65 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
     let placement = Placement::new(shard_count, compute)
         .with_workers(worker_cpus, options.tuning.compute.nice())
         .with_gpus(gpu_placements);
-    let mut placement = placement;
-    match load_models(&options, &mut placement, &handle.control) {
-        Ok(table) => {
-            let manager = Manager {
-                repositories: options.model_repositories.clone(),
-                mode: options.model_control_mode,
-                poll_interval: (options.model_control_mode == ModelControlMode::Poll)
-                    .then_some(options.repository_poll),
-                load: load_options(&options),
-                placement,
-                control: handle.control.clone(),
-                table: table.clone(),
-                capi_server: capi_server.clone(),
-            };
-            let table = Arc::new(table);
-            capi_server.publish(table.clone());
-            for c in &handle.control {
-                let _ = c.unbounded_send(ShardControl::Table(table.clone()));
+    // Every load, the start-up one included, runs on the repository
+    // thread's load threads: a load that hangs leaves the API, the other
+    // models and signals served.
+    let manager = Manager {
+        repositories: options.model_repositories.clone(),
+        mode: options.model_control_mode,
+        poll_interval: (options.model_control_mode == ModelControlMode::Poll)
+            .then_some(options.repository_poll),
+        load: load_options(&options),
+        placement,
+        control: handle.control.clone(),
+        table: ModelTable::default(),
+        capi_server: capi_server.clone(),
+    };
+    let initial = manager.spawn().and_then(|client| {
+        let only = match options.model_control_mode {
+            ModelControlMode::Explicit if !options.load_models.iter().any(|m| m == "*") => {
+                Some(options.load_models.clone())
             }
-            handle.table = table;
-            match manager.spawn() {
-                Ok(client) => {
-                    let _ = handle.state.repository.set(client);
-                }
-                Err(e) => {
-                    let _ = handle.shutdown();
-                    return Err(e);
-                }
-            }
-        }
+            _ => None,
+        };
+        let table = client.load_initial(only);
+        let _ = handle.state.repository.set(client);
+        table
+    });
+    let initial = match initial {
+        Ok(rx) => rx,
         Err(e) => {
             let _ = handle.shutdown();
             return Err(e);
         }
-    }
+    };
+    let table = loop {
+        match initial.recv_timeout(Duration::from_millis(20)) {
+            Ok(table) => break table,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if !interrupted() => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let loading = handle
+                    .state
+                    .repository
+                    .get()
+                    .map(|r| r.loading())
+                    .unwrap_or_default();
+                tracing::info!(
+                    ?loading,
+                    "shutting down during start-up: models still loading"
+                );
+                handle.shutdown()?;
+                return Ok(None);
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                let _ = handle.shutdown();
+                bail!("the repository thread stopped during the start-up load");
+            }
+        }
+    };
+    handle.table = Arc::new(table);
     handle.state.set_ready(true);
-    Ok(handle)
+    Ok(Some(handle))
 }
 
 /// Raises the open-file limit and resolves the transport limits: the
@@ -456,23 +499,6 @@ fn load_options(options: &ServerOptions) -> LoadOptions {
         strict: options.strict_model_config,
         intra_op_threads: options.intra_op_threads,
     }
-}
-
-fn load_models(
-    options: &ServerOptions,
-    placement: &mut Placement,
-    control: &[mpsc::UnboundedSender<ShardControl>],
-) -> anyhow::Result<ModelTable> {
-    let found = scan_repositories(&options.model_repositories)?;
-    let only = match options.model_control_mode {
-        ModelControlMode::Explicit if !options.load_models.iter().any(|m| m == "*") => {
-            Some(options.load_models.as_slice())
-        }
-        _ => None,
-    };
-    let load = load_options(options);
-    let send = |shard: ShardId, msg: ShardControl| send_control(control, shard, msg);
-    Ok(load_repository(&found, only, &load, placement, &send))
 }
 
 fn log_addresses(a: &Addresses, shards: usize) {

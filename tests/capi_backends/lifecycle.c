@@ -10,7 +10,8 @@
      backend_finalize
    The model parameter "finalize_sleep_ms" makes ModelInstanceFinalize
    sleep that long first (a hanging finalizer), "execute_sleep_ms" each
-   execution (one still running at the exit timeout). Executions copy INPUT0 to
+   execution (one still running at the exit timeout), "initialize_sleep_ms"
+   ModelInitialize (a load that hangs). Executions copy INPUT0 to
    OUTPUT0. */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -107,6 +108,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model)
     char ms[32];
     if (parameter(text, "finalize_sleep_ms", ms, sizeof ms)) state->finalize_sleep_ms = atol(ms);
     if (parameter(text, "execute_sleep_ms", ms, sizeof ms)) state->execute_sleep_ms = atol(ms);
+    if (parameter(text, "initialize_sleep_ms", ms, sizeof ms)) sleep_ms(atol(ms));
     free(text);
   }
   TRITONSERVER_MessageDelete(config);

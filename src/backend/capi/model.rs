@@ -177,6 +177,7 @@ impl CapiBackend {
         if let Some(m) = slot.as_ref() {
             return Ok(m.clone());
         }
+        python_model_file_exists(&self.backend_name, config, files)?;
         let path = lib::find_library(
             &self.backend_name,
             &self.runtime,
@@ -189,6 +190,32 @@ impl CapiBackend {
         *slot = Some(model.clone());
         Ok(model)
     }
+}
+
+/// Triton's Python backend (2.51) starts a stub that exits at once when the
+/// model file is missing, and then waits for the stub's first message
+/// forever. Triton's core checks the file of Python-based backends before
+/// the backend runs; so do we, with the stub's own words.
+fn python_model_file_exists(
+    backend: &str,
+    config: &ModelConfig,
+    files: &ModelFiles,
+) -> anyhow::Result<()> {
+    if backend != "python" {
+        return Ok(());
+    }
+    let file = match config.default_model_filename.as_str() {
+        "" => "model.py",
+        name => name,
+    };
+    let path = files.version_dir.join(file);
+    if !path.is_file() {
+        bail!(
+            "Failed to preinitialize Python stub: Python model file not found in '{}'",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// Backend names live as long as the process (a handful of them).
