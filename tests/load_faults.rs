@@ -101,7 +101,8 @@ struct Repo {
 
 impl Repo {
     fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("shardserve-faults-{tag}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("shardserve-faults-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("models")).expect("repo dir");
         Self { dir }
@@ -147,7 +148,14 @@ impl Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_shardserve"))
             .arg("--model-repository")
             .arg(repo.models())
-            .args(["--host", "127.0.0.1", "--http-port", "0", "--grpc-port", "0"])
+            .args([
+                "--host",
+                "127.0.0.1",
+                "--http-port",
+                "0",
+                "--grpc-port",
+                "0",
+            ])
             .args(["--metrics-port", "0", "--cores", "1", "--no-pin"])
             .args(args)
             .env_remove("SHARDSERVE_LOG")
@@ -198,9 +206,12 @@ impl Server {
     fn zombie_children(&self) -> Vec<String> {
         let pid = self.child.id();
         let mut zombies = Vec::new();
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten();
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten();
         for task in tasks.flatten() {
-            let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
             for c in children.split_whitespace() {
                 let stat = std::fs::read_to_string(format!("/proc/{c}/stat")).unwrap_or_default();
                 // "pid (comm) S ...": the state follows the last ')'.
@@ -288,11 +299,16 @@ fn python_model_without_model_py_fails_its_load_with_the_reason_in_the_index() {
     assert_eq!(r.status, 500, "{error}");
     assert!(
         error.contains("failed to load 'nopy'")
-            && error.contains("Failed to preinitialize Python stub: Python model file not found in")
+            && error
+                .contains("Failed to preinitialize Python stub: Python model file not found in")
             && error.contains("model.py"),
         "{error}"
     );
-    assert!(asked.elapsed() < Duration::from_secs(15), "{:?}", asked.elapsed());
+    assert!(
+        asked.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        asked.elapsed()
+    );
     let row = server.row("nopy").expect("nopy in the index");
     assert_eq!(row["state"], "UNAVAILABLE", "{row}");
     assert!(
@@ -303,7 +319,11 @@ fn python_model_without_model_py_fails_its_load_with_the_reason_in_the_index() {
     );
     assert_eq!(server.load("pyok").status, 200, "{}", server.log());
     assert_eq!(infer_int4(server.http, "pyok").status, 200);
-    assert!(server.zombie_children().is_empty(), "{:?}", server.zombie_children());
+    assert!(
+        server.zombie_children().is_empty(),
+        "{:?}",
+        server.zombie_children()
+    );
     let status = sigterm_and_exit(&mut server, Duration::from_secs(30));
     assert!(status.success(), "exit {status}:\n{}", server.log());
 }
@@ -321,8 +341,11 @@ fn python_stub_dying_before_its_handshake_fails_the_load_within_the_bound_and_is
     let m = repo.model("deadstub", &python_config("deadstub"));
     std::fs::write(m.join("1/model.py"), IDENTITY_MODEL_PY).expect("model.py");
     let stub = m.join("triton_python_backend_stub");
-    std::fs::write(&stub, "#!/bin/sh\necho 'test stub: refusing to start' >&2\nexit 1\n")
-        .expect("stub");
+    std::fs::write(
+        &stub,
+        "#!/bin/sh\necho 'test stub: refusing to start' >&2\nexit 1\n",
+    )
+    .expect("stub");
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -344,14 +367,18 @@ fn python_stub_dying_before_its_handshake_fails_the_load_within_the_bound_and_is
     assert!(took < Duration::from_secs(15), "the load took {took:?}");
     let row = server.row("deadstub").expect("in the index");
     assert_eq!(row["state"], "UNAVAILABLE", "{row}");
-    wait_for("the dead stub to be reaped", Duration::from_secs(10), || {
-        server.zombie_children().is_empty()
-    });
+    wait_for(
+        "the dead stub to be reaped",
+        Duration::from_secs(10),
+        || server.zombie_children().is_empty(),
+    );
     // The API keeps answering, and a second attempt fails the same way.
     assert_eq!(server.load("deadstub").status, 500);
-    wait_for("the second dead stub to be reaped", Duration::from_secs(10), || {
-        server.zombie_children().is_empty()
-    });
+    wait_for(
+        "the second dead stub to be reaped",
+        Duration::from_secs(10),
+        || server.zombie_children().is_empty(),
+    );
     let status = sigterm_and_exit(&mut server, Duration::from_secs(30));
     assert!(status.success(), "exit {status}:\n{}", server.log());
 }
@@ -367,19 +394,33 @@ fn hung_load_blocks_neither_the_repository_api_nor_other_loads_nor_sigterm() {
     repo.lifecycle_model("ok", 0);
     let mut server = Server::start(
         &repo,
-        &["--model-control-mode", "explicit", "--exit-timeout-secs", "2"],
+        &[
+            "--model-control-mode",
+            "explicit",
+            "--exit-timeout-secs",
+            "2",
+        ],
     );
     let http = server.http;
     // The hung load's request stays open; its connection ends with the
     // server.
     let hung = thread::spawn(move || {
-        let _ = std::panic::catch_unwind(|| post_json(http, "/v2/repository/models/hang/load", &json!({})));
+        let _ = std::panic::catch_unwind(|| {
+            post_json(http, "/v2/repository/models/hang/load", &json!({}))
+        });
     });
-    wait_for("the hung model to show LOADING", Duration::from_secs(20), || {
-        server.row("hang").is_some_and(|r| r["state"] == "LOADING")
-    });
+    wait_for(
+        "the hung model to show LOADING",
+        Duration::from_secs(20),
+        || server.row("hang").is_some_and(|r| r["state"] == "LOADING"),
+    );
     let again = server.load("hang");
-    assert_eq!(again.status, 503, "{}", String::from_utf8_lossy(&again.body));
+    assert_eq!(
+        again.status,
+        503,
+        "{}",
+        String::from_utf8_lossy(&again.body)
+    );
     assert!(
         again.error().contains("already in progress"),
         "{}",
@@ -387,17 +428,28 @@ fn hung_load_blocks_neither_the_repository_api_nor_other_loads_nor_sigterm() {
     );
     assert_eq!(server.load("ok").status, 200, "{}", server.log());
     let reply = infer_int4(http, "ok");
-    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
     assert_eq!(get(http, "/v2/models/ok/ready").status, 200);
     assert_ne!(get(http, "/v2/models/hang/ready").status, 200);
     // Unloading the other model is answered too, while the load hangs.
     let r = post_json(http, "/v2/repository/models/ok/unload", &json!({}));
     assert_eq!(r.status, 200);
-    assert_eq!(server.row("hang").map(|r| r["state"].clone()), Some(json!("LOADING")));
+    assert_eq!(
+        server.row("hang").map(|r| r["state"].clone()),
+        Some(json!("LOADING"))
+    );
     let status = sigterm_and_exit(&mut server, Duration::from_secs(2));
     let log = server.log();
     assert_eq!(status.code(), Some(1), "exit {status}:\n{log}");
-    assert!(log.contains("the load of model 'hang'"), "not named:\n{log}");
+    assert!(
+        log.contains("the load of model 'hang'"),
+        "not named:\n{log}"
+    );
     let _ = hung.join();
 }
 
@@ -411,15 +463,23 @@ fn sigterm_during_a_hung_start_up_load_exits_within_the_exit_timeout() {
     repo.lifecycle_model("ok", 0);
     let mut server = Server::start(&repo, &["--exit-timeout-secs", "2"]);
     let http = server.http;
-    wait_for("the other model to be ready", Duration::from_secs(30), || {
-        get(http, "/v2/models/ok/ready").status == 200
-    });
+    wait_for(
+        "the other model to be ready",
+        Duration::from_secs(30),
+        || get(http, "/v2/models/ok/ready").status == 200,
+    );
     assert_eq!(infer_int4(http, "ok").status, 200);
     assert_ne!(get(http, "/v2/health/ready").status, 200);
-    assert_eq!(server.row("hang").map(|r| r["state"].clone()), Some(json!("LOADING")));
+    assert_eq!(
+        server.row("hang").map(|r| r["state"].clone()),
+        Some(json!("LOADING"))
+    );
     let status = sigterm_and_exit(&mut server, Duration::from_secs(2));
     let log = server.log();
     assert_eq!(status.code(), Some(1), "exit {status}:\n{log}");
-    assert!(log.contains("the load of model 'hang'"), "not named:\n{log}");
+    assert!(
+        log.contains("the load of model 'hang'"),
+        "not named:\n{log}"
+    );
     assert!(log.contains("shutting down during start-up"), "{log}");
 }

@@ -112,7 +112,10 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(5));
         };
         assert_eq!(exit, Exit::Code(3));
-        assert!(of_thread(tid).contains(&pid), "not listed as this thread's child");
+        assert!(
+            of_thread(tid).contains(&pid),
+            "not listed as this thread's child"
+        );
         // Still a zombie: peeking again sees it, reaping takes it.
         assert_eq!(peek_exit(pid), Some(Exit::Code(3)));
         assert!(reap(pid));

@@ -550,8 +550,7 @@ impl Repository {
 
     fn abandon(&mut self, f: InFlight, pid: i32) {
         let comm = children::comm(pid);
-        let exit = children::peek_exit(pid)
-            .map_or_else(|| "ended".to_string(), |e| e.to_string());
+        let exit = children::peek_exit(pid).map_or_else(|| "ended".to_string(), |e| e.to_string());
         // The load's thread waits for this child for good: nothing else
         // will ever take its exit status.
         children::reap(pid);
