@@ -270,7 +270,7 @@ enum Prepared {
     Ensemble(ModelDir),
     Model {
         dir: ModelDir,
-        config: Option<ModelConfig>,
+        config: Option<Box<ModelConfig>>,
         files: Option<OverrideDir>,
     },
 }
@@ -425,7 +425,7 @@ impl Repository {
                 self.reload_dependents(name);
             }
             Ok(Prepared::Model { dir, config, files }) => {
-                self.spawn_load(dir, config, files, reply, initial)
+                self.spawn_load(dir, config.map(|c| *c), files, reply, initial)
             }
         }
     }
@@ -902,7 +902,7 @@ impl Manager {
         }
         Ok(Prepared::Model {
             dir,
-            config: override_config,
+            config: override_config.map(Box::new),
             files: tmp,
         })
     }
