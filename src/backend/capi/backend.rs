@@ -19,7 +19,7 @@ use anyhow::{bail, Context};
 use libloading::os::unix::{Library, Symbol, RTLD_LOCAL, RTLD_NOW};
 
 use super::{
-    error::{self, non_null, status, ErrorPtr},
+    error::{self, non_null, ErrorPtr},
     instance::TRITONBACKEND_ModelInstance,
     memory::TRITONBACKEND_MemoryManager,
     message::TRITONSERVER_Message,
@@ -303,12 +303,12 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendName(
     b: *mut TRITONBACKEND_Backend,
     name: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let b = unsafe { backend(b)? };
         non_null(name, "name")?;
         unsafe { *name = b.name.as_ptr() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -316,12 +316,12 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendConfig(
     b: *mut TRITONBACKEND_Backend,
     config: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let b = unsafe { backend(b)? };
         non_null(config, "backend_config")?;
         unsafe { *config = TRITONSERVER_Message::boxed(b.config.clone()) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -329,12 +329,12 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendExecutionPolicy(
     b: *mut TRITONBACKEND_Backend,
     policy: *mut ExecutionPolicy,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let b = unsafe { backend(b)? };
         non_null(policy, "policy")?;
         unsafe { *policy = b.policy.load(Ordering::Relaxed) };
         Ok(())
-    })())
+    })
 }
 
 /// Recorded only: every instance has a compute worker of its own, which
@@ -344,7 +344,7 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendSetExecutionPolicy(
     b: *mut TRITONBACKEND_Backend,
     policy: ExecutionPolicy,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let b = unsafe { backend(b)? };
         if policy > super::types::EXECUTION_DEVICE_BLOCKING {
             return Err(error::invalid_arg(format!(
@@ -353,7 +353,7 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendSetExecutionPolicy(
         }
         b.policy.store(policy, Ordering::Relaxed);
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -362,7 +362,7 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendArtifacts(
     artifact_type: *mut ArtifactType,
     location: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let b = unsafe { backend(b)? };
         non_null(artifact_type, "artifact_type")?;
         non_null(location, "location")?;
@@ -371,7 +371,7 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendArtifacts(
             *location = b.artifacts.as_ptr();
         }
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -379,12 +379,12 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendMemoryManager(
     b: *mut TRITONBACKEND_Backend,
     manager: *mut *mut TRITONBACKEND_MemoryManager,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let b = unsafe { backend(b)? };
         non_null(manager, "manager")?;
         unsafe { *manager = (&b.memory as *const TRITONBACKEND_MemoryManager).cast_mut() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -392,12 +392,12 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendState(
     b: *mut TRITONBACKEND_Backend,
     state: *mut *mut c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let b = unsafe { backend(b)? };
         non_null(state, "state")?;
         unsafe { *state = b.state.load(Ordering::Acquire) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -405,11 +405,11 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendSetState(
     b: *mut TRITONBACKEND_Backend,
     state: *mut c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let b = unsafe { backend(b)? };
         b.state.store(state, Ordering::Release);
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -420,7 +420,7 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendAttributeAddPreferredInstanceGroup
     device_ids: *const u64,
     id_count: u64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(attributes, "backend_attributes")?;
         if kind > super::types::INSTANCEGROUPKIND_MODEL {
             return Err(error::invalid_arg(format!(
@@ -434,7 +434,7 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendAttributeAddPreferredInstanceGroup
         };
         unsafe { (*attributes).preferred_groups.push((kind, count, ids)) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -442,9 +442,9 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendAttributeSetParallelModelInstanceL
     attributes: *mut TRITONBACKEND_BackendAttribute,
     enabled: bool,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(attributes, "backend_attributes")?;
         unsafe { (*attributes).parallel_instance_loading = enabled };
         Ok(())
-    })())
+    })
 }

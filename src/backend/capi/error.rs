@@ -109,57 +109,67 @@ pub fn status(result: Result<(), ErrorPtr>) -> ErrorPtr {
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_ErrorNew(code: ErrorCode, msg: *const c_char) -> ErrorPtr {
-    let message = if msg.is_null() {
-        String::new()
-    } else {
-        unsafe { CStr::from_ptr(msg) }
-            .to_string_lossy()
-            .into_owned()
-    };
-    TRITONSERVER_Error::boxed(code, message)
+    ffi_entry!({
+        let message = if msg.is_null() {
+            String::new()
+        } else {
+            unsafe { CStr::from_ptr(msg) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        TRITONSERVER_Error::boxed(code, message)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_ErrorDelete(error: ErrorPtr) {
-    if !error.is_null() {
-        drop(unsafe { Box::from_raw(error) });
-    }
+    ffi_entry!((), {
+        if !error.is_null() {
+            drop(unsafe { Box::from_raw(error) });
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_ErrorCode(error: ErrorPtr) -> ErrorCode {
-    if error.is_null() {
-        return ERROR_UNKNOWN;
-    }
-    unsafe { (*error).code }
+    ffi_entry!(ERROR_UNKNOWN, {
+        if error.is_null() {
+            return ERROR_UNKNOWN;
+        }
+        unsafe { (*error).code }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_ErrorCodeString(error: ErrorPtr) -> *const c_char {
-    let code = if error.is_null() {
-        ERROR_UNKNOWN
-    } else {
-        unsafe { (*error).code }
-    };
-    let s: &'static [u8] = match code {
-        ERROR_INTERNAL => b"Internal\0",
-        ERROR_NOT_FOUND => b"Not found\0",
-        ERROR_INVALID_ARG => b"Invalid argument\0",
-        ERROR_UNAVAILABLE => b"Unavailable\0",
-        ERROR_UNSUPPORTED => b"Unsupported\0",
-        ERROR_ALREADY_EXISTS => b"Already exists\0",
-        ERROR_CANCELLED => b"Cancelled\0",
-        _ => b"Unknown\0",
-    };
-    s.as_ptr().cast()
+    ffi_entry!(c"Unknown".as_ptr(), {
+        let code = if error.is_null() {
+            ERROR_UNKNOWN
+        } else {
+            unsafe { (*error).code }
+        };
+        let s: &'static [u8] = match code {
+            ERROR_INTERNAL => b"Internal\0",
+            ERROR_NOT_FOUND => b"Not found\0",
+            ERROR_INVALID_ARG => b"Invalid argument\0",
+            ERROR_UNAVAILABLE => b"Unavailable\0",
+            ERROR_UNSUPPORTED => b"Unsupported\0",
+            ERROR_ALREADY_EXISTS => b"Already exists\0",
+            ERROR_CANCELLED => b"Cancelled\0",
+            _ => b"Unknown\0",
+        };
+        s.as_ptr().cast()
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_ErrorMessage(error: ErrorPtr) -> *const c_char {
-    if error.is_null() {
-        return c"".as_ptr();
-    }
-    unsafe { (*error).message.as_ptr() }
+    ffi_entry!(c"".as_ptr(), {
+        if error.is_null() {
+            return c"".as_ptr();
+        }
+        unsafe { (*error).message.as_ptr() }
+    })
 }
 
 #[cfg(test)]

@@ -170,12 +170,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceName(
     i: *mut TRITONBACKEND_ModelInstance,
     name: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let i = unsafe { instance(i)? };
         non_null(name, "name")?;
         unsafe { *name = i.name.as_ptr() };
         Ok(())
-    })())
+    })
 }
 
 /// Every instance is a CPU instance here (KIND_GPU is refused at load).
@@ -184,12 +184,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceKind(
     i: *mut TRITONBACKEND_ModelInstance,
     kind: *mut InstanceGroupKind,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         unsafe { instance(i)? };
         non_null(kind, "kind")?;
         unsafe { *kind = INSTANCEGROUPKIND_CPU };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -197,12 +197,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceDeviceId(
     i: *mut TRITONBACKEND_ModelInstance,
     device_id: *mut i32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         unsafe { instance(i)? };
         non_null(device_id, "device_id")?;
         unsafe { *device_id = 0 };
         Ok(())
-    })())
+    })
 }
 
 /// Triton's default host policy of a CPU instance: `{"cpu":{}}`.
@@ -211,12 +211,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceHostPolicy(
     i: *mut TRITONBACKEND_ModelInstance,
     host_policy: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let i = unsafe { instance(i)? };
         non_null(host_policy, "host_policy")?;
         unsafe { *host_policy = TRITONSERVER_Message::boxed(i.host_policy.clone()) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -224,12 +224,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceIsPassive(
     i: *mut TRITONBACKEND_ModelInstance,
     is_passive: *mut bool,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         unsafe { instance(i)? };
         non_null(is_passive, "is_passive")?;
         unsafe { *is_passive = false };
         Ok(())
-    })())
+    })
 }
 
 /// No optimization profiles (a TensorRT notion) exist here.
@@ -238,12 +238,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceProfileCount(
     i: *mut TRITONBACKEND_ModelInstance,
     count: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         unsafe { instance(i)? };
         non_null(count, "count")?;
         unsafe { *count = 0 };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -252,12 +252,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceProfileName(
     index: u32,
     _profile_name: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         unsafe { instance(i)? };
         Err(error::invalid_arg(format!(
             "out of bounds index {index}: instance has no profiles"
         )))
-    })())
+    })
 }
 
 #[no_mangle]
@@ -265,12 +265,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceSecondaryDeviceCount(
     i: *mut TRITONBACKEND_ModelInstance,
     count: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         unsafe { instance(i)? };
         non_null(count, "count")?;
         unsafe { *count = 0 };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -280,12 +280,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceSecondaryDeviceProperties(
     _kind: *mut *const c_char,
     _id: *mut i64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         unsafe { instance(i)? };
         Err(error::invalid_arg(format!(
             "out of bounds index {index}: instance has no secondary devices"
         )))
-    })())
+    })
 }
 
 #[no_mangle]
@@ -293,12 +293,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceModel(
     i: *mut TRITONBACKEND_ModelInstance,
     model: *mut *mut TRITONBACKEND_Model,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let i = unsafe { instance(i)? };
         non_null(model, "model")?;
         unsafe { *model = i.model.as_ptr() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -306,12 +306,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceState(
     i: *mut TRITONBACKEND_ModelInstance,
     state: *mut *mut c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let i = unsafe { instance(i)? };
         non_null(state, "state")?;
         unsafe { *state = i.state.load(Ordering::Acquire) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -319,11 +319,11 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceSetState(
     i: *mut TRITONBACKEND_ModelInstance,
     state: *mut c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let i = unsafe { instance(i)? };
         i.state.store(state, Ordering::Release);
         Ok(())
-    })())
+    })
 }
 
 /// Accepted and not used: the server records every execution itself
@@ -339,7 +339,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportStatistics(
     _compute_end_ns: u64,
     _exec_end_ns: u64,
 ) -> ErrorPtr {
-    status(unsafe { instance(i) }.map(|_| ()))
+    ffi_entry!({ status(unsafe { instance(i) }.map(|_| ())) })
 }
 
 /// As `ReportStatistics`: the server records batch executions itself.
@@ -352,7 +352,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportBatchStatistics(
     _compute_end_ns: u64,
     _exec_end_ns: u64,
 ) -> ErrorPtr {
-    status(unsafe { instance(i) }.map(|_| ()))
+    ffi_entry!({ status(unsafe { instance(i) }.map(|_| ())) })
 }
 
 /// Accepted and ignored: memory usage is not reported by this server.
@@ -362,5 +362,5 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportMemoryUsage(
     _usage: *mut *mut super::memory::TRITONSERVER_BufferAttributes,
     _usage_size: u32,
 ) -> ErrorPtr {
-    status(unsafe { instance(i) }.map(|_| ()))
+    ffi_entry!({ status(unsafe { instance(i) }.map(|_| ())) })
 }

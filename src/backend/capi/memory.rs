@@ -11,7 +11,7 @@ use std::{
 };
 
 use super::{
-    error::{self, non_null, status, ErrorPtr},
+    error::{self, non_null, ErrorPtr},
     types::{MemoryType, MEMORY_CPU, MEMORY_CPU_PINNED},
 };
 
@@ -45,7 +45,7 @@ pub unsafe extern "C" fn TRITONBACKEND_MemoryManagerAllocate(
     _memory_type_id: i64,
     byte_size: u64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(manager, "manager")?;
         non_null(buffer, "buffer")?;
         host_memory(memory_type)?;
@@ -66,7 +66,7 @@ pub unsafe extern "C" fn TRITONBACKEND_MemoryManagerAllocate(
             .insert(p as usize, layout);
         unsafe { *buffer = p.cast() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -76,7 +76,7 @@ pub unsafe extern "C" fn TRITONBACKEND_MemoryManagerFree(
     memory_type: MemoryType,
     _memory_type_id: i64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(manager, "manager")?;
         host_memory(memory_type)?;
         if buffer.is_null() {
@@ -92,7 +92,7 @@ pub unsafe extern "C" fn TRITONBACKEND_MemoryManagerFree(
         // SAFETY: allocated above with this layout and not freed since.
         unsafe { dealloc(buffer.cast(), layout) };
         Ok(())
-    })())
+    })
 }
 
 /// Opaque to C.
@@ -154,13 +154,13 @@ macro_rules! attr_get {
             attributes: *mut TRITONSERVER_BufferAttributes,
             out: *mut $ty,
         ) -> ErrorPtr {
-            status((|| {
+            ffi_entry!({
                 non_null(attributes, "buffer_attributes")?;
                 non_null(out, stringify!($field))?;
                 let conv: fn(&TRITONSERVER_BufferAttributes) -> $ty = $conv;
                 unsafe { *out = conv(&*attributes) };
                 Ok(())
-            })())
+            })
         }
     };
 }
@@ -172,12 +172,12 @@ macro_rules! attr_set {
             attributes: *mut TRITONSERVER_BufferAttributes,
             value: $ty,
         ) -> ErrorPtr {
-            status((|| {
+            ffi_entry!({
                 non_null(attributes, "buffer_attributes")?;
                 let conv: fn(&mut TRITONSERVER_BufferAttributes, $ty) = $conv;
                 unsafe { conv(&mut *attributes, value) };
                 Ok(())
-            })())
+            })
         }
     };
 }
@@ -235,21 +235,23 @@ attr_set!(
 pub unsafe extern "C" fn TRITONSERVER_BufferAttributesNew(
     attributes: *mut *mut TRITONSERVER_BufferAttributes,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(attributes, "buffer_attributes")?;
         unsafe { *attributes = Box::into_raw(Box::default()) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_BufferAttributesDelete(
     attributes: *mut TRITONSERVER_BufferAttributes,
 ) -> ErrorPtr {
-    if !attributes.is_null() {
-        drop(unsafe { Box::from_raw(attributes) });
-    }
-    std::ptr::null_mut()
+    ffi_entry!({
+        if !attributes.is_null() {
+            drop(unsafe { Box::from_raw(attributes) });
+        }
+        std::ptr::null_mut()
+    })
 }
 
 #[cfg(test)]

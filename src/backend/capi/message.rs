@@ -4,7 +4,7 @@
 
 use std::ffi::c_char;
 
-use super::error::{invalid_arg, non_null, status, ErrorPtr};
+use super::error::{invalid_arg, non_null, ErrorPtr};
 
 /// Opaque to C.
 pub struct TRITONSERVER_Message {
@@ -35,7 +35,7 @@ pub unsafe extern "C" fn TRITONSERVER_MessageNewFromSerializedJson(
     base: *const c_char,
     byte_size: usize,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(message, "message")?;
         let bytes = if byte_size == 0 {
             &[][..]
@@ -47,17 +47,19 @@ pub unsafe extern "C" fn TRITONSERVER_MessageNewFromSerializedJson(
             .map_err(|_| invalid_arg("serialized JSON message is not valid UTF-8"))?;
         unsafe { *message = TRITONSERVER_Message::boxed(json.to_owned()) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_MessageDelete(
     message: *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    if !message.is_null() {
-        drop(unsafe { Box::from_raw(message) });
-    }
-    std::ptr::null_mut()
+    ffi_entry!({
+        if !message.is_null() {
+            drop(unsafe { Box::from_raw(message) });
+        }
+        std::ptr::null_mut()
+    })
 }
 
 /// The bytes stay owned by the message (valid until it is deleted); they
@@ -68,7 +70,7 @@ pub unsafe extern "C" fn TRITONSERVER_MessageSerializeToJson(
     base: *mut *const c_char,
     byte_size: *mut usize,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(message, "message")?;
         non_null(base, "base")?;
         non_null(byte_size, "byte_size")?;
@@ -78,7 +80,7 @@ pub unsafe extern "C" fn TRITONSERVER_MessageSerializeToJson(
             *byte_size = json.len();
         }
         Ok(())
-    })())
+    })
 }
 
 #[cfg(test)]

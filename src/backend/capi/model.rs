@@ -248,12 +248,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelName(
     m: *mut TRITONBACKEND_Model,
     name: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let m = unsafe { model(m)? };
         non_null(name, "name")?;
         unsafe { *name = m.name.as_ptr() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -261,12 +261,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelVersion(
     m: *mut TRITONBACKEND_Model,
     version: *mut u64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let m = unsafe { model(m)? };
         non_null(version, "version")?;
         unsafe { *version = m.version };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -275,7 +275,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelRepository(
     artifact_type: *mut ArtifactType,
     location: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let m = unsafe { model(m)? };
         non_null(artifact_type, "artifact_type")?;
         non_null(location, "location")?;
@@ -284,7 +284,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelRepository(
             *location = m.repository.as_ptr();
         }
         Ok(())
-    })())
+    })
 }
 
 /// Only config version 1 exists (Triton's rule).
@@ -294,7 +294,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelConfig(
     config_version: u32,
     config: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let m = unsafe { model(m)? };
         non_null(config, "model_config")?;
         if config_version != 1 {
@@ -309,7 +309,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelConfig(
             .clone();
         unsafe { *config = TRITONSERVER_Message::boxed(json) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -317,12 +317,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelAutoCompleteConfig(
     m: *mut TRITONBACKEND_Model,
     auto_complete: *mut bool,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let m = unsafe { model(m)? };
         non_null(auto_complete, "auto_complete_config")?;
         unsafe { *auto_complete = m.auto_complete };
         Ok(())
-    })())
+    })
 }
 
 /// The configuration is checked when the server reads it back (after
@@ -333,7 +333,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelSetConfig(
     config_version: u32,
     config: *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let m = unsafe { model(m)? };
         non_null(config, "model_config")?;
         if config_version != 1 {
@@ -353,7 +353,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelSetConfig(
         }
         *m.config_json.lock().unwrap_or_else(|p| p.into_inner()) = json;
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -361,7 +361,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelServer(
     m: *mut TRITONBACKEND_Model,
     server: *mut *mut super::server_api::server::TRITONSERVER_Server,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         unsafe { model(m)? };
         non_null(server, "server")?;
         let s = settings::server();
@@ -370,7 +370,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelServer(
         }
         unsafe { *server = s };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -378,12 +378,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelBackend(
     m: *mut TRITONBACKEND_Model,
     backend: *mut *mut TRITONBACKEND_Backend,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let m = unsafe { model(m)? };
         non_null(backend, "backend")?;
         unsafe { *backend = m.backend.as_ptr() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -391,12 +391,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelState(
     m: *mut TRITONBACKEND_Model,
     state: *mut *mut c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let m = unsafe { model(m)? };
         non_null(state, "state")?;
         unsafe { *state = m.state.load(Ordering::Acquire) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -404,11 +404,11 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelSetState(
     m: *mut TRITONBACKEND_Model,
     state: *mut c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let m = unsafe { model(m)? };
         m.state.store(state, Ordering::Release);
         Ok(())
-    })())
+    })
 }
 
 /// Accepted and ignored: memory usage is not reported by this server.
@@ -418,5 +418,5 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelReportMemoryUsage(
     _usage: *mut *mut super::memory::TRITONSERVER_BufferAttributes,
     _usage_size: u32,
 ) -> ErrorPtr {
-    status(unsafe { model(m) }.map(|_| ()))
+    ffi_entry!({ status(unsafe { model(m) }.map(|_| ())) })
 }

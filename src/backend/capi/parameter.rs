@@ -87,27 +87,30 @@ pub unsafe extern "C" fn TRITONSERVER_ParameterNew(
     kind: ParameterType,
     value: *const c_void,
 ) -> *mut TRITONSERVER_Parameter {
-    let Ok(name) = (unsafe { c_str(name, "name") }).map_err(|e| unsafe { drop_error(e) }) else {
-        return std::ptr::null_mut();
-    };
-    if value.is_null() {
-        return std::ptr::null_mut();
-    }
-    let value = match kind {
-        PARAMETER_STRING => {
-            let Ok(s) =
-                (unsafe { c_str(value.cast(), "value") }).map_err(|e| unsafe { drop_error(e) })
-            else {
-                return std::ptr::null_mut();
-            };
-            ParamValue::String(lossy_cstring(s))
+    ffi_entry!(std::ptr::null_mut(), {
+        let Ok(name) = (unsafe { c_str(name, "name") }).map_err(|e| unsafe { drop_error(e) })
+        else {
+            return std::ptr::null_mut();
+        };
+        if value.is_null() {
+            return std::ptr::null_mut();
         }
-        PARAMETER_INT => ParamValue::Int(unsafe { *value.cast::<i64>() }),
-        PARAMETER_BOOL => ParamValue::Bool(unsafe { *value.cast::<bool>() }),
-        PARAMETER_DOUBLE => ParamValue::Double(unsafe { *value.cast::<f64>() }),
-        _ => return std::ptr::null_mut(),
-    };
-    Box::into_raw(Box::new(TRITONSERVER_Parameter::new(name, value)))
+        let value = match kind {
+            PARAMETER_STRING => {
+                let Ok(s) =
+                    (unsafe { c_str(value.cast(), "value") }).map_err(|e| unsafe { drop_error(e) })
+                else {
+                    return std::ptr::null_mut();
+                };
+                ParamValue::String(lossy_cstring(s))
+            }
+            PARAMETER_INT => ParamValue::Int(unsafe { *value.cast::<i64>() }),
+            PARAMETER_BOOL => ParamValue::Bool(unsafe { *value.cast::<bool>() }),
+            PARAMETER_DOUBLE => ParamValue::Double(unsafe { *value.cast::<f64>() }),
+            _ => return std::ptr::null_mut(),
+        };
+        Box::into_raw(Box::new(TRITONSERVER_Parameter::new(name, value)))
+    })
 }
 
 #[no_mangle]
@@ -116,34 +119,41 @@ pub unsafe extern "C" fn TRITONSERVER_ParameterBytesNew(
     byte_ptr: *const c_void,
     size: u64,
 ) -> *mut TRITONSERVER_Parameter {
-    let Ok(name) = (unsafe { c_str(name, "name") }).map_err(|e| unsafe { drop_error(e) }) else {
-        return std::ptr::null_mut();
-    };
-    let value = ParamValue::Bytes {
-        ptr: byte_ptr,
-        size,
-    };
-    Box::into_raw(Box::new(TRITONSERVER_Parameter::new(name, value)))
+    ffi_entry!(std::ptr::null_mut(), {
+        let Ok(name) = (unsafe { c_str(name, "name") }).map_err(|e| unsafe { drop_error(e) })
+        else {
+            return std::ptr::null_mut();
+        };
+        let value = ParamValue::Bytes {
+            ptr: byte_ptr,
+            size,
+        };
+        Box::into_raw(Box::new(TRITONSERVER_Parameter::new(name, value)))
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_ParameterDelete(parameter: *mut TRITONSERVER_Parameter) {
-    if !parameter.is_null() {
-        drop(unsafe { Box::from_raw(parameter) });
-    }
+    ffi_entry!((), {
+        if !parameter.is_null() {
+            drop(unsafe { Box::from_raw(parameter) });
+        }
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn TRITONSERVER_ParameterTypeString(kind: ParameterType) -> *const c_char {
-    let s: &'static [u8] = match kind {
-        PARAMETER_STRING => b"STRING\0",
-        PARAMETER_INT => b"INT\0",
-        PARAMETER_BOOL => b"BOOL\0",
-        PARAMETER_DOUBLE => b"DOUBLE\0",
-        PARAMETER_BYTES => b"BYTES\0",
-        _ => b"<invalid>\0",
-    };
-    s.as_ptr().cast()
+    ffi_entry!(c"<invalid>".as_ptr(), {
+        let s: &'static [u8] = match kind {
+            PARAMETER_STRING => b"STRING\0",
+            PARAMETER_INT => b"INT\0",
+            PARAMETER_BOOL => b"BOOL\0",
+            PARAMETER_DOUBLE => b"DOUBLE\0",
+            PARAMETER_BYTES => b"BYTES\0",
+            _ => b"<invalid>\0",
+        };
+        s.as_ptr().cast()
+    })
 }
 
 unsafe fn drop_error(e: super::error::ErrorPtr) {

@@ -15,7 +15,7 @@ use std::{
 use bytes::Bytes;
 
 use super::{
-    error::{self, c_str, non_null, status, ErrorPtr},
+    error::{self, c_str, non_null, ErrorPtr},
     memory::TRITONSERVER_BufferAttributes,
     model::TRITONBACKEND_Model,
     parameter::{lossy_cstring, ParamValue, TRITONSERVER_Parameter},
@@ -216,12 +216,12 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestId(
     r: *mut TRITONBACKEND_Request,
     id: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let r = unsafe { request(r)? };
         non_null(id, "id")?;
         unsafe { *id = r.id.as_ptr() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -229,12 +229,12 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestIsCancelled(
     r: *mut TRITONBACKEND_Request,
     is_cancelled: *mut bool,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let r = unsafe { request(r)? };
         non_null(is_cancelled, "is_cancelled")?;
         unsafe { *is_cancelled = r.target.is_cancelled() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -242,7 +242,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestCorrelationId(
     r: *mut TRITONBACKEND_Request,
     id: *mut u64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let r = unsafe { request(r)? };
         non_null(id, "id")?;
         if r.correlation_str.is_some() {
@@ -252,7 +252,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestCorrelationId(
         }
         unsafe { *id = r.correlation_id };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -260,7 +260,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestCorrelationIdString(
     r: *mut TRITONBACKEND_Request,
     id: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let r = unsafe { request(r)? };
         non_null(id, "id")?;
         match &r.correlation_str {
@@ -272,7 +272,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestCorrelationIdString(
             }
         }
         Ok(())
-    })())
+    })
 }
 
 /// No per-request timeout is passed to backends: 0 (none), as Triton
@@ -282,12 +282,12 @@ pub unsafe extern "C" fn TRITONBACKEND_InferenceRequestTimeoutMicroseconds(
     r: *mut TRITONBACKEND_Request,
     timeout: *mut u64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         unsafe { request(r)? };
         non_null(timeout, "timeout")?;
         unsafe { *timeout = 0 };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -295,12 +295,12 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestFlags(
     r: *mut TRITONBACKEND_Request,
     flags: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let r = unsafe { request(r)? };
         non_null(flags, "flags")?;
         unsafe { *flags = r.flags };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -308,12 +308,12 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestParameterCount(
     r: *mut TRITONBACKEND_Request,
     count: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let r = unsafe { request(r)? };
         non_null(count, "count")?;
         unsafe { *count = r.parameters.len() as u32 };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -324,7 +324,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestParameter(
     kind: *mut ParameterType,
     vvalue: *mut *const c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let r = unsafe { request(r)? };
         let p = r.parameters.get(index as usize).ok_or_else(|| {
             error::invalid_arg(format!(
@@ -338,7 +338,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestParameter(
             put(vvalue, p.value_ptr());
         }
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -346,12 +346,12 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInputCount(
     r: *mut TRITONBACKEND_Request,
     count: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let r = unsafe { request(r)? };
         non_null(count, "count")?;
         unsafe { *count = r.inputs.len() as u32 };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -360,13 +360,13 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInputName(
     index: u32,
     input_name: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let r = unsafe { request(r)? };
         non_null(input_name, "input_name")?;
         let i = r.input_at(index)?;
         unsafe { *input_name = i.name.as_ptr() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -375,7 +375,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInput(
     name: *const c_char,
     out: *mut *mut TRITONBACKEND_Input,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let r = unsafe { request(r)? };
         let name = unsafe { c_str(name, "name")? };
         non_null(out, "input")?;
@@ -384,7 +384,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInput(
             .ok_or_else(|| error::invalid_arg(format!("unknown request input name {name}")))?;
         unsafe { *out = (i as *const TRITONBACKEND_Input).cast_mut() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -393,13 +393,13 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInputByIndex(
     index: u32,
     out: *mut *mut TRITONBACKEND_Input,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let r = unsafe { request(r)? };
         non_null(out, "input")?;
         let i = r.input_at(index)?;
         unsafe { *out = (i as *const TRITONBACKEND_Input).cast_mut() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -407,12 +407,12 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestOutputCount(
     r: *mut TRITONBACKEND_Request,
     count: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let r = unsafe { request(r)? };
         non_null(count, "count")?;
         unsafe { *count = r.outputs.len() as u32 };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -421,7 +421,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestOutputName(
     index: u32,
     output_name: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let r = unsafe { request(r)? };
         non_null(output_name, "output_name")?;
         let o = r.outputs.get(index as usize).ok_or_else(|| {
@@ -432,7 +432,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestOutputName(
         })?;
         unsafe { *output_name = o.as_ptr() };
         Ok(())
-    })())
+    })
 }
 
 /// Outputs are always host memory here; the size is not known ahead
@@ -446,7 +446,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestOutputBufferProperties(
     memory_type: *mut MemoryType,
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         unsafe { request(r)? };
         unsafe {
             put(byte_size, 0);
@@ -454,7 +454,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestOutputBufferProperties(
             put(memory_type_id, 0);
         }
         Ok(())
-    })())
+    })
 }
 
 /// RELEASE_ALL frees the request. RESCHEDULE (run it again in a later
@@ -465,7 +465,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestRelease(
     r: *mut TRITONBACKEND_Request,
     release_flags: u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let req = unsafe { request(r)? };
         if release_flags & REQUEST_RELEASE_RESCHEDULE != 0 {
             return Err(error::unsupported(
@@ -483,7 +483,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestRelease(
         // SAFETY: allocated by `into_raw`; `claim` makes this the only free.
         drop(unsafe { Box::from_raw(r) });
         Ok(())
-    })())
+    })
 }
 
 /// Tracing is not supported: no trace (null), as for an untraced request.
@@ -492,12 +492,12 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestTrace(
     r: *mut TRITONBACKEND_Request,
     trace: *mut *mut c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         unsafe { request(r)? };
         non_null(trace, "trace")?;
         unsafe { *trace = std::ptr::null_mut() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -510,7 +510,7 @@ pub unsafe extern "C" fn TRITONBACKEND_InputProperties(
     byte_size: *mut u64,
     buffer_count: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let i = unsafe { input(i)? };
         unsafe {
             put(name, i.name.as_ptr());
@@ -521,7 +521,7 @@ pub unsafe extern "C" fn TRITONBACKEND_InputProperties(
             put(buffer_count, 1);
         }
         Ok(())
-    })())
+    })
 }
 
 /// One host policy (the default) exists: the same as `InputProperties`.
@@ -536,17 +536,19 @@ pub unsafe extern "C" fn TRITONBACKEND_InputPropertiesForHostPolicy(
     byte_size: *mut u64,
     buffer_count: *mut u32,
 ) -> ErrorPtr {
-    unsafe {
-        TRITONBACKEND_InputProperties(
-            i,
-            name,
-            datatype,
-            shape,
-            dims_count,
-            byte_size,
-            buffer_count,
-        )
-    }
+    ffi_entry!({
+        unsafe {
+            TRITONBACKEND_InputProperties(
+                i,
+                name,
+                datatype,
+                shape,
+                dims_count,
+                byte_size,
+                buffer_count,
+            )
+        }
+    })
 }
 
 /// The data is one contiguous host buffer (index 0), whatever memory
@@ -560,7 +562,7 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBuffer(
     memory_type: *mut MemoryType,
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let i = unsafe { input(i)? };
         non_null(buffer, "buffer")?;
         non_null(buffer_byte_size, "buffer_byte_size")?;
@@ -577,7 +579,7 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBuffer(
             put(memory_type_id, 0);
         }
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -590,16 +592,18 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBufferForHostPolicy(
     memory_type: *mut MemoryType,
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
-    unsafe {
-        TRITONBACKEND_InputBuffer(
-            i,
-            index,
-            buffer,
-            buffer_byte_size,
-            memory_type,
-            memory_type_id,
-        )
-    }
+    ffi_entry!({
+        unsafe {
+            TRITONBACKEND_InputBuffer(
+                i,
+                index,
+                buffer,
+                buffer_byte_size,
+                memory_type,
+                memory_type_id,
+            )
+        }
+    })
 }
 
 /// The attributes object belongs to the input (not to be deleted).
@@ -610,7 +614,7 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBufferAttributes(
     buffer: *mut *const c_void,
     attributes: *mut *mut TRITONSERVER_BufferAttributes,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let i = unsafe { input(i)? };
         non_null(buffer, "buffer")?;
         non_null(attributes, "buffer_attributes")?;
@@ -625,5 +629,5 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBufferAttributes(
             *attributes = (&i.attributes as *const TRITONSERVER_BufferAttributes).cast_mut();
         }
         Ok(())
-    })())
+    })
 }

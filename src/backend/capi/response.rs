@@ -133,23 +133,25 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseFactoryNew(
     out: *mut *mut TRITONBACKEND_ResponseFactory,
     request: *mut TRITONBACKEND_Request,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(out, "factory")?;
         non_null(request, "request")?;
         let target = unsafe { (*request).target.clone() };
         unsafe { *out = Box::into_raw(Box::new(TRITONBACKEND_ResponseFactory { target })) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_ResponseFactoryDelete(
     f: *mut TRITONBACKEND_ResponseFactory,
 ) -> ErrorPtr {
-    if !f.is_null() {
-        drop(unsafe { Box::from_raw(f) });
-    }
-    std::ptr::null_mut()
+    ffi_entry!({
+        if !f.is_null() {
+            drop(unsafe { Box::from_raw(f) });
+        }
+        std::ptr::null_mut()
+    })
 }
 
 #[no_mangle]
@@ -157,12 +159,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseFactoryIsCancelled(
     f: *mut TRITONBACKEND_ResponseFactory,
     is_cancelled: *mut bool,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let f = unsafe { factory(f)? };
         non_null(is_cancelled, "is_cancelled")?;
         unsafe { *is_cancelled = f.target.is_cancelled() };
         Ok(())
-    })())
+    })
 }
 
 /// A response with flags only (the decoupled final flag).
@@ -171,10 +173,10 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseFactorySendFlags(
     f: *mut TRITONBACKEND_ResponseFactory,
     send_flags: u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let f = unsafe { factory(f)? };
         f.target.send(Vec::new(), Parameters::new(), send_flags)
-    })())
+    })
 }
 
 #[no_mangle]
@@ -182,12 +184,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseNew(
     out: *mut *mut TRITONBACKEND_Response,
     request: *mut TRITONBACKEND_Request,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(out, "response")?;
         non_null(request, "request")?;
         unsafe { *out = new_response((*request).target.clone()) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -195,20 +197,22 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseNewFromFactory(
     out: *mut *mut TRITONBACKEND_Response,
     f: *mut TRITONBACKEND_ResponseFactory,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let f = unsafe { factory(f)? };
         non_null(out, "response")?;
         unsafe { *out = new_response(f.target.clone()) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_ResponseDelete(r: *mut TRITONBACKEND_Response) -> ErrorPtr {
-    if !r.is_null() {
-        drop(unsafe { Box::from_raw(r) });
-    }
-    std::ptr::null_mut()
+    ffi_entry!({
+        if !r.is_null() {
+            drop(unsafe { Box::from_raw(r) });
+        }
+        std::ptr::null_mut()
+    })
 }
 
 fn set_parameter(
@@ -230,10 +234,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSetStringParameter(
     name: *const c_char,
     value: *const c_char,
 ) -> ErrorPtr {
-    match unsafe { c_str(value, "value") } {
-        Ok(v) => set_parameter(r, name, ParamValue::String(v.to_owned())),
-        Err(e) => e,
-    }
+    ffi_entry!({
+        match unsafe { c_str(value, "value") } {
+            Ok(v) => set_parameter(r, name, ParamValue::String(v.to_owned())),
+            Err(e) => e,
+        }
+    })
 }
 
 #[no_mangle]
@@ -242,7 +248,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSetIntParameter(
     name: *const c_char,
     value: i64,
 ) -> ErrorPtr {
-    set_parameter(r, name, ParamValue::Int(value))
+    ffi_entry!({ set_parameter(r, name, ParamValue::Int(value)) })
 }
 
 #[no_mangle]
@@ -251,7 +257,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSetBoolParameter(
     name: *const c_char,
     value: bool,
 ) -> ErrorPtr {
-    set_parameter(r, name, ParamValue::Bool(value))
+    ffi_entry!({ set_parameter(r, name, ParamValue::Bool(value)) })
 }
 
 #[no_mangle]
@@ -260,7 +266,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSetDoubleParameter(
     name: *const c_char,
     value: f64,
 ) -> ErrorPtr {
-    set_parameter(r, name, ParamValue::Double(value))
+    ffi_entry!({ set_parameter(r, name, ParamValue::Double(value)) })
 }
 
 #[no_mangle]
@@ -272,7 +278,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseOutput(
     shape: *const i64,
     dims_count: u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let r = unsafe { response(r)? };
         non_null(output, "output")?;
         let name = unsafe { c_str(name, "name")? };
@@ -305,7 +311,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseOutput(
         unsafe { *output = &mut *o };
         r.outputs.push(o);
         Ok(())
-    })())
+    })
 }
 
 /// Host memory, whatever the backend prefers (`memory_type` is in/out).
@@ -318,7 +324,7 @@ pub unsafe extern "C" fn TRITONBACKEND_OutputBuffer(
     memory_type: *mut MemoryType,
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(o, "output")?;
         non_null(buffer, "buffer")?;
         let o = unsafe { &mut *o };
@@ -344,7 +350,7 @@ pub unsafe extern "C" fn TRITONBACKEND_OutputBuffer(
                 memory_type_id,
             )
         }
-    })())
+    })
 }
 
 #[no_mangle]
@@ -352,12 +358,12 @@ pub unsafe extern "C" fn TRITONBACKEND_OutputBufferAttributes(
     o: *mut TRITONBACKEND_Output,
     attributes: *mut *mut TRITONSERVER_BufferAttributes,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(o, "output")?;
         non_null(attributes, "buffer_attributes")?;
         unsafe { *attributes = &mut (*o).attributes };
         Ok(())
-    })())
+    })
 }
 
 /// Sends (and takes) the response. With an `error` the request ends with
@@ -368,7 +374,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSend(
     send_flags: u32,
     err: ErrorPtr,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(r, "response")?;
         // SAFETY: a response from `new_response`; sending consumes it.
         let r = unsafe { Box::from_raw(r) };
@@ -393,7 +399,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSend(
             })
             .collect();
         target.send(tensors, parameters, send_flags)
-    })())
+    })
 }
 
 /// Looks up an output already added to `response`.
@@ -405,7 +411,7 @@ pub unsafe extern "C" fn TRITONBACKEND_InferenceResponseOutputByName(
     shape: *mut *const i64,
     dim_count: *mut u64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let r = unsafe { response(r)? };
         let name = unsafe { c_str(name, "name")? };
         let o = r
@@ -425,5 +431,5 @@ pub unsafe extern "C" fn TRITONBACKEND_InferenceResponseOutputByName(
             }
         }
         Ok(())
-    })())
+    })
 }

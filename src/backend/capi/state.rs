@@ -8,7 +8,7 @@ use std::ffi::{c_char, c_void};
 use bytes::Bytes;
 
 use super::{
-    error::{self, c_str, non_null, status, ErrorPtr},
+    error::{self, c_str, non_null, ErrorPtr},
     memory::{self, TRITONSERVER_BufferAttributes},
     request::TRITONBACKEND_Request,
     types::{datatype_from_c, MemoryType, TritonDataType},
@@ -37,7 +37,7 @@ pub unsafe extern "C" fn TRITONBACKEND_StateNew(
     shape: *const i64,
     dims_count: u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(state, "state")?;
         non_null(request, "request")?;
         let request = unsafe { &*request };
@@ -81,7 +81,7 @@ pub unsafe extern "C" fn TRITONBACKEND_StateNew(
             .unwrap_or_else(|p| p.into_inner())
             .push(boxed);
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -92,7 +92,7 @@ pub unsafe extern "C" fn TRITONBACKEND_StateBuffer(
     memory_type: *mut MemoryType,
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(s, "state")?;
         non_null(buffer, "buffer")?;
         let s = unsafe { &mut *s };
@@ -107,7 +107,7 @@ pub unsafe extern "C" fn TRITONBACKEND_StateBuffer(
                 memory_type_id,
             )
         }
-    })())
+    })
 }
 
 #[no_mangle]
@@ -115,17 +115,17 @@ pub unsafe extern "C" fn TRITONBACKEND_StateBufferAttributes(
     s: *mut TRITONBACKEND_State,
     attributes: *mut *mut TRITONSERVER_BufferAttributes,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(s, "state")?;
         non_null(attributes, "buffer_attributes")?;
         unsafe { *attributes = &mut (*s).attributes };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_StateUpdate(s: *mut TRITONBACKEND_State) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(s, "state")?;
         let s = unsafe { &*s };
         s.updates.update(Tensor::new(
@@ -135,5 +135,5 @@ pub unsafe extern "C" fn TRITONBACKEND_StateUpdate(s: *mut TRITONBACKEND_State) 
             Bytes::copy_from_slice(&s.buffer),
         ));
         Ok(())
-    })())
+    })
 }

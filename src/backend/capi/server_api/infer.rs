@@ -31,7 +31,7 @@ use futures::{
 
 use super::{
     super::{
-        error::{invalid_arg, status, ErrorPtr, TRITONSERVER_Error},
+        error::{invalid_arg, ErrorPtr, TRITONSERVER_Error},
         types::{
             error_kind_to_code, ERROR_UNAVAILABLE, REQUEST_RELEASE_ALL, RESPONSE_COMPLETE_FINAL,
         },
@@ -213,7 +213,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerInferAsync(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     _trace: *mut c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
         if inference_request.is_null() {
             return Err(invalid_arg("inference_request is null"));
@@ -269,5 +269,5 @@ pub unsafe extern "C" fn TRITONSERVER_ServerInferAsync(
                 "the server is shutting down and takes no new requests",
             )
         })
-    })())
+    })
 }

@@ -5,7 +5,7 @@
 use std::{ffi::c_char, ptr, sync::Arc};
 
 use super::super::{
-    error::{c_str, invalid_arg, non_null, status, ErrorPtr, TRITONSERVER_Error},
+    error::{c_str, invalid_arg, non_null, ErrorPtr, TRITONSERVER_Error},
     parameter::{ParamValue as CParam, TRITONSERVER_Parameter},
     types::{ERROR_ALREADY_EXISTS, ERROR_UNSUPPORTED},
 };
@@ -45,7 +45,7 @@ pub unsafe extern "C" fn TRITONSERVER_MetricFamilyNew(
     name: *const c_char,
     description: *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(family, "family")?;
         let kind = match kind {
             METRIC_KIND_COUNTER => Kind::Counter,
@@ -59,17 +59,19 @@ pub unsafe extern "C" fn TRITONSERVER_MetricFamilyNew(
             .map_err(|e| TRITONSERVER_Error::boxed(ERROR_ALREADY_EXISTS, e))?;
         unsafe { *family = Box::into_raw(Box::new(TRITONSERVER_MetricFamily(created))) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_MetricFamilyDelete(
     family: *mut TRITONSERVER_MetricFamily,
 ) -> ErrorPtr {
-    if !family.is_null() {
-        drop(unsafe { Box::from_raw(family) });
-    }
-    ptr::null_mut()
+    ffi_entry!({
+        if !family.is_null() {
+            drop(unsafe { Box::from_raw(family) });
+        }
+        ptr::null_mut()
+    })
 }
 
 #[no_mangle]
@@ -77,23 +79,23 @@ pub unsafe extern "C" fn TRITONSERVER_GetMetricFamilyKind(
     family: *mut TRITONSERVER_MetricFamily,
     kind: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(family, "family")?;
         non_null(kind, "kind")?;
         unsafe { *kind = kind_to_c((&*family).0.kind) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_MetricArgsNew(
     args: *mut *mut TRITONSERVER_MetricArgs,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(args, "args")?;
         unsafe { *args = Box::into_raw(Box::default()) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -102,7 +104,7 @@ pub unsafe extern "C" fn TRITONSERVER_MetricArgsSetHistogram(
     buckets: *const f64,
     buckets_count: u64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(args, "args")?;
         let n =
             usize::try_from(buckets_count).map_err(|_| invalid_arg("buckets_count too large"))?;
@@ -114,17 +116,19 @@ pub unsafe extern "C" fn TRITONSERVER_MetricArgsSetHistogram(
         };
         unsafe { (*args).buckets = Some(bounds) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_MetricArgsDelete(
     args: *mut TRITONSERVER_MetricArgs,
 ) -> ErrorPtr {
-    if !args.is_null() {
-        drop(unsafe { Box::from_raw(args) });
-    }
-    ptr::null_mut()
+    ffi_entry!({
+        if !args.is_null() {
+            drop(unsafe { Box::from_raw(args) });
+        }
+        ptr::null_mut()
+    })
 }
 
 unsafe fn labels_of(
@@ -158,7 +162,9 @@ pub unsafe extern "C" fn TRITONSERVER_MetricNew(
     labels: *const *const TRITONSERVER_Parameter,
     label_count: u64,
 ) -> ErrorPtr {
-    unsafe { TRITONSERVER_MetricNewWithArgs(metric, family, labels, label_count, ptr::null()) }
+    ffi_entry!({
+        unsafe { TRITONSERVER_MetricNewWithArgs(metric, family, labels, label_count, ptr::null()) }
+    })
 }
 
 #[no_mangle]
@@ -169,7 +175,7 @@ pub unsafe extern "C" fn TRITONSERVER_MetricNewWithArgs(
     label_count: u64,
     args: *const TRITONSERVER_MetricArgs,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(metric, "metric")?;
         non_null(family, "family")?;
         let labels = unsafe { labels_of(labels, label_count) }?;
@@ -181,15 +187,17 @@ pub unsafe extern "C" fn TRITONSERVER_MetricNewWithArgs(
         let created = unsafe { (*family).0.new_metric(&labels, buckets) }.map_err(invalid_arg)?;
         unsafe { *metric = Box::into_raw(Box::new(TRITONSERVER_Metric(created))) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_MetricDelete(metric: *mut TRITONSERVER_Metric) -> ErrorPtr {
-    if !metric.is_null() {
-        drop(unsafe { Box::from_raw(metric) });
-    }
-    ptr::null_mut()
+    ffi_entry!({
+        if !metric.is_null() {
+            drop(unsafe { Box::from_raw(metric) });
+        }
+        ptr::null_mut()
+    })
 }
 
 #[no_mangle]
@@ -197,13 +205,13 @@ pub unsafe extern "C" fn TRITONSERVER_MetricValue(
     metric: *mut TRITONSERVER_Metric,
     value: *mut f64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(metric, "metric")?;
         non_null(value, "value")?;
         let v = unsafe { (*metric).0.value() }.map_err(unsupported)?;
         unsafe { *value = v };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -211,10 +219,10 @@ pub unsafe extern "C" fn TRITONSERVER_MetricIncrement(
     metric: *mut TRITONSERVER_Metric,
     value: f64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(metric, "metric")?;
         unsafe { (*metric).0.increment(value) }.map_err(invalid_arg)
-    })())
+    })
 }
 
 #[no_mangle]
@@ -222,10 +230,10 @@ pub unsafe extern "C" fn TRITONSERVER_MetricSet(
     metric: *mut TRITONSERVER_Metric,
     value: f64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(metric, "metric")?;
         unsafe { (*metric).0.set(value) }.map_err(unsupported)
-    })())
+    })
 }
 
 #[no_mangle]
@@ -233,10 +241,10 @@ pub unsafe extern "C" fn TRITONSERVER_MetricObserve(
     metric: *mut TRITONSERVER_Metric,
     value: f64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(metric, "metric")?;
         unsafe { (*metric).0.observe(value) }.map_err(unsupported)
-    })())
+    })
 }
 
 #[no_mangle]
@@ -244,10 +252,10 @@ pub unsafe extern "C" fn TRITONSERVER_GetMetricKind(
     metric: *mut TRITONSERVER_Metric,
     kind: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(metric, "metric")?;
         non_null(kind, "kind")?;
         unsafe { *kind = kind_to_c((&*metric).0.kind) };
         Ok(())
-    })())
+    })
 }

@@ -246,7 +246,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestNew(
     model_name: *const c_char,
     model_version: i64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(inference_request, "inference_request")?;
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
         let name = unsafe { c_str(model_name, "model_name") }?;
@@ -277,17 +277,19 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestNew(
         });
         unsafe { *inference_request = Box::into_raw(request) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_InferenceRequestDelete(
     inference_request: *mut TRITONSERVER_InferenceRequest,
 ) -> ErrorPtr {
-    if !inference_request.is_null() {
-        drop(unsafe { Box::from_raw(inference_request) });
-    }
-    ptr::null_mut()
+    ffi_entry!({
+        if !inference_request.is_null() {
+            drop(unsafe { Box::from_raw(inference_request) });
+        }
+        ptr::null_mut()
+    })
 }
 
 #[no_mangle]
@@ -295,7 +297,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestId(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     id: *mut *const c_char,
 ) -> ErrorPtr {
-    unsafe { with_request(inference_request, |r| out(id, "id", r.id.as_ptr())) }
+    ffi_entry!({ unsafe { with_request(inference_request, |r| out(id, "id", r.id.as_ptr())) } })
 }
 
 #[no_mangle]
@@ -303,12 +305,14 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetId(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     id: *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.id = lossy_cstring(c_str(id, "id")?);
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                r.id = lossy_cstring(c_str(id, "id")?);
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -316,7 +320,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestFlags(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     flags: *mut u32,
 ) -> ErrorPtr {
-    unsafe { with_request(inference_request, |r| out(flags, "flags", r.flags)) }
+    ffi_entry!({ unsafe { with_request(inference_request, |r| out(flags, "flags", r.flags)) } })
 }
 
 #[no_mangle]
@@ -324,12 +328,14 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetFlags(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     flags: u32,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.flags = flags;
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                r.flags = flags;
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -337,15 +343,17 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestCorrelationId(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     correlation_id: *mut u64,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| match &r.correlation {
-            Correlation::Str(_) => Err(invalid_arg(
-                "given request's correlation id is not an unsigned int",
-            )),
-            Correlation::Uint(v) => out(correlation_id, "correlation_id", *v),
-            Correlation::None => out(correlation_id, "correlation_id", 0),
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| match &r.correlation {
+                Correlation::Str(_) => Err(invalid_arg(
+                    "given request's correlation id is not an unsigned int",
+                )),
+                Correlation::Uint(v) => out(correlation_id, "correlation_id", *v),
+                Correlation::None => out(correlation_id, "correlation_id", 0),
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -353,14 +361,16 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestCorrelationIdString(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     correlation_id: *mut *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| match &r.correlation {
-            Correlation::Str(s) => out(correlation_id, "correlation_id", s.as_ptr()),
-            _ => Err(invalid_arg(
-                "given request's correlation id is not a string",
-            )),
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| match &r.correlation {
+                Correlation::Str(s) => out(correlation_id, "correlation_id", s.as_ptr()),
+                _ => Err(invalid_arg(
+                    "given request's correlation id is not a string",
+                )),
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -368,12 +378,14 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetCorrelationId(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     correlation_id: u64,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.correlation = Correlation::Uint(correlation_id);
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                r.correlation = Correlation::Uint(correlation_id);
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -381,30 +393,34 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetCorrelationIdString(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     correlation_id: *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            let id = c_str(correlation_id, "correlation_id")?;
-            // An empty string is "no correlation id", as in Triton.
-            r.correlation = if id.is_empty() {
-                Correlation::None
-            } else {
-                Correlation::Str(lossy_cstring(id))
-            };
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                let id = c_str(correlation_id, "correlation_id")?;
+                // An empty string is "no correlation id", as in Triton.
+                r.correlation = if id.is_empty() {
+                    Correlation::None
+                } else {
+                    Correlation::Str(lossy_cstring(id))
+                };
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_InferenceRequestCancel(
     inference_request: *mut TRITONSERVER_InferenceRequest,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.cancel.cancel();
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                r.cancel.cancel();
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -412,11 +428,13 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestIsCancelled(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     is_cancelled: *mut bool,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            out(is_cancelled, "is_cancelled", r.cancel.is_cancelled())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                out(is_cancelled, "is_cancelled", r.cancel.is_cancelled())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -424,15 +442,17 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestPriority(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     priority: *mut u32,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            out(
-                priority,
-                "priority",
-                u32::try_from(r.priority).unwrap_or(u32::MAX),
-            )
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                out(
+                    priority,
+                    "priority",
+                    u32::try_from(r.priority).unwrap_or(u32::MAX),
+                )
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -440,7 +460,9 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestPriorityUInt64(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     priority: *mut u64,
 ) -> ErrorPtr {
-    unsafe { with_request(inference_request, |r| out(priority, "priority", r.priority)) }
+    ffi_entry!({
+        unsafe { with_request(inference_request, |r| out(priority, "priority", r.priority)) }
+    })
 }
 
 #[no_mangle]
@@ -448,12 +470,14 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetPriority(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     priority: u32,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.priority = u64::from(priority);
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                r.priority = u64::from(priority);
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -461,12 +485,14 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetPriorityUInt64(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     priority: u64,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.priority = priority;
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                r.priority = priority;
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -474,11 +500,13 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestTimeoutMicroseconds(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     timeout_us: *mut u64,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            out(timeout_us, "timeout_us", r.timeout_us)
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                out(timeout_us, "timeout_us", r.timeout_us)
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -486,12 +514,14 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetTimeoutMicroseconds(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     timeout_us: u64,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.timeout_us = timeout_us;
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                r.timeout_us = timeout_us;
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -502,37 +532,39 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAddInput(
     shape: *const i64,
     dim_count: u64,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            let name = c_str(name, "input name")?;
-            let dt = datatype_from_c(datatype).ok_or_else(|| {
-                invalid_arg(format!("input '{name}': invalid datatype {datatype}"))
-            })?;
-            let dims = usize::try_from(dim_count)
-                .map_err(|_| invalid_arg(format!("input '{name}': dim_count too large")))?;
-            let shape = if dims == 0 {
-                Vec::new()
-            } else {
-                non_null(shape, "shape")?;
-                std::slice::from_raw_parts(shape, dims).to_vec()
-            };
-            if r.inputs
-                .iter()
-                .any(|i| i.name.as_bytes() == name.as_bytes())
-            {
-                return Err(invalid_arg(format!(
-                    "input '{name}' already exists in request"
-                )));
-            }
-            r.inputs.push(Input {
-                name: lossy_cstring(name),
-                datatype: dt,
-                shape,
-                chunks: Vec::new(),
-            });
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                let name = c_str(name, "input name")?;
+                let dt = datatype_from_c(datatype).ok_or_else(|| {
+                    invalid_arg(format!("input '{name}': invalid datatype {datatype}"))
+                })?;
+                let dims = usize::try_from(dim_count)
+                    .map_err(|_| invalid_arg(format!("input '{name}': dim_count too large")))?;
+                let shape = if dims == 0 {
+                    Vec::new()
+                } else {
+                    non_null(shape, "shape")?;
+                    std::slice::from_raw_parts(shape, dims).to_vec()
+                };
+                if r.inputs
+                    .iter()
+                    .any(|i| i.name.as_bytes() == name.as_bytes())
+                {
+                    return Err(invalid_arg(format!(
+                        "input '{name}' already exists in request"
+                    )));
+                }
+                r.inputs.push(Input {
+                    name: lossy_cstring(name),
+                    datatype: dt,
+                    shape,
+                    chunks: Vec::new(),
+                });
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -540,14 +572,16 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAddRawInput(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     name: *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |_| {
-            let name = c_str(name, "input name")?;
-            Err(unsupported(format!(
-                "raw input '{name}': raw (shape-less) inputs are not supported; use TRITONSERVER_InferenceRequestAddInput"
-            )))
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |_| {
+                let name = c_str(name, "input name")?;
+                Err(unsupported(format!(
+                    "raw input '{name}': raw (shape-less) inputs are not supported; use TRITONSERVER_InferenceRequestAddInput"
+                )))
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -555,31 +589,35 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveInput(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     name: *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            let name = c_str(name, "input name")?;
-            let before = r.inputs.len();
-            r.inputs.retain(|i| i.name.as_bytes() != name.as_bytes());
-            if r.inputs.len() == before {
-                return Err(invalid_arg(format!(
-                    "input '{name}' does not exist in the inference request"
-                )));
-            }
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                let name = c_str(name, "input name")?;
+                let before = r.inputs.len();
+                r.inputs.retain(|i| i.name.as_bytes() != name.as_bytes());
+                if r.inputs.len() == before {
+                    return Err(invalid_arg(format!(
+                        "input '{name}' does not exist in the inference request"
+                    )));
+                }
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveAllInputs(
     inference_request: *mut TRITONSERVER_InferenceRequest,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.inputs.clear();
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                r.inputs.clear();
+                Ok(())
+            })
+        }
+    })
 }
 
 unsafe fn append(
@@ -613,11 +651,13 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAppendInputData(
     memory_type: MemoryType,
     _memory_type_id: i64,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            append(r, name, base, byte_size, memory_type)
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                append(r, name, base, byte_size, memory_type)
+            })
+        }
+    })
 }
 
 /// Host policies only matter for placing data near a device; our data is
@@ -632,11 +672,13 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAppendInputDataWithHostPol
     _memory_type_id: i64,
     _host_policy_name: *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            append(r, name, base, byte_size, memory_type)
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                append(r, name, base, byte_size, memory_type)
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -644,13 +686,15 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveAllInputData(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     name: *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            let name = c_str(name, "input name")?;
-            r.input_mut(name)?.chunks.clear();
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                let name = c_str(name, "input name")?;
+                r.input_mut(name)?.chunks.clear();
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -658,15 +702,17 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAddRequestedOutput(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     name: *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            let name = c_str(name, "output name")?;
-            if !r.outputs.iter().any(|o| o.as_bytes() == name.as_bytes()) {
-                r.outputs.push(lossy_cstring(name));
-            }
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                let name = c_str(name, "output name")?;
+                if !r.outputs.iter().any(|o| o.as_bytes() == name.as_bytes()) {
+                    r.outputs.push(lossy_cstring(name));
+                }
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -674,31 +720,35 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveRequestedOutput(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     name: *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            let name = c_str(name, "output name")?;
-            let before = r.outputs.len();
-            r.outputs.retain(|o| o.as_bytes() != name.as_bytes());
-            if r.outputs.len() == before {
-                return Err(invalid_arg(format!(
-                    "output '{name}' does not exist in the inference request"
-                )));
-            }
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                let name = c_str(name, "output name")?;
+                let before = r.outputs.len();
+                r.outputs.retain(|o| o.as_bytes() != name.as_bytes());
+                if r.outputs.len() == before {
+                    return Err(invalid_arg(format!(
+                        "output '{name}' does not exist in the inference request"
+                    )));
+                }
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs(
     inference_request: *mut TRITONSERVER_InferenceRequest,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.outputs.clear();
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                r.outputs.clear();
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -707,12 +757,14 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetReleaseCallback(
     request_release_fn: Option<RequestReleaseFn>,
     request_release_userp: *mut c_void,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.release = request_release_fn.map(|f| (f, request_release_userp));
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                r.release = request_release_fn.map(|f| (f, request_release_userp));
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -723,20 +775,22 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetResponseCallback(
     response_fn: Option<ResponseCompleteFn>,
     response_userp: *mut c_void,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            let response_fn = response_fn.ok_or_else(|| invalid_arg("response_fn is null"))?;
-            // A null allocator is allowed for requests whose responses
-            // carry no outputs; one with outputs then fails with an error.
-            r.response = Some(ResponseCallback {
-                allocator: response_allocator,
-                allocator_userp: response_allocator_userp,
-                response_fn,
-                response_userp,
-            });
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_request(inference_request, |r| {
+                let response_fn = response_fn.ok_or_else(|| invalid_arg("response_fn is null"))?;
+                // A null allocator is allowed for requests whose responses
+                // carry no outputs; one with outputs then fails with an error.
+                r.response = Some(ResponseCallback {
+                    allocator: response_allocator,
+                    allocator_userp: response_allocator_userp,
+                    response_fn,
+                    response_userp,
+                });
+                Ok(())
+            })
+        }
+    })
 }
 
 unsafe fn set_parameter(
@@ -760,11 +814,13 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetStringParameter(
     key: *const c_char,
     value: *const c_char,
 ) -> ErrorPtr {
-    let value = match unsafe { c_str(value, "parameter value") } {
-        Ok(v) => lossy_cstring(v),
-        Err(e) => return e,
-    };
-    unsafe { set_parameter(request, key, CParam::String(value)) }
+    ffi_entry!({
+        let value = match unsafe { c_str(value, "parameter value") } {
+            Ok(v) => lossy_cstring(v),
+            Err(e) => return e,
+        };
+        unsafe { set_parameter(request, key, CParam::String(value)) }
+    })
 }
 
 #[no_mangle]
@@ -773,7 +829,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetIntParameter(
     key: *const c_char,
     value: i64,
 ) -> ErrorPtr {
-    unsafe { set_parameter(request, key, CParam::Int(value)) }
+    ffi_entry!({ unsafe { set_parameter(request, key, CParam::Int(value)) } })
 }
 
 #[no_mangle]
@@ -782,7 +838,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetBoolParameter(
     key: *const c_char,
     value: bool,
 ) -> ErrorPtr {
-    unsafe { set_parameter(request, key, CParam::Bool(value)) }
+    ffi_entry!({ unsafe { set_parameter(request, key, CParam::Bool(value)) } })
 }
 
 #[no_mangle]
@@ -791,7 +847,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetDoubleParameter(
     key: *const c_char,
     value: f64,
 ) -> ErrorPtr {
-    unsafe { set_parameter(request, key, CParam::Double(value)) }
+    ffi_entry!({ unsafe { set_parameter(request, key, CParam::Double(value)) } })
 }
 
 #[cfg(test)]

@@ -236,10 +236,12 @@ unsafe fn out<T>(p: *mut T, what: &str, value: T) -> Result<(), ErrorPtr> {
 pub unsafe extern "C" fn TRITONSERVER_InferenceResponseDelete(
     inference_response: *mut TRITONSERVER_InferenceResponse,
 ) -> ErrorPtr {
-    if !inference_response.is_null() {
-        drop(unsafe { Box::from_raw(inference_response) });
-    }
-    ptr::null_mut()
+    ffi_entry!({
+        if !inference_response.is_null() {
+            drop(unsafe { Box::from_raw(inference_response) });
+        }
+        ptr::null_mut()
+    })
 }
 
 /// As Triton's implementation does (whatever its header says), each call
@@ -248,13 +250,15 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseDelete(
 pub unsafe extern "C" fn TRITONSERVER_InferenceResponseError(
     inference_response: *mut TRITONSERVER_InferenceResponse,
 ) -> ErrorPtr {
-    if inference_response.is_null() {
-        return super::super::error::invalid_arg("inference_response is null");
-    }
-    match unsafe { &(*inference_response).error } {
-        None => ptr::null_mut(),
-        Some((code, message)) => TRITONSERVER_Error::boxed(*code, message.clone()),
-    }
+    ffi_entry!({
+        if inference_response.is_null() {
+            return super::super::error::invalid_arg("inference_response is null");
+        }
+        match unsafe { &(*inference_response).error } {
+            None => ptr::null_mut(),
+            Some((code, message)) => TRITONSERVER_Error::boxed(*code, message.clone()),
+        }
+    })
 }
 
 #[no_mangle]
@@ -263,12 +267,14 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseModel(
     model_name: *mut *const c_char,
     model_version: *mut i64,
 ) -> ErrorPtr {
-    unsafe {
-        with_response(inference_response, |r| {
-            out(model_name, "model_name", r.model_name.as_ptr())?;
-            out(model_version, "model_version", r.model_version)
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_response(inference_response, |r| {
+                out(model_name, "model_name", r.model_name.as_ptr())?;
+                out(model_version, "model_version", r.model_version)
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -276,11 +282,13 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseId(
     inference_response: *mut TRITONSERVER_InferenceResponse,
     request_id: *mut *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_response(inference_response, |r| {
-            out(request_id, "request_id", r.id.as_ptr())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_response(inference_response, |r| {
+                out(request_id, "request_id", r.id.as_ptr())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -288,15 +296,17 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseParameterCount(
     inference_response: *mut TRITONSERVER_InferenceResponse,
     count: *mut u32,
 ) -> ErrorPtr {
-    unsafe {
-        with_response(inference_response, |r| {
-            out(
-                count,
-                "count",
-                u32::try_from(r.parameters.len()).unwrap_or(u32::MAX),
-            )
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_response(inference_response, |r| {
+                out(
+                    count,
+                    "count",
+                    u32::try_from(r.parameters.len()).unwrap_or(u32::MAX),
+                )
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -307,19 +317,21 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseParameter(
     kind: *mut ParameterType,
     vvalue: *mut *const c_void,
 ) -> ErrorPtr {
-    unsafe {
-        with_response(inference_response, |r| {
-            let p = r.parameters.get(index as usize).ok_or_else(|| {
-                super::super::error::invalid_arg(format!(
-                    "out of bounds index {index}: response has {} parameters",
-                    r.parameters.len()
-                ))
-            })?;
-            out(name, "name", p.name.as_ptr())?;
-            out(kind, "type", p.kind())?;
-            out(vvalue, "vvalue", p.value_ptr())
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_response(inference_response, |r| {
+                let p = r.parameters.get(index as usize).ok_or_else(|| {
+                    super::super::error::invalid_arg(format!(
+                        "out of bounds index {index}: response has {} parameters",
+                        r.parameters.len()
+                    ))
+                })?;
+                out(name, "name", p.name.as_ptr())?;
+                out(kind, "type", p.kind())?;
+                out(vvalue, "vvalue", p.value_ptr())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -327,15 +339,17 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseOutputCount(
     inference_response: *mut TRITONSERVER_InferenceResponse,
     count: *mut u32,
 ) -> ErrorPtr {
-    unsafe {
-        with_response(inference_response, |r| {
-            out(
-                count,
-                "count",
-                u32::try_from(r.outputs.len()).unwrap_or(u32::MAX),
-            )
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_response(inference_response, |r| {
+                out(
+                    count,
+                    "count",
+                    u32::try_from(r.outputs.len()).unwrap_or(u32::MAX),
+                )
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -352,25 +366,27 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseOutput(
     memory_type_id: *mut i64,
     userp: *mut *mut c_void,
 ) -> ErrorPtr {
-    unsafe {
-        with_response(inference_response, |r| {
-            let o = r.outputs.get(index as usize).ok_or_else(|| {
-                super::super::error::invalid_arg(format!(
-                    "out of bounds index {index}: response has {} outputs",
-                    r.outputs.len()
-                ))
-            })?;
-            out(name, "name", o.name.as_ptr())?;
-            out(datatype, "datatype", o.datatype)?;
-            out(shape, "shape", o.shape.as_ptr())?;
-            out(dim_count, "dim_count", o.shape.len() as u64)?;
-            out(base, "base", o.buffer.cast_const())?;
-            out(byte_size, "byte_size", o.byte_size)?;
-            out(memory_type, "memory_type", o.memory_type)?;
-            out(memory_type_id, "memory_type_id", o.memory_type_id)?;
-            out(userp, "userp", o.buffer_userp)
-        })
-    }
+    ffi_entry!({
+        unsafe {
+            with_response(inference_response, |r| {
+                let o = r.outputs.get(index as usize).ok_or_else(|| {
+                    super::super::error::invalid_arg(format!(
+                        "out of bounds index {index}: response has {} outputs",
+                        r.outputs.len()
+                    ))
+                })?;
+                out(name, "name", o.name.as_ptr())?;
+                out(datatype, "datatype", o.datatype)?;
+                out(shape, "shape", o.shape.as_ptr())?;
+                out(dim_count, "dim_count", o.shape.len() as u64)?;
+                out(base, "base", o.buffer.cast_const())?;
+                out(byte_size, "byte_size", o.byte_size)?;
+                out(memory_type, "memory_type", o.memory_type)?;
+                out(memory_type_id, "memory_type_id", o.memory_type_id)?;
+                out(userp, "userp", o.buffer_userp)
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -380,9 +396,11 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseOutputClassificationLabel
     _class_index: usize,
     label: *mut *const c_char,
 ) -> ErrorPtr {
-    // Labels are applied by the protocol layer's classification
-    // extension; in-process responses carry raw outputs, so no label.
-    unsafe { with_response(inference_response, |_| out(label, "label", ptr::null())) }
+    ffi_entry!({
+        // Labels are applied by the protocol layer's classification
+        // extension; in-process responses carry raw outputs, so no label.
+        unsafe { with_response(inference_response, |_| out(label, "label", ptr::null())) }
+    })
 }
 
 #[cfg(test)]

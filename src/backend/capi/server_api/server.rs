@@ -183,10 +183,10 @@ pub unsafe extern "C" fn TRITONSERVER_ServerIsLive(
     server: *mut TRITONSERVER_Server,
     live: *mut bool,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
         unsafe { out(live, "live", server.state.live()) }
-    })())
+    })
 }
 
 #[no_mangle]
@@ -194,10 +194,10 @@ pub unsafe extern "C" fn TRITONSERVER_ServerIsReady(
     server: *mut TRITONSERVER_Server,
     ready: *mut bool,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
         unsafe { out(ready, "ready", server.state.ready()) }
-    })())
+    })
 }
 
 /// An unknown model is an error (as Triton's `GetModel`); a known one that
@@ -209,7 +209,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelIsReady(
     model_version: i64,
     ready: *mut bool,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(ready, "ready")?;
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
         let name = unsafe { c_str(model_name, "model_name") }?;
@@ -223,7 +223,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelIsReady(
             Err(e) => return Err(error_from(&e)),
         };
         unsafe { out(ready, "ready", is_ready) }
-    })())
+    })
 }
 
 #[no_mangle]
@@ -234,7 +234,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelBatchProperties(
     flags: *mut u32,
     voidp: *mut *mut std::ffi::c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         if !voidp.is_null() {
             unsafe { *voidp = ptr::null_mut() };
         }
@@ -245,7 +245,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelBatchProperties(
             BATCH_UNKNOWN
         };
         unsafe { out(flags, "flags", f) }
-    })())
+    })
 }
 
 #[no_mangle]
@@ -256,7 +256,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelTransactionProperties(
     txn_flags: *mut u32,
     voidp: *mut *mut std::ffi::c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         if !voidp.is_null() {
             unsafe { *voidp = ptr::null_mut() };
         }
@@ -267,7 +267,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelTransactionProperties(
             TXN_ONE_TO_ONE
         };
         unsafe { out(txn_flags, "txn_flags", f) }
-    })())
+    })
 }
 
 #[no_mangle]
@@ -275,7 +275,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerMetadata(
     server: *mut TRITONSERVER_Server,
     server_metadata: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
         let doc = json!({
             "name": server.state.options.server_name,
@@ -289,7 +289,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerMetadata(
                 TRITONSERVER_Message::boxed(doc.to_string()),
             )
         }
-    })())
+    })
 }
 
 #[no_mangle]
@@ -299,7 +299,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelMetadata(
     model_version: i64,
     model_metadata: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let (server, m) = unsafe { model_of(server, model_name, model_version) }?;
         let tensors = |list: &[crate::model::metadata::TensorMetadata]| {
             list.iter()
@@ -326,7 +326,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelMetadata(
                 TRITONSERVER_Message::boxed(doc.to_string()),
             )
         }
-    })())
+    })
 }
 
 /// The served configuration, as `GET .../config` returns it. Triton knows
@@ -339,7 +339,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelConfig(
     config_version: u32,
     model_config: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         if config_version != 1 {
             return Err(invalid_arg(format!(
                 "model configuration version {config_version} not supported, supported versions are: 1"
@@ -354,7 +354,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelConfig(
                 TRITONSERVER_Message::boxed(json),
             )
         }
-    })())
+    })
 }
 
 /// The repository index, as the repository API's index returns it.
@@ -364,7 +364,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelIndex(
     flags: u32,
     model_index: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(model_index, "model_index")?;
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
         let repository = repository(&server)?;
@@ -393,7 +393,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelIndex(
                 TRITONSERVER_Message::boxed(json),
             )
         }
-    })())
+    })
 }
 
 fn repository(
@@ -434,7 +434,9 @@ pub unsafe extern "C" fn TRITONSERVER_ServerLoadModel(
     server: *mut TRITONSERVER_Server,
     model_name: *const c_char,
 ) -> ErrorPtr {
-    unsafe { TRITONSERVER_ServerLoadModelWithParameters(server, model_name, ptr::null(), 0) }
+    ffi_entry!({
+        unsafe { TRITONSERVER_ServerLoadModelWithParameters(server, model_name, ptr::null(), 0) }
+    })
 }
 
 /// Parameters: `config` (a JSON model config override) is honoured;
@@ -446,7 +448,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerLoadModelWithParameters(
     parameters: *const *const TRITONSERVER_Parameter,
     parameter_count: u64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
         let name = unsafe { c_str(model_name, "model_name") }?.to_string();
         let mut load = crate::repository::manager::LoadRequest::default();
@@ -479,7 +481,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerLoadModelWithParameters(
         }
         let repository = repository(&server)?;
         block_on_repository(repository.load(name, load))
-    })())
+    })
 }
 
 #[no_mangle]
@@ -487,7 +489,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerUnloadModel(
     server: *mut TRITONSERVER_Server,
     model_name: *const c_char,
 ) -> ErrorPtr {
-    unsafe { unload_model(server, model_name, false) }
+    ffi_entry!({ unsafe { unload_model(server, model_name, false) } })
 }
 
 /// Also unloads the ensembles that use the model, as the repository API's
@@ -497,7 +499,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerUnloadModelAndDependents(
     server: *mut TRITONSERVER_Server,
     model_name: *const c_char,
 ) -> ErrorPtr {
-    unsafe { unload_model(server, model_name, true) }
+    ffi_entry!({ unsafe { unload_model(server, model_name, true) } })
 }
 
 unsafe fn unload_model(
