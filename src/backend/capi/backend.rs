@@ -295,6 +295,9 @@ unsafe fn backend<'a>(
     b: *mut TRITONBACKEND_Backend,
 ) -> Result<&'a TRITONBACKEND_Backend, ErrorPtr> {
     non_null(b, "backend")?;
+    // SAFETY: checked non-null above; the caller (every exported function taking a backend) passes
+    // the pointer the server gave `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize`
+    // returns, and only shared references are made from it.
     Ok(unsafe { &*b })
 }
 
@@ -304,8 +307,13 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendName(
     name: *mut *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
+        // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
+        // (tritonbackend.h).
         let b = unsafe { backend(b)? };
         non_null(name, "name")?;
+        // SAFETY: `name` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *name = b.name.as_ptr() };
         Ok(())
     })
@@ -317,8 +325,13 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendConfig(
     config: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
+        // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
+        // (tritonbackend.h).
         let b = unsafe { backend(b)? };
         non_null(config, "backend_config")?;
+        // SAFETY: `config` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *config = TRITONSERVER_Message::boxed(b.config.clone()) };
         Ok(())
     })
@@ -330,8 +343,13 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendExecutionPolicy(
     policy: *mut ExecutionPolicy,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
+        // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
+        // (tritonbackend.h).
         let b = unsafe { backend(b)? };
         non_null(policy, "policy")?;
+        // SAFETY: `policy` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *policy = b.policy.load(Ordering::Relaxed) };
         Ok(())
     })
@@ -345,6 +363,9 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendSetExecutionPolicy(
     policy: ExecutionPolicy,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
+        // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
+        // (tritonbackend.h).
         let b = unsafe { backend(b)? };
         if policy > super::types::EXECUTION_DEVICE_BLOCKING {
             return Err(error::invalid_arg(format!(
@@ -363,9 +384,14 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendArtifacts(
     location: *mut *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
+        // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
+        // (tritonbackend.h).
         let b = unsafe { backend(b)? };
         non_null(artifact_type, "artifact_type")?;
         non_null(location, "location")?;
+        // SAFETY: `artifact_type`, `location` are checked non-null above and, by the header's
+        // contract, valid for writing one value.
         unsafe {
             *artifact_type = ARTIFACT_FILESYSTEM;
             *location = b.artifacts.as_ptr();
@@ -380,8 +406,13 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendMemoryManager(
     manager: *mut *mut TRITONBACKEND_MemoryManager,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
+        // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
+        // (tritonbackend.h).
         let b = unsafe { backend(b)? };
         non_null(manager, "manager")?;
+        // SAFETY: `manager` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *manager = (&b.memory as *const TRITONBACKEND_MemoryManager).cast_mut() };
         Ok(())
     })
@@ -393,8 +424,13 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendState(
     state: *mut *mut c_void,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
+        // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
+        // (tritonbackend.h).
         let b = unsafe { backend(b)? };
         non_null(state, "state")?;
+        // SAFETY: `state` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *state = b.state.load(Ordering::Acquire) };
         Ok(())
     })
@@ -406,6 +442,9 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendSetState(
     state: *mut c_void,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
+        // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
+        // (tritonbackend.h).
         let b = unsafe { backend(b)? };
         b.state.store(state, Ordering::Release);
         Ok(())
@@ -430,8 +469,14 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendAttributeAddPreferredInstanceGroup
         let ids = if id_count == 0 || device_ids.is_null() {
             Vec::new()
         } else {
+            // SAFETY: `device_ids` is non-null (checked above) and, by the header's contract,
+            // points to `id_count as usize` elements that stay unchanged for the call; they are
+            // copied before it returns.
             unsafe { std::slice::from_raw_parts(device_ids, id_count as usize) }.to_vec()
         };
+        // SAFETY: `attributes` is checked non-null above and is the attribute object the server
+        // passed to `TRITONBACKEND_GetBackendAttribute`, which it owns and does not touch until
+        // that call returns (the backend may only use it during the call).
         unsafe { (*attributes).preferred_groups.push((kind, count, ids)) };
         Ok(())
     })
@@ -444,6 +489,9 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendAttributeSetParallelModelInstanceL
 ) -> ErrorPtr {
     ffi_entry!({
         non_null(attributes, "backend_attributes")?;
+        // SAFETY: `attributes` is checked non-null above and is the attribute object the server
+        // passed to `TRITONBACKEND_GetBackendAttribute`, which it owns and does not touch until
+        // that call returns (the backend may only use it during the call).
         unsafe { (*attributes).parallel_instance_loading = enabled };
         Ok(())
     })

@@ -156,7 +156,11 @@ mod tests {
         std::panic::panic_any(payload)
     }
 
-    fn returns_error_on_panic(index: usize) -> ErrorPtr {
+    // The functions under test are `extern "C"`, as the entry points are:
+    // a panic escaping one of them aborts the whole test binary, so these
+    // tests fail (by crashing) without the guard.
+
+    extern "C" fn returns_error_on_panic(index: usize) -> ErrorPtr {
         ffi_entry!({
             let v: Vec<u8> = Vec::new();
             let _ = v[index];
@@ -164,7 +168,7 @@ mod tests {
         })
     }
 
-    fn returns_result(ok: bool) -> ErrorPtr {
+    extern "C" fn returns_result(ok: bool) -> ErrorPtr {
         ffi_entry!({
             if ok {
                 Ok(())
@@ -174,16 +178,15 @@ mod tests {
         })
     }
 
-    fn string_panics(text: &str) -> ErrorPtr {
-        let text = text.to_owned();
-        ffi_entry!({ raise(text.clone()) })
+    extern "C" fn string_panics(code: u32) -> ErrorPtr {
+        ffi_entry!({ raise(format!("backend gave a bad value {code}")) })
     }
 
-    fn opaque_payload_panics() -> ErrorPtr {
+    extern "C" fn opaque_payload_panics() -> ErrorPtr {
         ffi_entry!({ raise(17u32) })
     }
 
-    fn pointer_or_null(fail: bool) -> *const c_char {
+    extern "C" fn pointer_or_null(fail: bool) -> *const c_char {
         ffi_entry!(ptr::null(), {
             if fail {
                 panic!("pointer flavour");
@@ -192,14 +195,14 @@ mod tests {
         })
     }
 
-    fn bool_or_false(fail: bool) -> bool {
+    extern "C" fn bool_or_false(fail: bool) -> bool {
         ffi_entry!(false, {
             assert!(!fail, "bool flavour");
             true
         })
     }
 
-    fn unit(fail: bool, ran: &std::cell::Cell<bool>) {
+    extern "C" fn unit(fail: bool, ran: &std::cell::Cell<bool>) {
         ffi_entry!((), {
             assert!(!fail, "unit flavour");
             ran.set(true);
@@ -215,11 +218,11 @@ mod tests {
                 .starts_with("returns_error_on_panic: internal error (panic): index out of bounds"),
             "{message}"
         );
-        let (code, message) = take(string_panics("backend gave a bad name"));
+        let (code, message) = take(string_panics(7));
         assert_eq!(code, ERROR_INTERNAL);
         assert_eq!(
             message,
-            "string_panics: internal error (panic): backend gave a bad name"
+            "string_panics: internal error (panic): backend gave a bad value 7"
         );
         let (_, message) = take(opaque_payload_panics());
         assert_eq!(
@@ -257,10 +260,60 @@ mod tests {
                 panic!("dropping the payload");
             }
         }
-        fn nasty() -> ErrorPtr {
+        extern "C" fn nasty() -> ErrorPtr {
             ffi_entry!({ raise(Nasty) })
         }
         let (code, _) = take(nasty());
         assert_eq!(code, ERROR_INTERNAL);
+    }
+
+    /// Every exported function of the C API runs its body under the
+    /// guard: the first thing in the body of each `#[no_mangle] extern "C"`
+    /// function under `src/backend/capi` is `ffi_entry!(`. A new entry
+    /// point without it fails here.
+    #[test]
+    fn every_exported_function_is_guarded() {
+        fn sources(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).expect("capi sources") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    sources(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/backend/capi");
+        sources(&root, &mut files);
+        let (mut guarded, mut unguarded) = (0, Vec::new());
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("read");
+            let lines: Vec<&str> = text.lines().map(str::trim).collect();
+            for (at, _) in lines
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| **l == "#[no_mangle]")
+            {
+                let sig = (at..lines.len())
+                    .find(|&i| lines[i].contains("extern \"C\" fn"))
+                    .expect("an exported function");
+                let name = lines[sig].split("fn ").nth(1).unwrap_or("").to_owned();
+                let open = (sig..lines.len())
+                    .find(|&i| lines[i].ends_with('{'))
+                    .expect("a body");
+                let first = lines[open + 1..]
+                    .iter()
+                    .find(|l| !l.is_empty() && !l.starts_with("//"));
+                if first.is_some_and(|l| l.starts_with("ffi_entry!(")) {
+                    guarded += 1;
+                } else {
+                    unguarded.push(format!("{}: {name}", file.display()));
+                }
+            }
+        }
+        assert!(unguarded.is_empty(), "not under ffi_entry!: {unguarded:#?}");
+        // All of them were found (the reference table lists each once).
+        assert!(guarded >= 180, "only {guarded} exported functions found");
     }
 }

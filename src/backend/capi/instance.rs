@@ -49,6 +49,9 @@ pub struct CapiInstance {
 // Triton also calls an instance's functions from threads of its choice
 // (never two at once, which holds here: one worker owns the instance).
 unsafe impl Send for CapiInstance {}
+// SAFETY: the instance is shared only as `&` by the C functions above, which read immutable fields
+// or atomics; its raw pointers (model, state) are never dereferenced through a shared reference
+// here.
 unsafe impl Sync for TRITONBACKEND_ModelInstance {}
 
 impl CapiInstance {
@@ -151,6 +154,9 @@ impl ModelInstance for CapiInstance {
                 // SAFETY: still allocated unless the backend released it,
                 // which `claim` rules out.
                 if TRITONBACKEND_Request::claim(&flag) {
+                    // SAFETY: `handle` came from `TRITONBACKEND_Request::into_raw` for this
+                    // execution, and winning `claim` means the backend has not released it and
+                    // never will (the backend's release would lose the same `claim`).
                     unsafe { TRITONBACKEND_Request::fail_and_free(handle, e.clone()) };
                 }
             }
@@ -162,6 +168,9 @@ unsafe fn instance<'a>(
     i: *mut TRITONBACKEND_ModelInstance,
 ) -> Result<&'a TRITONBACKEND_ModelInstance, ErrorPtr> {
     non_null(i, "instance")?;
+    // SAFETY: checked non-null above; callers pass the instance the server gave the backend's
+    // `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize` returns, and
+    // only shared references are made from it.
     Ok(unsafe { &*i })
 }
 
@@ -171,8 +180,13 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceName(
     name: *mut *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         let i = unsafe { instance(i)? };
         non_null(name, "name")?;
+        // SAFETY: `name` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *name = i.name.as_ptr() };
         Ok(())
     })
@@ -185,8 +199,13 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceKind(
     kind: *mut InstanceGroupKind,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         unsafe { instance(i)? };
         non_null(kind, "kind")?;
+        // SAFETY: `kind` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *kind = INSTANCEGROUPKIND_CPU };
         Ok(())
     })
@@ -198,8 +217,13 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceDeviceId(
     device_id: *mut i32,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         unsafe { instance(i)? };
         non_null(device_id, "device_id")?;
+        // SAFETY: `device_id` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *device_id = 0 };
         Ok(())
     })
@@ -212,8 +236,13 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceHostPolicy(
     host_policy: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         let i = unsafe { instance(i)? };
         non_null(host_policy, "host_policy")?;
+        // SAFETY: `host_policy` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *host_policy = TRITONSERVER_Message::boxed(i.host_policy.clone()) };
         Ok(())
     })
@@ -225,8 +254,13 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceIsPassive(
     is_passive: *mut bool,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         unsafe { instance(i)? };
         non_null(is_passive, "is_passive")?;
+        // SAFETY: `is_passive` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *is_passive = false };
         Ok(())
     })
@@ -239,8 +273,13 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceProfileCount(
     count: *mut u32,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         unsafe { instance(i)? };
         non_null(count, "count")?;
+        // SAFETY: `count` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *count = 0 };
         Ok(())
     })
@@ -253,6 +292,9 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceProfileName(
     _profile_name: *mut *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         unsafe { instance(i)? };
         Err(error::invalid_arg(format!(
             "out of bounds index {index}: instance has no profiles"
@@ -266,8 +308,13 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceSecondaryDeviceCount(
     count: *mut u32,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         unsafe { instance(i)? };
         non_null(count, "count")?;
+        // SAFETY: `count` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *count = 0 };
         Ok(())
     })
@@ -281,6 +328,9 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceSecondaryDeviceProperties(
     _id: *mut i64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         unsafe { instance(i)? };
         Err(error::invalid_arg(format!(
             "out of bounds index {index}: instance has no secondary devices"
@@ -294,8 +344,13 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceModel(
     model: *mut *mut TRITONBACKEND_Model,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         let i = unsafe { instance(i)? };
         non_null(model, "model")?;
+        // SAFETY: `model` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *model = i.model.as_ptr() };
         Ok(())
     })
@@ -307,8 +362,13 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceState(
     state: *mut *mut c_void,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         let i = unsafe { instance(i)? };
         non_null(state, "state")?;
+        // SAFETY: `state` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *state = i.state.load(Ordering::Acquire) };
         Ok(())
     })
@@ -320,6 +380,9 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceSetState(
     state: *mut c_void,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         let i = unsafe { instance(i)? };
         i.state.store(state, Ordering::Release);
         Ok(())
@@ -339,6 +402,8 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportStatistics(
     _compute_end_ns: u64,
     _exec_end_ns: u64,
 ) -> ErrorPtr {
+    // SAFETY: `instance` refuses a null `i`; otherwise it is the instance the server passed to the
+    // backend, alive until its finalize returns.
     ffi_entry!({ status(unsafe { instance(i) }.map(|_| ())) })
 }
 
@@ -352,6 +417,8 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportBatchStatistics(
     _compute_end_ns: u64,
     _exec_end_ns: u64,
 ) -> ErrorPtr {
+    // SAFETY: `instance` refuses a null `i`; otherwise it is the instance the server passed to the
+    // backend, alive until its finalize returns.
     ffi_entry!({ status(unsafe { instance(i) }.map(|_| ())) })
 }
 
@@ -362,5 +429,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportMemoryUsage(
     _usage: *mut *mut super::memory::TRITONSERVER_BufferAttributes,
     _usage_size: u32,
 ) -> ErrorPtr {
+    // SAFETY: `instance` refuses a null `i`; otherwise it is the instance the server passed to the
+    // backend, alive until its finalize returns.
     ffi_entry!({ status(unsafe { instance(i) }.map(|_| ())) })
 }

@@ -21,17 +21,23 @@ pub const BACKEND_API_VERSION: (u32, u32) = (1, 19);
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_ApiVersion(major: *mut u32, minor: *mut u32) -> ErrorPtr {
+    // SAFETY: `write_version` refuses null pointers; otherwise `major` and `minor` are the
+    // caller's out-parameters, valid for writing a `uint32_t` (tritonserver.h).
     ffi_entry!({ status(unsafe { write_version(major, minor, SERVER_API_VERSION) }) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_ApiVersion(major: *mut u32, minor: *mut u32) -> ErrorPtr {
+    // SAFETY: `write_version` refuses null pointers; otherwise `major` and `minor` are the
+    // caller's out-parameters, valid for writing a `uint32_t` (tritonbackend.h).
     ffi_entry!({ status(unsafe { write_version(major, minor, BACKEND_API_VERSION) }) })
 }
 
 unsafe fn write_version(major: *mut u32, minor: *mut u32, v: (u32, u32)) -> Result<(), ErrorPtr> {
     super::error::non_null(major, "major")?;
     super::error::non_null(minor, "minor")?;
+    // SAFETY: `major`, `minor` are checked non-null above and, by the header's contract, valid for
+    // writing one value.
     unsafe {
         *major = v.0;
         *minor = v.1;
@@ -52,6 +58,8 @@ pub unsafe extern "C" fn TRITONSERVER_StringToDataType(dtype: *const c_char) -> 
         if dtype.is_null() {
             return TYPE_INVALID;
         }
+        // SAFETY: `dtype` is non-null (checked) and a NUL-terminated string the caller keeps valid
+        // for the call (tritonserver.h); it is only read here.
         unsafe { CStr::from_ptr(dtype) }
             .to_str()
             .ok()
@@ -122,6 +130,8 @@ pub unsafe extern "C" fn TRITONSERVER_LogMessage(
             if p.is_null() {
                 String::new()
             } else {
+                // SAFETY: `p` is non-null (checked) and a NUL-terminated string the backend keeps
+                // valid for the call (tritonserver.h); it is copied at once.
                 unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
             }
         };

@@ -58,12 +58,16 @@ pub unsafe extern "C" fn TRITONBACKEND_MemoryManagerAllocate(
                 "out of memory allocating {byte_size} bytes"
             )));
         }
+        // SAFETY: `manager` is checked non-null above and is the backend's memory manager from
+        // `TRITONBACKEND_BackendMemoryManager`, which lives as long as its backend.
         let manager = unsafe { &*manager };
         manager
             .live
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(p as usize, layout);
+        // SAFETY: `buffer` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *buffer = p.cast() };
         Ok(())
     })
@@ -82,6 +86,8 @@ pub unsafe extern "C" fn TRITONBACKEND_MemoryManagerFree(
         if buffer.is_null() {
             return Ok(());
         }
+        // SAFETY: `manager` is checked non-null above and is the backend's memory manager from
+        // `TRITONBACKEND_BackendMemoryManager`, which lives as long as its backend.
         let manager = unsafe { &*manager };
         let layout = manager
             .live
@@ -133,8 +139,19 @@ pub(super) unsafe fn hand_out_host_buffer(
 ) -> Result<(), ErrorPtr> {
     let size = usize::try_from(byte_size)
         .map_err(|_| error::invalid_arg(format!("{what} buffer too large")))?;
-    *store = vec![0; size];
+    // Fallible: `vec![0; size]` panics past `isize::MAX` bytes and aborts
+    // the process when the allocator fails, for a size the backend chose.
+    let mut zeroed = Vec::new();
+    zeroed.try_reserve_exact(size).map_err(|_| {
+        error::internal(format!(
+            "out of memory allocating {byte_size} bytes for the {what} buffer"
+        ))
+    })?;
+    zeroed.resize(size, 0);
+    *store = zeroed;
     *attributes = TRITONSERVER_BufferAttributes::host(size);
+    // SAFETY: per this function's contract `buffer` is valid for a write and
+    // the other two are null (skipped) or valid for a write.
     unsafe {
         *buffer = store.as_mut_ptr().cast();
         if !memory_type.is_null() {
@@ -158,6 +175,10 @@ macro_rules! attr_get {
                 non_null(attributes, "buffer_attributes")?;
                 non_null(out, stringify!($field))?;
                 let conv: fn(&TRITONSERVER_BufferAttributes) -> $ty = $conv;
+                // SAFETY: `out` is checked non-null above and, by the header's contract, valid for
+                // writing one value; `attributes` is checked non-null above and is a buffer-
+                // attributes object (from `TRITONSERVER_BufferAttributesNew`, or one that a live
+                // input, output or state owns) not deleted yet.
                 unsafe { *out = conv(&*attributes) };
                 Ok(())
             })
@@ -175,6 +196,9 @@ macro_rules! attr_set {
             ffi_entry!({
                 non_null(attributes, "buffer_attributes")?;
                 let conv: fn(&mut TRITONSERVER_BufferAttributes, $ty) = $conv;
+                // SAFETY: `attributes` is checked non-null above and is a buffer-attributes object
+                // (from `TRITONSERVER_BufferAttributesNew`, or one that a live input, output or
+                // state owns) not deleted yet.
                 unsafe { conv(&mut *attributes, value) };
                 Ok(())
             })
@@ -237,6 +261,8 @@ pub unsafe extern "C" fn TRITONSERVER_BufferAttributesNew(
 ) -> ErrorPtr {
     ffi_entry!({
         non_null(attributes, "buffer_attributes")?;
+        // SAFETY: `attributes` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *attributes = Box::into_raw(Box::default()) };
         Ok(())
     })
@@ -248,6 +274,9 @@ pub unsafe extern "C" fn TRITONSERVER_BufferAttributesDelete(
 ) -> ErrorPtr {
     ffi_entry!({
         if !attributes.is_null() {
+            // SAFETY: `attributes` is non-null (checked) and came from `Box::into_raw` in the
+            // matching New function; the header makes this Delete its one release, so nothing uses
+            // it afterwards.
             drop(unsafe { Box::from_raw(attributes) });
         }
         std::ptr::null_mut()
@@ -263,6 +292,7 @@ mod tests {
     fn host_memory_round_trip_and_gpu_refused() {
         let mut m = TRITONBACKEND_MemoryManager::default();
         let mut p = std::ptr::null_mut();
+        // SAFETY: test: the manager and out-pointer are locals; `p` is freed once.
         unsafe {
             assert!(
                 TRITONBACKEND_MemoryManagerAllocate(&mut m, &mut p, MEMORY_CPU_PINNED, 0, 100)

@@ -57,6 +57,8 @@ pub struct TRITONBACKEND_Model {
 // thread-safe (Triton calls model functions from any thread); everything
 // else is owned data behind locks or atomics.
 unsafe impl Send for TRITONBACKEND_Model {}
+// SAFETY: as for `Send` above: the shared C functions read owned data behind locks or atomics, and
+// the backend's state pointer is only stored and handed back, never dereferenced here.
 unsafe impl Sync for TRITONBACKEND_Model {}
 
 impl TRITONBACKEND_Model {
@@ -240,6 +242,9 @@ impl Backend for CapiBackend {
 
 unsafe fn model<'a>(m: *mut TRITONBACKEND_Model) -> Result<&'a TRITONBACKEND_Model, ErrorPtr> {
     non_null(m, "model")?;
+    // SAFETY: checked non-null above; callers pass the model the server gave the backend's
+    // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns, and only shared
+    // references are made from it.
     Ok(unsafe { &*m })
 }
 
@@ -249,8 +254,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelName(
     name: *mut *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         non_null(name, "name")?;
+        // SAFETY: `name` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *name = m.name.as_ptr() };
         Ok(())
     })
@@ -262,8 +271,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelVersion(
     version: *mut u64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         non_null(version, "version")?;
+        // SAFETY: `version` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *version = m.version };
         Ok(())
     })
@@ -276,9 +289,13 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelRepository(
     location: *mut *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         non_null(artifact_type, "artifact_type")?;
         non_null(location, "location")?;
+        // SAFETY: `artifact_type`, `location` are checked non-null above and, by the header's
+        // contract, valid for writing one value.
         unsafe {
             *artifact_type = ARTIFACT_FILESYSTEM;
             *location = m.repository.as_ptr();
@@ -295,6 +312,8 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelConfig(
     config: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         non_null(config, "model_config")?;
         if config_version != 1 {
@@ -307,6 +326,8 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelConfig(
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        // SAFETY: `config` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *config = TRITONSERVER_Message::boxed(json) };
         Ok(())
     })
@@ -318,8 +339,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelAutoCompleteConfig(
     auto_complete: *mut bool,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         non_null(auto_complete, "auto_complete_config")?;
+        // SAFETY: `auto_complete` is checked non-null above and, by the header's contract, valid
+        // for writing one value.
         unsafe { *auto_complete = m.auto_complete };
         Ok(())
     })
@@ -334,6 +359,8 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelSetConfig(
     config: *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         non_null(config, "model_config")?;
         if config_version != 1 {
@@ -341,6 +368,8 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelSetConfig(
                 "model configuration version {config_version} not supported, supported versions are: 1"
             )));
         }
+        // SAFETY: `config` is checked non-null above and is a message from
+        // `TRITONSERVER_MessageNewFromSerializedJson` that the backend keeps for the call.
         let json = unsafe { (*config).json() }.to_owned();
         let parsed =
             model_config_from_json(&json).map_err(|e| error::invalid_arg(format!("{e:#}")))?;
@@ -362,12 +391,16 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelServer(
     server: *mut *mut super::server_api::server::TRITONSERVER_Server,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         unsafe { model(m)? };
         non_null(server, "server")?;
         let s = settings::server();
         if s.is_null() {
             return Err(error::unavailable("no server is running in this process"));
         }
+        // SAFETY: `server` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *server = s };
         Ok(())
     })
@@ -379,8 +412,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelBackend(
     backend: *mut *mut TRITONBACKEND_Backend,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         non_null(backend, "backend")?;
+        // SAFETY: `backend` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *backend = m.backend.as_ptr() };
         Ok(())
     })
@@ -392,8 +429,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelState(
     state: *mut *mut c_void,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         non_null(state, "state")?;
+        // SAFETY: `state` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *state = m.state.load(Ordering::Acquire) };
         Ok(())
     })
@@ -405,6 +446,8 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelSetState(
     state: *mut c_void,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         m.state.store(state, Ordering::Release);
         Ok(())
@@ -418,5 +461,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelReportMemoryUsage(
     _usage: *mut *mut super::memory::TRITONSERVER_BufferAttributes,
     _usage_size: u32,
 ) -> ErrorPtr {
+    // SAFETY: `model` refuses a null `m`; otherwise it is the model the server passed to the
+    // backend, alive until its finalize returns.
     ffi_entry!({ status(unsafe { model(m) }.map(|_| ())) })
 }

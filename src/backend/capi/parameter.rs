@@ -39,6 +39,8 @@ pub struct TRITONSERVER_Parameter {
 // which the API's contract keeps valid (and unmodified) while the parameter
 // lives, whichever thread reads it.
 unsafe impl Send for TRITONSERVER_Parameter {}
+// SAFETY: as for `Send`: a shared parameter is only read, and the BYTES reference it holds is
+// never written through.
 unsafe impl Sync for TRITONSERVER_Parameter {}
 
 impl TRITONSERVER_Parameter {
@@ -88,6 +90,9 @@ pub unsafe extern "C" fn TRITONSERVER_ParameterNew(
     value: *const c_void,
 ) -> *mut TRITONSERVER_Parameter {
     ffi_entry!(std::ptr::null_mut(), {
+        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
         let Ok(name) = (unsafe { c_str(name, "name") }).map_err(|e| unsafe { drop_error(e) })
         else {
             return std::ptr::null_mut();
@@ -98,15 +103,26 @@ pub unsafe extern "C" fn TRITONSERVER_ParameterNew(
         let value = match kind {
             PARAMETER_STRING => {
                 let Ok(s) =
+                    // SAFETY: `value` is non-null (checked above) and for a STRING parameter the
+                    // header makes it a NUL-terminated string valid for the call (copied by
+                    // `lossy_cstring`); `drop_error` frees the error `c_str` just made.
                     (unsafe { c_str(value.cast(), "value") }).map_err(|e| unsafe { drop_error(e) })
                 else {
                     return std::ptr::null_mut();
                 };
                 ParamValue::String(lossy_cstring(s))
             }
-            PARAMETER_INT => ParamValue::Int(unsafe { *value.cast::<i64>() }),
-            PARAMETER_BOOL => ParamValue::Bool(unsafe { *value.cast::<bool>() }),
-            PARAMETER_DOUBLE => ParamValue::Double(unsafe { *value.cast::<f64>() }),
+            // SAFETY: `value` is non-null (checked above) and points to the
+            // header's `int64_t`; read unaligned, as a `void*` promises no
+            // alignment.
+            PARAMETER_INT => ParamValue::Int(unsafe { value.cast::<i64>().read_unaligned() }),
+            // SAFETY: `value` is non-null (checked above) and points to a C
+            // `bool`, read as its byte: a byte other than 0 or 1 read as a
+            // Rust `bool` would be undefined behaviour.
+            PARAMETER_BOOL => ParamValue::Bool(unsafe { value.cast::<u8>().read() } != 0),
+            // SAFETY: `value` is non-null (checked above) and points to the
+            // header's `double`; read unaligned, as for INT.
+            PARAMETER_DOUBLE => ParamValue::Double(unsafe { value.cast::<f64>().read_unaligned() }),
             _ => return std::ptr::null_mut(),
         };
         Box::into_raw(Box::new(TRITONSERVER_Parameter::new(name, value)))
@@ -120,6 +136,9 @@ pub unsafe extern "C" fn TRITONSERVER_ParameterBytesNew(
     size: u64,
 ) -> *mut TRITONSERVER_Parameter {
     ffi_entry!(std::ptr::null_mut(), {
+        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
         let Ok(name) = (unsafe { c_str(name, "name") }).map_err(|e| unsafe { drop_error(e) })
         else {
             return std::ptr::null_mut();
@@ -136,6 +155,9 @@ pub unsafe extern "C" fn TRITONSERVER_ParameterBytesNew(
 pub unsafe extern "C" fn TRITONSERVER_ParameterDelete(parameter: *mut TRITONSERVER_Parameter) {
     ffi_entry!((), {
         if !parameter.is_null() {
+            // SAFETY: `parameter` is non-null (checked) and came from `Box::into_raw` in the
+            // matching New function; the header makes this Delete its one release, so nothing uses
+            // it afterwards.
             drop(unsafe { Box::from_raw(parameter) });
         }
     })
@@ -157,6 +179,8 @@ pub extern "C" fn TRITONSERVER_ParameterTypeString(kind: ParameterType) -> *cons
 }
 
 unsafe fn drop_error(e: super::error::ErrorPtr) {
+    // SAFETY: per this function's contract `e` is null or an error from
+    // `TRITONSERVER_Error::boxed` not freed yet.
     unsafe { super::error::TRITONSERVER_ErrorDelete(e) }
 }
 
@@ -167,6 +191,8 @@ mod tests {
 
     #[test]
     fn parameters_hand_out_triton_value_pointers() {
+        // SAFETY: test: every pointer is a local or a parameter created just above and deleted
+        // once.
         unsafe {
             let v: i64 = 42;
             let p =
@@ -184,6 +210,23 @@ mod tests {
             let bytes_as_new =
                 TRITONSERVER_ParameterNew(c"b".as_ptr(), PARAMETER_BYTES, c"x".as_ptr().cast());
             assert!(bytes_as_new.is_null());
+            // A C `bool` object holding another byte than 0 or 1 is read
+            // as true (it was read as a Rust `bool`: undefined behaviour),
+            // and numbers are read wherever they sit.
+            let two: u8 = 2;
+            let b = TRITONSERVER_ParameterNew(
+                c"b".as_ptr(),
+                PARAMETER_BOOL,
+                (&two as *const u8).cast(),
+            );
+            assert!(matches!((*b).value, ParamValue::Bool(true)));
+            TRITONSERVER_ParameterDelete(b);
+            let mut bytes = [0u8; 9];
+            bytes[1..].copy_from_slice(&(-5i64).to_ne_bytes());
+            let i =
+                TRITONSERVER_ParameterNew(c"i".as_ptr(), PARAMETER_INT, bytes[1..].as_ptr().cast());
+            assert!(matches!((*i).value, ParamValue::Int(-5)));
+            TRITONSERVER_ParameterDelete(i);
         }
     }
 }

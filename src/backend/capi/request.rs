@@ -172,6 +172,8 @@ impl TRITONBACKEND_Request {
     /// # Safety
     /// `request` came from `into_raw`, and the caller won `claim`.
     pub unsafe fn fail_and_free(request: *mut Self, e: InferError) {
+        // SAFETY: per this function's contract, `request` came from `into_raw` (a `Box`) and the
+        // caller won `claim`, so this is its only free.
         let request = unsafe { Box::from_raw(request) };
         request.target.fail(e);
     }
@@ -196,17 +198,24 @@ unsafe fn request<'a>(
     r: *mut TRITONBACKEND_Request,
 ) -> Result<&'a TRITONBACKEND_Request, ErrorPtr> {
     non_null(r, "request")?;
+    // SAFETY: checked non-null above; callers pass a request the server gave the backend's execute
+    // and the backend has not released (tritonbackend.h), and only shared references are made from
+    // it.
     Ok(unsafe { &*r })
 }
 
 unsafe fn input<'a>(i: *mut TRITONBACKEND_Input) -> Result<&'a TRITONBACKEND_Input, ErrorPtr> {
     non_null(i, "input")?;
+    // SAFETY: checked non-null above; callers pass an input handed out by
+    // `TRITONBACKEND_RequestInput*`, which lives inside its request until that is released.
     Ok(unsafe { &*i })
 }
 
 /// Writes `value` where `out` points, when the caller asked for it.
 unsafe fn put<T>(out: *mut T, value: T) {
     if !out.is_null() {
+        // SAFETY: `out` is checked non-null above and, by the header's contract, valid for writing
+        // one value.
         unsafe { *out = value };
     }
 }
@@ -217,8 +226,13 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestId(
     id: *mut *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(id, "id")?;
+        // SAFETY: `id` is checked non-null above and, by the header's contract, valid for writing
+        // one value.
         unsafe { *id = r.id.as_ptr() };
         Ok(())
     })
@@ -230,8 +244,13 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestIsCancelled(
     is_cancelled: *mut bool,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(is_cancelled, "is_cancelled")?;
+        // SAFETY: `is_cancelled` is checked non-null above and, by the header's contract, valid
+        // for writing one value.
         unsafe { *is_cancelled = r.target.is_cancelled() };
         Ok(())
     })
@@ -243,6 +262,9 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestCorrelationId(
     id: *mut u64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(id, "id")?;
         if r.correlation_str.is_some() {
@@ -250,6 +272,8 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestCorrelationId(
                 "correlation ID in request is not an unsigned int",
             ));
         }
+        // SAFETY: `id` is checked non-null above and, by the header's contract, valid for writing
+        // one value.
         unsafe { *id = r.correlation_id };
         Ok(())
     })
@@ -261,9 +285,14 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestCorrelationIdString(
     id: *mut *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(id, "id")?;
         match &r.correlation_str {
+            // SAFETY: `id` is checked non-null above and, by the header's contract, valid for
+            // writing one value.
             Some(s) => unsafe { *id = s.as_ptr() },
             None => {
                 return Err(error::invalid_arg(
@@ -283,8 +312,13 @@ pub unsafe extern "C" fn TRITONBACKEND_InferenceRequestTimeoutMicroseconds(
     timeout: *mut u64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         unsafe { request(r)? };
         non_null(timeout, "timeout")?;
+        // SAFETY: `timeout` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *timeout = 0 };
         Ok(())
     })
@@ -296,8 +330,13 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestFlags(
     flags: *mut u32,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(flags, "flags")?;
+        // SAFETY: `flags` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *flags = r.flags };
         Ok(())
     })
@@ -309,8 +348,13 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestParameterCount(
     count: *mut u32,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(count, "count")?;
+        // SAFETY: `count` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *count = r.parameters.len() as u32 };
         Ok(())
     })
@@ -325,6 +369,9 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestParameter(
     vvalue: *mut *const c_void,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         let p = r.parameters.get(index as usize).ok_or_else(|| {
             error::invalid_arg(format!(
@@ -332,6 +379,8 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestParameter(
                 r.parameters.len()
             ))
         })?;
+        // SAFETY: each out-pointer is null (then `put` skips it) or the caller's, valid for
+        // writing one value (tritonbackend.h).
         unsafe {
             put(key, p.name.as_ptr());
             put(kind, p.kind());
@@ -347,8 +396,13 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInputCount(
     count: *mut u32,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(count, "count")?;
+        // SAFETY: `count` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *count = r.inputs.len() as u32 };
         Ok(())
     })
@@ -361,9 +415,14 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInputName(
     input_name: *mut *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(input_name, "input_name")?;
         let i = r.input_at(index)?;
+        // SAFETY: `input_name` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *input_name = i.name.as_ptr() };
         Ok(())
     })
@@ -376,12 +435,20 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInput(
     out: *mut *mut TRITONBACKEND_Input,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
+        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
         let name = unsafe { c_str(name, "name")? };
         non_null(out, "input")?;
         let i = r
             .input(name)
             .ok_or_else(|| error::invalid_arg(format!("unknown request input name {name}")))?;
+        // SAFETY: `out` is checked non-null above and, by the header's contract, valid for writing
+        // one value.
         unsafe { *out = (i as *const TRITONBACKEND_Input).cast_mut() };
         Ok(())
     })
@@ -394,9 +461,14 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInputByIndex(
     out: *mut *mut TRITONBACKEND_Input,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(out, "input")?;
         let i = r.input_at(index)?;
+        // SAFETY: `out` is checked non-null above and, by the header's contract, valid for writing
+        // one value.
         unsafe { *out = (i as *const TRITONBACKEND_Input).cast_mut() };
         Ok(())
     })
@@ -408,8 +480,13 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestOutputCount(
     count: *mut u32,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(count, "count")?;
+        // SAFETY: `count` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *count = r.outputs.len() as u32 };
         Ok(())
     })
@@ -422,6 +499,9 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestOutputName(
     output_name: *mut *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(output_name, "output_name")?;
         let o = r.outputs.get(index as usize).ok_or_else(|| {
@@ -430,6 +510,8 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestOutputName(
                 r.outputs.len()
             ))
         })?;
+        // SAFETY: `output_name` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *output_name = o.as_ptr() };
         Ok(())
     })
@@ -447,7 +529,12 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestOutputBufferProperties(
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         unsafe { request(r)? };
+        // SAFETY: each out-pointer is null (then `put` skips it) or the caller's, valid for
+        // writing one value (tritonbackend.h).
         unsafe {
             put(byte_size, 0);
             put(memory_type, MEMORY_CPU);
@@ -466,6 +553,9 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestRelease(
     release_flags: u32,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let req = unsafe { request(r)? };
         if release_flags & REQUEST_RELEASE_RESCHEDULE != 0 {
             return Err(error::unsupported(
@@ -493,8 +583,13 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestTrace(
     trace: *mut *mut c_void,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         unsafe { request(r)? };
         non_null(trace, "trace")?;
+        // SAFETY: `trace` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *trace = std::ptr::null_mut() };
         Ok(())
     })
@@ -511,7 +606,12 @@ pub unsafe extern "C" fn TRITONBACKEND_InputProperties(
     buffer_count: *mut u32,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `i` is null (refused by `input`) or an input handed out by
+        // `TRITONBACKEND_RequestInput*`; it lives inside its request, which the backend has not
+        // released yet.
         let i = unsafe { input(i)? };
+        // SAFETY: each out-pointer is null (then `put` skips it) or the caller's, valid for
+        // writing one value (tritonbackend.h).
         unsafe {
             put(name, i.name.as_ptr());
             put(datatype, i.datatype);
@@ -537,6 +637,8 @@ pub unsafe extern "C" fn TRITONBACKEND_InputPropertiesForHostPolicy(
     buffer_count: *mut u32,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: this forwards the caller's pointers unchanged to the function above, whose
+        // contract they meet by the same header contract.
         unsafe {
             TRITONBACKEND_InputProperties(
                 i,
@@ -563,6 +665,9 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBuffer(
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `i` is null (refused by `input`) or an input handed out by
+        // `TRITONBACKEND_RequestInput*`; it lives inside its request, which the backend has not
+        // released yet.
         let i = unsafe { input(i)? };
         non_null(buffer, "buffer")?;
         non_null(buffer_byte_size, "buffer_byte_size")?;
@@ -572,6 +677,8 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBuffer(
                 i.name.to_string_lossy()
             )));
         }
+        // SAFETY: `buffer`, `buffer_byte_size` are checked non-null above and, by the header's
+        // contract, valid for writing one value.
         unsafe {
             *buffer = i.data.as_ptr().cast();
             *buffer_byte_size = i.data.len() as u64;
@@ -593,6 +700,8 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBufferForHostPolicy(
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: this forwards the caller's pointers unchanged to the function above, whose
+        // contract they meet by the same header contract.
         unsafe {
             TRITONBACKEND_InputBuffer(
                 i,
@@ -615,6 +724,9 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBufferAttributes(
     attributes: *mut *mut TRITONSERVER_BufferAttributes,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `i` is null (refused by `input`) or an input handed out by
+        // `TRITONBACKEND_RequestInput*`; it lives inside its request, which the backend has not
+        // released yet.
         let i = unsafe { input(i)? };
         non_null(buffer, "buffer")?;
         non_null(attributes, "buffer_attributes")?;
@@ -624,6 +736,8 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBufferAttributes(
                 i.name.to_string_lossy()
             )));
         }
+        // SAFETY: `buffer`, `attributes` are checked non-null above and, by the header's contract,
+        // valid for writing one value.
         unsafe {
             *buffer = i.data.as_ptr().cast();
             *attributes = (&i.attributes as *const TRITONSERVER_BufferAttributes).cast_mut();

@@ -118,6 +118,9 @@ unsafe fn response<'a>(
     r: *mut TRITONBACKEND_Response,
 ) -> Result<&'a mut TRITONBACKEND_Response, ErrorPtr> {
     non_null(r, "response")?;
+    // SAFETY: checked non-null above; callers pass a response from `TRITONBACKEND_ResponseNew*`,
+    // not sent or deleted, which tritonbackend.h has the backend use from one thread at a time (so
+    // the `&mut` is unique).
     Ok(unsafe { &mut *r })
 }
 
@@ -125,6 +128,9 @@ unsafe fn factory<'a>(
     f: *mut TRITONBACKEND_ResponseFactory,
 ) -> Result<&'a TRITONBACKEND_ResponseFactory, ErrorPtr> {
     non_null(f, "factory")?;
+    // SAFETY: checked non-null above; callers pass a factory from
+    // `TRITONBACKEND_ResponseFactoryNew`, not deleted yet; only shared references are made from
+    // it.
     Ok(unsafe { &*f })
 }
 
@@ -136,7 +142,11 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseFactoryNew(
     ffi_entry!({
         non_null(out, "factory")?;
         non_null(request, "request")?;
+        // SAFETY: `request` is checked non-null above and is a request the server gave this
+        // backend's `ModelInstanceExecute` that it has not released yet (tritonbackend.h).
         let target = unsafe { (*request).target.clone() };
+        // SAFETY: `out` is checked non-null above and, by the header's contract, valid for writing
+        // one value.
         unsafe { *out = Box::into_raw(Box::new(TRITONBACKEND_ResponseFactory { target })) };
         Ok(())
     })
@@ -148,6 +158,9 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseFactoryDelete(
 ) -> ErrorPtr {
     ffi_entry!({
         if !f.is_null() {
+            // SAFETY: `f` is non-null (checked) and came from `Box::into_raw` in the matching New
+            // function; the header makes this Delete its one release, so nothing uses it
+            // afterwards.
             drop(unsafe { Box::from_raw(f) });
         }
         std::ptr::null_mut()
@@ -160,8 +173,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseFactoryIsCancelled(
     is_cancelled: *mut bool,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `f` is null (refused by `factory`) or a factory from
+        // `TRITONBACKEND_ResponseFactoryNew` not deleted yet.
         let f = unsafe { factory(f)? };
         non_null(is_cancelled, "is_cancelled")?;
+        // SAFETY: `is_cancelled` is checked non-null above and, by the header's contract, valid
+        // for writing one value.
         unsafe { *is_cancelled = f.target.is_cancelled() };
         Ok(())
     })
@@ -174,6 +191,8 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseFactorySendFlags(
     send_flags: u32,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `f` is null (refused by `factory`) or a factory from
+        // `TRITONBACKEND_ResponseFactoryNew` not deleted yet.
         let f = unsafe { factory(f)? };
         f.target.send(Vec::new(), Parameters::new(), send_flags)
     })
@@ -187,6 +206,9 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseNew(
     ffi_entry!({
         non_null(out, "response")?;
         non_null(request, "request")?;
+        // SAFETY: `out` is checked non-null above and, by the header's contract, valid for writing
+        // one value; `request` is checked non-null above and is a request the server gave this
+        // backend's `ModelInstanceExecute` that it has not released yet (tritonbackend.h).
         unsafe { *out = new_response((*request).target.clone()) };
         Ok(())
     })
@@ -198,8 +220,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseNewFromFactory(
     f: *mut TRITONBACKEND_ResponseFactory,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `f` is null (refused by `factory`) or a factory from
+        // `TRITONBACKEND_ResponseFactoryNew` not deleted yet.
         let f = unsafe { factory(f)? };
         non_null(out, "response")?;
+        // SAFETY: `out` is checked non-null above and, by the header's contract, valid for writing
+        // one value.
         unsafe { *out = new_response(f.target.clone()) };
         Ok(())
     })
@@ -209,6 +235,9 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseNewFromFactory(
 pub unsafe extern "C" fn TRITONBACKEND_ResponseDelete(r: *mut TRITONBACKEND_Response) -> ErrorPtr {
     ffi_entry!({
         if !r.is_null() {
+            // SAFETY: `r` is non-null (checked) and came from `Box::into_raw` in the matching New
+            // function; the header makes this Delete its one release, so nothing uses it
+            // afterwards.
             drop(unsafe { Box::from_raw(r) });
         }
         std::ptr::null_mut()
@@ -221,7 +250,13 @@ fn set_parameter(
     value: ParamValue,
 ) -> ErrorPtr {
     status((|| {
+        // SAFETY: `r` is null (refused by `response`) or a response from
+        // `TRITONBACKEND_ResponseNew*` that is not sent or deleted yet; tritonbackend.h has the
+        // backend use a response from one thread at a time, so the `&mut` is unique.
         let r = unsafe { response(r)? };
+        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
         let name = unsafe { c_str(name, "name")? };
         r.parameters.insert(name.to_owned(), value);
         Ok(())
@@ -235,6 +270,9 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSetStringParameter(
     value: *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `value` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
         match unsafe { c_str(value, "value") } {
             Ok(v) => set_parameter(r, name, ParamValue::String(v.to_owned())),
             Err(e) => e,
@@ -279,8 +317,14 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseOutput(
     dims_count: u32,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `response`) or a response from
+        // `TRITONBACKEND_ResponseNew*` that is not sent or deleted yet; tritonbackend.h has the
+        // backend use a response from one thread at a time, so the `&mut` is unique.
         let r = unsafe { response(r)? };
         non_null(output, "output")?;
+        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
         let name = unsafe { c_str(name, "name")? };
         let datatype = datatype_from_c(datatype).ok_or_else(|| {
             error::invalid_arg(format!("output '{name}': invalid datatype {datatype}"))
@@ -289,6 +333,9 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseOutput(
             Vec::new()
         } else {
             non_null(shape, "shape")?;
+            // SAFETY: `shape` is non-null (checked above) and, by the header's contract, points to
+            // `dims_count as usize` elements that stay unchanged for the call; they are copied
+            // before it returns.
             unsafe { std::slice::from_raw_parts(shape, dims_count as usize) }.to_vec()
         };
         if element_count(&shape).is_none() {
@@ -308,6 +355,8 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseOutput(
             buffer: Vec::new(),
             attributes: TRITONSERVER_BufferAttributes::host(0),
         });
+        // SAFETY: `output` is checked non-null above and valid for writing (tritonbackend.h); the
+        // output is boxed, so its address stays valid while the response owns it.
         unsafe { *output = &mut *o };
         r.outputs.push(o);
         Ok(())
@@ -327,18 +376,27 @@ pub unsafe extern "C" fn TRITONBACKEND_OutputBuffer(
     ffi_entry!({
         non_null(o, "output")?;
         non_null(buffer, "buffer")?;
+        // SAFETY: `o` is checked non-null above and is an output from
+        // `TRITONBACKEND_ResponseOutput`, owned (boxed) by its response, which is not sent or
+        // deleted yet; the backend fills it from one thread.
         let o = unsafe { &mut *o };
         if let (Some(size), Some(n)) = (o.datatype.element_size(), element_count(&o.shape)) {
-            if (size * n) as u64 != buffer_byte_size {
+            // Checked: a shape whose byte size wraps would otherwise match a
+            // small buffer.
+            let expected = size.checked_mul(n).map(|b| b as u64);
+            if expected != Some(buffer_byte_size) {
                 return Err(error::invalid_arg(format!(
-                    "output '{}': buffer of {buffer_byte_size} bytes for a {} tensor of shape {:?} ({} bytes)",
+                    "output '{}': buffer of {buffer_byte_size} bytes for a {} tensor of shape {:?} ({})",
                     o.name,
                     o.datatype,
                     o.shape,
-                    size * n
+                    expected.map_or_else(|| "too large".to_owned(), |b| format!("{b} bytes"))
                 )));
             }
         }
+        // SAFETY: `buffer` is checked non-null above and valid for writing
+        // (tritonbackend.h); `memory_type`/`memory_type_id` are null or valid
+        // for writing, as `hand_out_host_buffer` requires.
         unsafe {
             memory::hand_out_host_buffer(
                 &mut o.buffer,
@@ -361,6 +419,10 @@ pub unsafe extern "C" fn TRITONBACKEND_OutputBufferAttributes(
     ffi_entry!({
         non_null(o, "output")?;
         non_null(attributes, "buffer_attributes")?;
+        // SAFETY: `attributes` is checked non-null above and, by the header's contract, valid for
+        // writing one value; `o` is checked non-null above and is an output from
+        // `TRITONBACKEND_ResponseOutput`, owned (boxed) by its response, which is not sent or
+        // deleted yet; the backend fills it from one thread.
         unsafe { *attributes = &mut (*o).attributes };
         Ok(())
     })
@@ -379,6 +441,8 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSend(
         // SAFETY: a response from `new_response`; sending consumes it.
         let r = unsafe { Box::from_raw(r) };
         if !err.is_null() {
+            // SAFETY: `err` is checked non-null above and is the backend's error object, which it
+            // keeps (and frees) itself after the call.
             let e = unsafe { &*err };
             r.target.fail(InferError::new(
                 super::types::error_code_to_kind(e.code),
@@ -412,13 +476,22 @@ pub unsafe extern "C" fn TRITONBACKEND_InferenceResponseOutputByName(
     dim_count: *mut u64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `r` is null (refused by `response`) or a response from
+        // `TRITONBACKEND_ResponseNew*` that is not sent or deleted yet; tritonbackend.h has the
+        // backend use a response from one thread at a time, so the `&mut` is unique.
         let r = unsafe { response(r)? };
+        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
         let name = unsafe { c_str(name, "name")? };
         let o = r
             .outputs
             .iter()
             .find(|o| o.name == name)
             .ok_or_else(|| error::not_found(format!("Output name {name} not found")))?;
+        // SAFETY: each out-pointer is written only when non-null, and then is
+        // the caller's, valid for writing (tritonbackend.h); `shape` points
+        // into the output, which lives as long as the response.
         unsafe {
             if !datatype.is_null() {
                 *datatype = super::types::datatype_to_c(o.datatype);
@@ -432,4 +505,86 @@ pub unsafe extern "C" fn TRITONBACKEND_InferenceResponseOutputByName(
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CStr;
+
+    use super::*;
+    use crate::backend::capi::{
+        error::{TRITONSERVER_ErrorCode, TRITONSERVER_ErrorDelete, TRITONSERVER_ErrorMessage},
+        types::{ErrorCode, ERROR_INTERNAL, ERROR_INVALID_ARG},
+    };
+
+    fn output(datatype: DataType, shape: Vec<i64>) -> TRITONBACKEND_Output {
+        TRITONBACKEND_Output {
+            name: "OUT".into(),
+            datatype,
+            shape,
+            buffer: Vec::new(),
+            attributes: TRITONSERVER_BufferAttributes::host(0),
+        }
+    }
+
+    /// `TRITONBACKEND_OutputBuffer(o, size)`: the error's code and message
+    /// (the error is freed), or the buffer.
+    fn output_buffer(
+        o: &mut TRITONBACKEND_Output,
+        size: u64,
+    ) -> Result<*mut c_void, (ErrorCode, String)> {
+        let mut buffer = std::ptr::null_mut();
+        // SAFETY: test: the output and the out-pointer are locals; the
+        // memory type pointers may be null.
+        unsafe {
+            let e = TRITONBACKEND_OutputBuffer(
+                o,
+                &mut buffer,
+                size,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            );
+            if e.is_null() {
+                return Ok(buffer);
+            }
+            let out = (
+                TRITONSERVER_ErrorCode(e),
+                CStr::from_ptr(TRITONSERVER_ErrorMessage(e))
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+            TRITONSERVER_ErrorDelete(e);
+            Err(out)
+        }
+    }
+
+    #[test]
+    fn a_buffer_no_memory_can_hold_is_an_error_and_the_output_stays_usable() {
+        // A BYTES output has no size to check against: this size used to
+        // panic ("capacity overflow") across the C boundary, aborting the
+        // server; an allocation the system refuses aborted it too.
+        let mut o = output(DataType::Bytes, vec![1]);
+        let (code, message) = output_buffer(&mut o, u64::MAX).expect_err("refused");
+        assert_eq!(code, ERROR_INTERNAL);
+        assert_eq!(
+            message,
+            "out of memory allocating 18446744073709551615 bytes for the output buffer"
+        );
+        let buffer = output_buffer(&mut o, 4).expect("a small buffer");
+        assert!(!buffer.is_null());
+        assert_eq!(o.buffer.len(), 4);
+    }
+
+    #[test]
+    fn a_shape_whose_byte_size_overflows_is_refused() {
+        // 2^62 FP32 elements are 2^64 bytes, which wrapped to 0: an empty
+        // buffer was accepted for a tensor that large.
+        let mut o = output(DataType::Fp32, vec![1 << 62]);
+        let (code, message) = output_buffer(&mut o, 0).expect_err("refused");
+        assert_eq!(code, ERROR_INVALID_ARG);
+        assert!(message.ends_with("(too large)"), "{message}");
+        let mut fine = output(DataType::Fp32, vec![2, 3]);
+        assert!(output_buffer(&mut fine, 24).is_ok());
+        assert!(output_buffer(&mut fine, 20).is_err_and(|(c, _)| c == ERROR_INVALID_ARG));
+    }
 }

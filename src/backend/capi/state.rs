@@ -40,7 +40,12 @@ pub unsafe extern "C" fn TRITONBACKEND_StateNew(
     ffi_entry!({
         non_null(state, "state")?;
         non_null(request, "request")?;
+        // SAFETY: `request` is checked non-null above and is a request the server gave this
+        // backend's `ModelInstanceExecute` that it has not released yet (tritonbackend.h).
         let request = unsafe { &*request };
+        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
         let name = unsafe { c_str(name, "name")? };
         let Some(updates) = request.state_updates.clone() else {
             return Err(error::invalid_arg(
@@ -59,6 +64,9 @@ pub unsafe extern "C" fn TRITONBACKEND_StateNew(
             Vec::new()
         } else {
             non_null(shape, "shape")?;
+            // SAFETY: `shape` is non-null (checked above) and, by the header's contract, points to
+            // `dims_count as usize` elements that stay unchanged for the call; they are copied
+            // before it returns.
             unsafe { std::slice::from_raw_parts(shape, dims_count as usize) }.to_vec()
         };
         if element_count(&shape).is_none() {
@@ -74,6 +82,8 @@ pub unsafe extern "C" fn TRITONBACKEND_StateNew(
             attributes: TRITONSERVER_BufferAttributes::host(0),
             updates,
         });
+        // SAFETY: `state` is checked non-null above and valid for writing (tritonbackend.h); the
+        // state is boxed, so its address stays valid while its request owns it.
         unsafe { *state = &mut *boxed };
         request
             .states
@@ -95,7 +105,12 @@ pub unsafe extern "C" fn TRITONBACKEND_StateBuffer(
     ffi_entry!({
         non_null(s, "state")?;
         non_null(buffer, "buffer")?;
+        // SAFETY: `s` is checked non-null above and is a state from `TRITONBACKEND_StateNew`,
+        // owned (boxed) by its request, which is not released yet.
         let s = unsafe { &mut *s };
+        // SAFETY: `buffer` is checked non-null above and valid for writing
+        // (tritonbackend.h); `memory_type`/`memory_type_id` are null or valid
+        // for writing, as `hand_out_host_buffer` requires.
         unsafe {
             memory::hand_out_host_buffer(
                 &mut s.buffer,
@@ -118,6 +133,9 @@ pub unsafe extern "C" fn TRITONBACKEND_StateBufferAttributes(
     ffi_entry!({
         non_null(s, "state")?;
         non_null(attributes, "buffer_attributes")?;
+        // SAFETY: `attributes` is checked non-null above and, by the header's contract, valid for
+        // writing one value; `s` is checked non-null above and is a state from
+        // `TRITONBACKEND_StateNew`, owned (boxed) by its request, which is not released yet.
         unsafe { *attributes = &mut (*s).attributes };
         Ok(())
     })
@@ -127,6 +145,8 @@ pub unsafe extern "C" fn TRITONBACKEND_StateBufferAttributes(
 pub unsafe extern "C" fn TRITONBACKEND_StateUpdate(s: *mut TRITONBACKEND_State) -> ErrorPtr {
     ffi_entry!({
         non_null(s, "state")?;
+        // SAFETY: `s` is checked non-null above and is a state from `TRITONBACKEND_StateNew`,
+        // owned (boxed) by its request, which is not released yet.
         let s = unsafe { &*s };
         s.updates.update(Tensor::new(
             s.name.clone(),

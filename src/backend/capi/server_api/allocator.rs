@@ -93,6 +93,8 @@ pub unsafe extern "C" fn TRITONSERVER_ResponseAllocatorNew(
             query_fn: None,
             buffer_attributes_fn: None,
         });
+        // SAFETY: `allocator` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *allocator = Box::into_raw(boxed) };
         Ok(())
     })
@@ -105,6 +107,8 @@ pub unsafe extern "C" fn TRITONSERVER_ResponseAllocatorSetQueryFunction(
 ) -> ErrorPtr {
     ffi_entry!({
         non_null(allocator, "allocator")?;
+        // SAFETY: `allocator` is checked non-null above and is an allocator from
+        // `TRITONSERVER_ResponseAllocatorNew`, not deleted yet.
         unsafe { (*allocator).query_fn = query_fn };
         Ok(())
     })
@@ -117,6 +121,8 @@ pub unsafe extern "C" fn TRITONSERVER_ResponseAllocatorSetBufferAttributesFuncti
 ) -> ErrorPtr {
     ffi_entry!({
         non_null(allocator, "allocator")?;
+        // SAFETY: `allocator` is checked non-null above and is an allocator from
+        // `TRITONSERVER_ResponseAllocatorNew`, not deleted yet.
         unsafe { (*allocator).buffer_attributes_fn = buffer_attributes_fn };
         Ok(())
     })
@@ -128,6 +134,9 @@ pub unsafe extern "C" fn TRITONSERVER_ResponseAllocatorDelete(
 ) -> ErrorPtr {
     ffi_entry!({
         if !allocator.is_null() {
+            // SAFETY: `allocator` is non-null (checked) and came from `Box::into_raw` in the
+            // matching New function; the header makes this Delete its one release, so nothing uses
+            // it afterwards.
             drop(unsafe { Box::from_raw(allocator) });
         }
         ptr::null_mut()

@@ -53,10 +53,18 @@ pub unsafe extern "C" fn TRITONSERVER_MetricFamilyNew(
             METRIC_KIND_HISTOGRAM => Kind::Histogram,
             other => return Err(invalid_arg(format!("unknown metric kind {other}"))),
         };
+        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
         let name = unsafe { c_str(name, "name") }?;
+        // SAFETY: `description` is null (refused by `c_str`) or a NUL-terminated string the caller
+        // keeps valid for the call (the header's `const char*` contract); nothing keeps the `&str`
+        // past the call.
         let help = unsafe { c_str(description, "description") }?;
         let created = custom::new_family(name, help, kind)
             .map_err(|e| TRITONSERVER_Error::boxed(ERROR_ALREADY_EXISTS, e))?;
+        // SAFETY: `family` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *family = Box::into_raw(Box::new(TRITONSERVER_MetricFamily(created))) };
         Ok(())
     })
@@ -68,6 +76,9 @@ pub unsafe extern "C" fn TRITONSERVER_MetricFamilyDelete(
 ) -> ErrorPtr {
     ffi_entry!({
         if !family.is_null() {
+            // SAFETY: `family` is non-null (checked) and came from `Box::into_raw` in the matching
+            // New function; the header makes this Delete its one release, so nothing uses it
+            // afterwards.
             drop(unsafe { Box::from_raw(family) });
         }
         ptr::null_mut()
@@ -82,6 +93,9 @@ pub unsafe extern "C" fn TRITONSERVER_GetMetricFamilyKind(
     ffi_entry!({
         non_null(family, "family")?;
         non_null(kind, "kind")?;
+        // SAFETY: `kind` is checked non-null above and, by the header's contract, valid for
+        // writing one value; `family` is checked non-null above and is a family from
+        // `TRITONSERVER_MetricFamilyNew`, not deleted yet.
         unsafe { *kind = kind_to_c((&*family).0.kind) };
         Ok(())
     })
@@ -93,6 +107,8 @@ pub unsafe extern "C" fn TRITONSERVER_MetricArgsNew(
 ) -> ErrorPtr {
     ffi_entry!({
         non_null(args, "args")?;
+        // SAFETY: `args` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *args = Box::into_raw(Box::default()) };
         Ok(())
     })
@@ -112,8 +128,12 @@ pub unsafe extern "C" fn TRITONSERVER_MetricArgsSetHistogram(
             Vec::new()
         } else {
             non_null(buckets, "buckets")?;
+            // SAFETY: `buckets` is non-null (checked above) and, by the header's contract, points
+            // to `n` elements that stay unchanged for the call; they are copied before it returns.
             unsafe { std::slice::from_raw_parts(buckets, n) }.to_vec()
         };
+        // SAFETY: `args` is checked non-null above and is metric args from
+        // `TRITONSERVER_MetricArgsNew`, not deleted yet.
         unsafe { (*args).buckets = Some(bounds) };
         Ok(())
     })
@@ -125,6 +145,9 @@ pub unsafe extern "C" fn TRITONSERVER_MetricArgsDelete(
 ) -> ErrorPtr {
     ffi_entry!({
         if !args.is_null() {
+            // SAFETY: `args` is non-null (checked) and came from `Box::into_raw` in the matching
+            // New function; the header makes this Delete its one release, so nothing uses it
+            // afterwards.
             drop(unsafe { Box::from_raw(args) });
         }
         ptr::null_mut()
@@ -141,8 +164,12 @@ unsafe fn labels_of(
     }
     (0..n)
         .map(|i| {
+            // SAFETY: `labels` is non-null (checked above) and, per tritonserver.h, an array of
+            // `label_count` parameter pointers; `i < n`.
             let p = unsafe { *labels.add(i) };
             non_null(p, "label")?;
+            // SAFETY: checked non-null just above; a parameter from `TRITONSERVER_ParameterNew`
+            // the caller keeps for the call.
             let p = unsafe { &*p };
             let key = p.name.to_string_lossy().into_owned();
             match &p.value {
@@ -163,6 +190,8 @@ pub unsafe extern "C" fn TRITONSERVER_MetricNew(
     label_count: u64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: the caller's pointers are passed on unchanged under the same contract; null args
+        // are allowed there.
         unsafe { TRITONSERVER_MetricNewWithArgs(metric, family, labels, label_count, ptr::null()) }
     })
 }
@@ -178,13 +207,21 @@ pub unsafe extern "C" fn TRITONSERVER_MetricNewWithArgs(
     ffi_entry!({
         non_null(metric, "metric")?;
         non_null(family, "family")?;
+        // SAFETY: `labels` is null only with a zero count (checked by `labels_of`), else the
+        // caller's array of `label_count` parameters, valid for the call (tritonserver.h).
         let labels = unsafe { labels_of(labels, label_count) }?;
         let buckets = if args.is_null() {
             None
         } else {
+            // SAFETY: `args` is checked non-null above and is metric args from
+            // `TRITONSERVER_MetricArgsNew`, not deleted yet.
             unsafe { (*args).buckets.clone() }
         };
+        // SAFETY: `family` is checked non-null above and is a family from
+        // `TRITONSERVER_MetricFamilyNew`, not deleted yet.
         let created = unsafe { (*family).0.new_metric(&labels, buckets) }.map_err(invalid_arg)?;
+        // SAFETY: `metric` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *metric = Box::into_raw(Box::new(TRITONSERVER_Metric(created))) };
         Ok(())
     })
@@ -194,6 +231,9 @@ pub unsafe extern "C" fn TRITONSERVER_MetricNewWithArgs(
 pub unsafe extern "C" fn TRITONSERVER_MetricDelete(metric: *mut TRITONSERVER_Metric) -> ErrorPtr {
     ffi_entry!({
         if !metric.is_null() {
+            // SAFETY: `metric` is non-null (checked) and came from `Box::into_raw` in the matching
+            // New function; the header makes this Delete its one release, so nothing uses it
+            // afterwards.
             drop(unsafe { Box::from_raw(metric) });
         }
         ptr::null_mut()
@@ -208,7 +248,11 @@ pub unsafe extern "C" fn TRITONSERVER_MetricValue(
     ffi_entry!({
         non_null(metric, "metric")?;
         non_null(value, "value")?;
+        // SAFETY: `metric` is checked non-null above and is a metric from
+        // `TRITONSERVER_MetricNew*`, not deleted yet.
         let v = unsafe { (*metric).0.value() }.map_err(unsupported)?;
+        // SAFETY: `value` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *value = v };
         Ok(())
     })
@@ -221,6 +265,8 @@ pub unsafe extern "C" fn TRITONSERVER_MetricIncrement(
 ) -> ErrorPtr {
     ffi_entry!({
         non_null(metric, "metric")?;
+        // SAFETY: `metric` is checked non-null above and is a metric from
+        // `TRITONSERVER_MetricNew*`, not deleted yet.
         unsafe { (*metric).0.increment(value) }.map_err(invalid_arg)
     })
 }
@@ -232,6 +278,8 @@ pub unsafe extern "C" fn TRITONSERVER_MetricSet(
 ) -> ErrorPtr {
     ffi_entry!({
         non_null(metric, "metric")?;
+        // SAFETY: `metric` is checked non-null above and is a metric from
+        // `TRITONSERVER_MetricNew*`, not deleted yet.
         unsafe { (*metric).0.set(value) }.map_err(unsupported)
     })
 }
@@ -243,6 +291,8 @@ pub unsafe extern "C" fn TRITONSERVER_MetricObserve(
 ) -> ErrorPtr {
     ffi_entry!({
         non_null(metric, "metric")?;
+        // SAFETY: `metric` is checked non-null above and is a metric from
+        // `TRITONSERVER_MetricNew*`, not deleted yet.
         unsafe { (*metric).0.observe(value) }.map_err(unsupported)
     })
 }
@@ -255,6 +305,9 @@ pub unsafe extern "C" fn TRITONSERVER_GetMetricKind(
     ffi_entry!({
         non_null(metric, "metric")?;
         non_null(kind, "kind")?;
+        // SAFETY: `kind` is checked non-null above and, by the header's contract, valid for
+        // writing one value; `metric` is checked non-null above and is a metric from
+        // `TRITONSERVER_MetricNew*`, not deleted yet.
         unsafe { *kind = kind_to_c((&*metric).0.kind) };
         Ok(())
     })

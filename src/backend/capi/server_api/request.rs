@@ -229,12 +229,16 @@ unsafe fn with_request(
     if request.is_null() {
         return invalid_arg("inference_request is null");
     }
+    // SAFETY: `request` is checked non-null above and is a request the server gave this backend's
+    // `ModelInstanceExecute` that it has not released yet (tritonbackend.h).
     status(f(unsafe { &mut *request }))
 }
 
 /// Writes `value` through an out-pointer, or fails for a null one.
 unsafe fn out<T>(p: *mut T, what: &str, value: T) -> Result<(), ErrorPtr> {
     non_null(p, what)?;
+    // SAFETY: checked non-null above; every caller passes the C caller's out-parameter, valid for
+    // writing a `T` (tritonserver.h).
     unsafe { p.write(value) };
     Ok(())
 }
@@ -248,7 +252,13 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestNew(
 ) -> ErrorPtr {
     ffi_entry!({
         non_null(inference_request, "inference_request")?;
+        // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+        // handed out, which a backend may use while its model lives; `from_c` takes a reference of
+        // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        // SAFETY: `model_name` is null (refused by `c_str`) or a NUL-terminated string the caller
+        // keeps valid for the call (the header's `const char*` contract); nothing keeps the `&str`
+        // past the call.
         let name = unsafe { c_str(model_name, "model_name") }?;
         // As Triton: the model must be known when the request is made.
         let version = if model_version < 0 {
@@ -275,6 +285,8 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestNew(
             response: None,
             cancel: Arc::default(),
         });
+        // SAFETY: `inference_request` is checked non-null above and, by the header's contract,
+        // valid for writing one value.
         unsafe { *inference_request = Box::into_raw(request) };
         Ok(())
     })
@@ -286,6 +298,9 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestDelete(
 ) -> ErrorPtr {
     ffi_entry!({
         if !inference_request.is_null() {
+            // SAFETY: `inference_request` is non-null (checked) and came from `Box::into_raw` in
+            // the matching New function; the header makes this Delete its one release, so nothing
+            // uses it afterwards.
             drop(unsafe { Box::from_raw(inference_request) });
         }
         ptr::null_mut()
@@ -297,6 +312,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestId(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     id: *mut *const c_char,
 ) -> ErrorPtr {
+    // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+    // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+    // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+    // checked inside.
     ffi_entry!({ unsafe { with_request(inference_request, |r| out(id, "id", r.id.as_ptr())) } })
 }
 
@@ -306,6 +325,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetId(
     id: *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 r.id = lossy_cstring(c_str(id, "id")?);
@@ -320,6 +343,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestFlags(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     flags: *mut u32,
 ) -> ErrorPtr {
+    // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+    // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+    // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+    // checked inside.
     ffi_entry!({ unsafe { with_request(inference_request, |r| out(flags, "flags", r.flags)) } })
 }
 
@@ -329,6 +356,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetFlags(
     flags: u32,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 r.flags = flags;
@@ -344,6 +375,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestCorrelationId(
     correlation_id: *mut u64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| match &r.correlation {
                 Correlation::Str(_) => Err(invalid_arg(
@@ -362,6 +397,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestCorrelationIdString(
     correlation_id: *mut *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| match &r.correlation {
                 Correlation::Str(s) => out(correlation_id, "correlation_id", s.as_ptr()),
@@ -379,6 +418,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetCorrelationId(
     correlation_id: u64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 r.correlation = Correlation::Uint(correlation_id);
@@ -394,6 +437,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetCorrelationIdString(
     correlation_id: *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 let id = c_str(correlation_id, "correlation_id")?;
@@ -414,6 +461,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestCancel(
     inference_request: *mut TRITONSERVER_InferenceRequest,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 r.cancel.cancel();
@@ -429,6 +480,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestIsCancelled(
     is_cancelled: *mut bool,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 out(is_cancelled, "is_cancelled", r.cancel.is_cancelled())
@@ -443,6 +498,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestPriority(
     priority: *mut u32,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 out(
@@ -461,6 +520,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestPriorityUInt64(
     priority: *mut u64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe { with_request(inference_request, |r| out(priority, "priority", r.priority)) }
     })
 }
@@ -471,6 +534,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetPriority(
     priority: u32,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 r.priority = u64::from(priority);
@@ -486,6 +553,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetPriorityUInt64(
     priority: u64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 r.priority = priority;
@@ -501,6 +572,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestTimeoutMicroseconds(
     timeout_us: *mut u64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 out(timeout_us, "timeout_us", r.timeout_us)
@@ -515,6 +590,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetTimeoutMicroseconds(
     timeout_us: u64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 r.timeout_us = timeout_us;
@@ -533,6 +612,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAddInput(
     dim_count: u64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 let name = c_str(name, "input name")?;
@@ -573,6 +656,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAddRawInput(
     name: *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |_| {
                 let name = c_str(name, "input name")?;
@@ -590,6 +677,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveInput(
     name: *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 let name = c_str(name, "input name")?;
@@ -611,6 +702,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveAllInputs(
     inference_request: *mut TRITONSERVER_InferenceRequest,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 r.inputs.clear();
@@ -627,6 +722,9 @@ unsafe fn append(
     byte_size: usize,
     memory_type: MemoryType,
 ) -> Result<(), ErrorPtr> {
+    // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+    // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past the
+    // call.
     let name = unsafe { c_str(name, "input name") }?;
     if memory_type != MEMORY_CPU && memory_type != MEMORY_CPU_PINNED {
         return Err(unsupported(format!(
@@ -636,6 +734,9 @@ unsafe fn append(
     let input = r.input_mut(name)?;
     if byte_size > 0 {
         non_null(base, "base")?;
+        // SAFETY: `base` is non-null (checked above) and, by the header's contract, points to
+        // `byte_size` elements that stay unchanged for the call; they are copied before it
+        // returns.
         let data = unsafe { std::slice::from_raw_parts(base.cast::<u8>(), byte_size) };
         input.chunks.push(Bytes::copy_from_slice(data));
     }
@@ -652,6 +753,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAppendInputData(
     _memory_type_id: i64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 append(r, name, base, byte_size, memory_type)
@@ -673,6 +778,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAppendInputDataWithHostPol
     _host_policy_name: *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 append(r, name, base, byte_size, memory_type)
@@ -687,6 +796,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveAllInputData(
     name: *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 let name = c_str(name, "input name")?;
@@ -703,6 +816,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAddRequestedOutput(
     name: *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 let name = c_str(name, "output name")?;
@@ -721,6 +838,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveRequestedOutput(
     name: *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 let name = c_str(name, "output name")?;
@@ -742,6 +863,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs(
     inference_request: *mut TRITONSERVER_InferenceRequest,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 r.outputs.clear();
@@ -758,6 +883,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetReleaseCallback(
     request_release_userp: *mut c_void,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 r.release = request_release_fn.map(|f| (f, request_release_userp));
@@ -776,6 +905,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetResponseCallback(
     response_userp: *mut c_void,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe {
             with_request(inference_request, |r| {
                 let response_fn = response_fn.ok_or_else(|| invalid_arg("response_fn is null"))?;
@@ -798,6 +931,10 @@ unsafe fn set_parameter(
     key: *const c_char,
     value: CParam,
 ) -> ErrorPtr {
+    // SAFETY: `request` is null (refused by `with_request`) or a request from
+    // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+    // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+    // checked inside.
     unsafe {
         with_request(request, |r| {
             let key = c_str(key, "parameter key")?;
@@ -815,10 +952,17 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetStringParameter(
     value: *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `value` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
         let value = match unsafe { c_str(value, "parameter value") } {
             Ok(v) => lossy_cstring(v),
             Err(e) => return e,
         };
+        // SAFETY: `request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
         unsafe { set_parameter(request, key, CParam::String(value)) }
     })
 }
@@ -829,6 +973,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetIntParameter(
     key: *const c_char,
     value: i64,
 ) -> ErrorPtr {
+    // SAFETY: `request` is null (refused by `with_request`) or a request from
+    // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+    // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+    // checked inside.
     ffi_entry!({ unsafe { set_parameter(request, key, CParam::Int(value)) } })
 }
 
@@ -838,6 +986,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetBoolParameter(
     key: *const c_char,
     value: bool,
 ) -> ErrorPtr {
+    // SAFETY: `request` is null (refused by `with_request`) or a request from
+    // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+    // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+    // checked inside.
     ffi_entry!({ unsafe { set_parameter(request, key, CParam::Bool(value)) } })
 }
 
@@ -847,6 +999,10 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetDoubleParameter(
     key: *const c_char,
     value: f64,
 ) -> ErrorPtr {
+    // SAFETY: `request` is null (refused by `with_request`) or a request from
+    // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+    // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+    // checked inside.
     ffi_entry!({ unsafe { set_parameter(request, key, CParam::Double(value)) } })
 }
 
@@ -878,6 +1034,8 @@ mod tests {
     #[test]
     fn the_c_setters_build_our_request_with_kserve_parameters() {
         let r = Box::into_raw(request());
+        // SAFETY: test: `r` is a request boxed just above and deleted once at the end; the other
+        // pointers are locals.
         unsafe {
             assert!(TRITONSERVER_InferenceRequestSetId(r, c"req-7".as_ptr()).is_null());
             assert!(

@@ -91,6 +91,7 @@ impl TRITONSERVER_InferenceResponse {
                 TRITONSERVER_Parameter::new(name, value)
             })
             .collect();
+        // SAFETY: the allocator is alive, which is this function's own contract.
         if let Err(e) = unsafe { r.allocate_outputs(response, callback) } {
             r.release_buffers();
             r.outputs.clear();
@@ -114,8 +115,13 @@ impl TRITONSERVER_InferenceResponse {
                 "the response has outputs but the request named no response allocator".into(),
             ));
         }
+        // SAFETY: `allocator` is checked non-null above and is an allocator from
+        // `TRITONSERVER_ResponseAllocatorNew`, not deleted yet.
         let alloc = unsafe { &*allocator };
         if let Some(start) = alloc.start_fn {
+            // SAFETY: the caller's start callback, called with its allocator and userp as
+            // tritonserver.h specifies; the error it returns (if any) is ours to free, which
+            // `taken` does.
             unsafe { taken(start(allocator, callback.allocator_userp)) }?;
         }
         for tensor in response.outputs {
@@ -125,6 +131,9 @@ impl TRITONSERVER_InferenceResponse {
             let mut buffer_userp: *mut c_void = ptr::null_mut();
             let mut memory_type = MEMORY_CPU;
             let mut memory_type_id = 0i64;
+            // SAFETY: the caller's alloc callback with its own allocator and
+            // userp, as tritonserver.h specifies; the out-pointers are locals
+            // and the name outlives the call.
             unsafe {
                 taken((alloc.alloc_fn)(
                     allocator,
@@ -181,6 +190,8 @@ impl TRITONSERVER_InferenceResponse {
         if self.allocator.is_null() {
             return;
         }
+        // SAFETY: non-null (checked above); the allocator outlives every request that names it and
+        // so this response (tritonserver.h), as `build` requires.
         let release = unsafe { (*self.allocator).release_fn };
         for o in self.outputs.drain(..) {
             // SAFETY: each buffer came from this allocator's alloc_fn.
@@ -194,6 +205,8 @@ impl TRITONSERVER_InferenceResponse {
                     o.memory_type_id,
                 )
             };
+            // SAFETY: the release callback returns null or an error from `TRITONSERVER_ErrorNew`
+            // that becomes ours.
             if let Some(e) = unsafe { super::super::error::take(err) } {
                 tracing::warn!(output = ?o.name, error = %e.message, "response allocator failed to release an output buffer");
             }
@@ -212,6 +225,8 @@ unsafe fn taken(err: ErrorPtr) -> Result<(), (ErrorCode, String)> {
     if err.is_null() {
         return Ok(());
     }
+    // SAFETY: non-null (checked); an allocator callback's error from `TRITONSERVER_ErrorNew` (a
+    // `Box::into_raw`), whose ownership passes to us.
     let boxed = unsafe { Box::from_raw(err) };
     Err((boxed.code, boxed.message_str()))
 }
@@ -223,11 +238,15 @@ unsafe fn with_response(
     if response.is_null() {
         return super::super::error::invalid_arg("inference_response is null");
     }
+    // SAFETY: checked non-null above; callers pass a response the C caller got in its response
+    // callback and has not deleted (tritonserver.h); only shared references are made from it.
     status(f(unsafe { &*response }))
 }
 
 unsafe fn out<T>(p: *mut T, what: &str, value: T) -> Result<(), ErrorPtr> {
     non_null(p, what)?;
+    // SAFETY: checked non-null above; every caller passes the C caller's out-parameter, valid for
+    // writing a `T` (tritonserver.h).
     unsafe { p.write(value) };
     Ok(())
 }
@@ -238,6 +257,9 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseDelete(
 ) -> ErrorPtr {
     ffi_entry!({
         if !inference_response.is_null() {
+            // SAFETY: `inference_response` is non-null (checked) and came from `Box::into_raw` in
+            // the matching New function; the header makes this Delete its one release, so nothing
+            // uses it afterwards.
             drop(unsafe { Box::from_raw(inference_response) });
         }
         ptr::null_mut()
@@ -254,6 +276,8 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseError(
         if inference_response.is_null() {
             return super::super::error::invalid_arg("inference_response is null");
         }
+        // SAFETY: `inference_response` is checked non-null above and is a response the caller got
+        // in its response callback and has not deleted yet (tritonserver.h).
         match unsafe { &(*inference_response).error } {
             None => ptr::null_mut(),
             Some((code, message)) => TRITONSERVER_Error::boxed(*code, message.clone()),
@@ -268,6 +292,9 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseModel(
     model_version: *mut i64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
+        // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
+        // are checked by `out`.
         unsafe {
             with_response(inference_response, |r| {
                 out(model_name, "model_name", r.model_name.as_ptr())?;
@@ -283,6 +310,9 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseId(
     request_id: *mut *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
+        // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
+        // are checked by `out`.
         unsafe {
             with_response(inference_response, |r| {
                 out(request_id, "request_id", r.id.as_ptr())
@@ -297,6 +327,9 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseParameterCount(
     count: *mut u32,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
+        // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
+        // are checked by `out`.
         unsafe {
             with_response(inference_response, |r| {
                 out(
@@ -318,6 +351,9 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseParameter(
     vvalue: *mut *const c_void,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
+        // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
+        // are checked by `out`.
         unsafe {
             with_response(inference_response, |r| {
                 let p = r.parameters.get(index as usize).ok_or_else(|| {
@@ -340,6 +376,9 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseOutputCount(
     count: *mut u32,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
+        // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
+        // are checked by `out`.
         unsafe {
             with_response(inference_response, |r| {
                 out(
@@ -367,6 +406,9 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseOutput(
     userp: *mut *mut c_void,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
+        // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
+        // are checked by `out`.
         unsafe {
             with_response(inference_response, |r| {
                 let o = r.outputs.get(index as usize).ok_or_else(|| {
@@ -399,6 +441,9 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseOutputClassificationLabel
     ffi_entry!({
         // Labels are applied by the protocol layer's classification
         // extension; in-process responses carry raw outputs, so no label.
+        // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
+        // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
+        // are checked by `out`.
         unsafe { with_response(inference_response, |_| out(label, "label", ptr::null())) }
     })
 }
@@ -429,6 +474,7 @@ mod tests {
         actual_memory_type_id: *mut i64,
     ) -> ErrorPtr {
         let mut storage = Box::new(vec![0u8; byte_size]);
+        // SAFETY: test: the server passes out-pointers valid for writing.
         unsafe {
             *buffer = storage.as_mut_ptr().cast();
             *buffer_userp = Box::into_raw(storage).cast();
@@ -446,6 +492,8 @@ mod tests {
         _memory_type: MemoryType,
         _memory_type_id: i64,
     ) -> ErrorPtr {
+        // SAFETY: test: `buffer_userp` is the boxed Vec that `alloc` above leaked for this buffer;
+        // released once.
         drop(unsafe { Box::from_raw(buffer_userp.cast::<Vec<u8>>()) });
         RELEASED.fetch_add(1, Ordering::SeqCst);
         ptr::null_mut()
@@ -503,6 +551,9 @@ mod tests {
     #[test]
     fn outputs_are_written_into_the_callers_buffers_and_released_on_delete() {
         let mut allocator: *mut TRITONSERVER_ResponseAllocator = ptr::null_mut();
+        // SAFETY: `shape` is non-null (checked above) and, by the header's contract, points to
+        // `dims as usize` elements that stay unchanged for the call; they are copied before it
+        // returns.
         unsafe {
             assert!(super::super::allocator::TRITONSERVER_ResponseAllocatorNew(
                 &mut allocator,
@@ -563,6 +614,8 @@ mod tests {
     #[test]
     fn a_refused_allocation_makes_an_error_response() {
         let mut allocator: *mut TRITONSERVER_ResponseAllocator = ptr::null_mut();
+        // SAFETY: test: every pointer is a local or an object created here
+        // through the C API and deleted once.
         unsafe {
             super::super::allocator::TRITONSERVER_ResponseAllocatorNew(
                 &mut allocator,

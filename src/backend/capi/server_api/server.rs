@@ -164,7 +164,13 @@ unsafe fn model_of(
     model_name: *const c_char,
     model_version: i64,
 ) -> Result<(Arc<TRITONSERVER_Server>, Arc<ModelVersion>), ErrorPtr> {
+    // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+    // handed out, which a backend may use while its model lives; `from_c` takes a reference of its
+    // own.
     let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+    // SAFETY: `model_name` is null (refused by `c_str`) or a NUL-terminated string the caller
+    // keeps valid for the call (the header's `const char*` contract); nothing keeps the `&str`
+    // past the call.
     let name = unsafe { c_str(model_name, "model_name") }?;
     let model = server
         .with_model(name, &version_str(model_version), Arc::clone)
@@ -174,6 +180,8 @@ unsafe fn model_of(
 
 unsafe fn out<T>(p: *mut T, what: &str, value: T) -> Result<(), ErrorPtr> {
     non_null(p, what)?;
+    // SAFETY: checked non-null above; every caller passes the C caller's out-parameter, valid for
+    // writing a `T` (tritonserver.h).
     unsafe { p.write(value) };
     Ok(())
 }
@@ -184,7 +192,12 @@ pub unsafe extern "C" fn TRITONSERVER_ServerIsLive(
     live: *mut bool,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+        // handed out, which a backend may use while its model lives; `from_c` takes a reference of
+        // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        // SAFETY: `live` is null (refused by `out`) or the caller's out-parameter, valid for
+        // writing one value (tritonserver.h).
         unsafe { out(live, "live", server.state.live()) }
     })
 }
@@ -195,7 +208,12 @@ pub unsafe extern "C" fn TRITONSERVER_ServerIsReady(
     ready: *mut bool,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+        // handed out, which a backend may use while its model lives; `from_c` takes a reference of
+        // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        // SAFETY: `ready` is null (refused by `out`) or the caller's out-parameter, valid for
+        // writing one value (tritonserver.h).
         unsafe { out(ready, "ready", server.state.ready()) }
     })
 }
@@ -211,7 +229,13 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelIsReady(
 ) -> ErrorPtr {
     ffi_entry!({
         non_null(ready, "ready")?;
+        // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+        // handed out, which a backend may use while its model lives; `from_c` takes a reference of
+        // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        // SAFETY: `model_name` is null (refused by `c_str`) or a NUL-terminated string the caller
+        // keeps valid for the call (the header's `const char*` contract); nothing keeps the `&str`
+        // past the call.
         let name = unsafe { c_str(model_name, "model_name") }?;
         let table = server.table();
         let is_ready = match table.resolve(name, &version_str(model_version)) {
@@ -222,6 +246,8 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelIsReady(
             }
             Err(e) => return Err(error_from(&e)),
         };
+        // SAFETY: `ready` is null (refused by `out`) or the caller's out-parameter, valid for
+        // writing one value (tritonserver.h).
         unsafe { out(ready, "ready", is_ready) }
     })
 }
@@ -236,14 +262,21 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelBatchProperties(
 ) -> ErrorPtr {
     ffi_entry!({
         if !voidp.is_null() {
+            // SAFETY: `voidp` is checked non-null above and, by the header's contract, valid for
+            // writing one value.
             unsafe { *voidp = ptr::null_mut() };
         }
+        // SAFETY: `model_of` refuses a null server or name; otherwise they are the server from
+        // `TRITONBACKEND_ModelServer` and a NUL-terminated name the caller keeps valid for the
+        // call.
         let (_, model) = unsafe { model_of(server, model_name, model_version) }?;
         let f = if model.config.max_batch_size > 0 {
             BATCH_FIRST_DIM
         } else {
             BATCH_UNKNOWN
         };
+        // SAFETY: `flags` is null (refused by `out`) or the caller's out-parameter, valid for
+        // writing one value (tritonserver.h).
         unsafe { out(flags, "flags", f) }
     })
 }
@@ -258,14 +291,21 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelTransactionProperties(
 ) -> ErrorPtr {
     ffi_entry!({
         if !voidp.is_null() {
+            // SAFETY: `voidp` is checked non-null above and, by the header's contract, valid for
+            // writing one value.
             unsafe { *voidp = ptr::null_mut() };
         }
+        // SAFETY: `model_of` refuses a null server or name; otherwise they are the server from
+        // `TRITONBACKEND_ModelServer` and a NUL-terminated name the caller keeps valid for the
+        // call.
         let (_, model) = unsafe { model_of(server, model_name, model_version) }?;
         let f = if is_decoupled(&model.config) {
             TXN_DECOUPLED
         } else {
             TXN_ONE_TO_ONE
         };
+        // SAFETY: `txn_flags` is null (refused by `out`) or the caller's out-parameter, valid for
+        // writing one value (tritonserver.h).
         unsafe { out(txn_flags, "txn_flags", f) }
     })
 }
@@ -276,12 +316,17 @@ pub unsafe extern "C" fn TRITONSERVER_ServerMetadata(
     server_metadata: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+        // handed out, which a backend may use while its model lives; `from_c` takes a reference of
+        // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
         let doc = json!({
             "name": server.state.options.server_name,
             "version": crate::protocol::identity::VERSION,
             "extensions": crate::protocol::identity::extensions(),
         });
+        // SAFETY: `server_metadata` is null (refused by `out`) or the caller's
+        // out-parameter, valid for writing one pointer (tritonserver.h).
         unsafe {
             out(
                 server_metadata,
@@ -300,6 +345,9 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelMetadata(
     model_metadata: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `model_of` refuses a null server or name; otherwise they are the server from
+        // `TRITONBACKEND_ModelServer` and a NUL-terminated name the caller keeps valid for the
+        // call.
         let (server, m) = unsafe { model_of(server, model_name, model_version) }?;
         let tensors = |list: &[crate::model::metadata::TensorMetadata]| {
             list.iter()
@@ -319,6 +367,8 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelMetadata(
             "inputs": tensors(&m.metadata.inputs),
             "outputs": tensors(&m.metadata.outputs),
         });
+        // SAFETY: `model_metadata` is null (refused by `out`) or the caller's
+        // out-parameter, valid for writing one pointer (tritonserver.h).
         unsafe {
             out(
                 model_metadata,
@@ -345,8 +395,13 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelConfig(
                 "model configuration version {config_version} not supported, supported versions are: 1"
             )));
         }
+        // SAFETY: `model_of` refuses a null server or name; otherwise they are the server from
+        // `TRITONBACKEND_ModelServer` and a NUL-terminated name the caller keeps valid for the
+        // call.
         let (_, m) = unsafe { model_of(server, model_name, model_version) }?;
         let json = String::from_utf8_lossy(&m.config_json).into_owned();
+        // SAFETY: `model_config` is null (refused by `out`) or the caller's
+        // out-parameter, valid for writing one pointer (tritonserver.h).
         unsafe {
             out(
                 model_config,
@@ -366,6 +421,9 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelIndex(
 ) -> ErrorPtr {
     ffi_entry!({
         non_null(model_index, "model_index")?;
+        // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+        // handed out, which a backend may use while its model lives; `from_c` takes a reference of
+        // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
         let repository = repository(&server)?;
         let rows = block_on_repository(repository.index(flags & INDEX_FLAG_READY != 0))?;
@@ -386,6 +444,8 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelIndex(
             })
             .collect();
         let json = serde_json::Value::Array(doc).to_string();
+        // SAFETY: `model_index` is null (refused by `out`) or the caller's
+        // out-parameter, valid for writing one pointer (tritonserver.h).
         unsafe {
             out(
                 model_index,
@@ -435,6 +495,8 @@ pub unsafe extern "C" fn TRITONSERVER_ServerLoadModel(
     model_name: *const c_char,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: the caller's pointers are passed on unchanged under the same contract; no
+        // parameters (null with a zero count) is allowed there.
         unsafe { TRITONSERVER_ServerLoadModelWithParameters(server, model_name, ptr::null(), 0) }
     })
 }
@@ -449,7 +511,13 @@ pub unsafe extern "C" fn TRITONSERVER_ServerLoadModelWithParameters(
     parameter_count: u64,
 ) -> ErrorPtr {
     ffi_entry!({
+        // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+        // handed out, which a backend may use while its model lives; `from_c` takes a reference of
+        // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        // SAFETY: `model_name` is null (refused by `c_str`) or a NUL-terminated string the caller
+        // keeps valid for the call (the header's `const char*` contract); nothing keeps the `&str`
+        // past the call.
         let name = unsafe { c_str(model_name, "model_name") }?.to_string();
         let mut load = crate::repository::manager::LoadRequest::default();
         let count = usize::try_from(parameter_count)
@@ -458,8 +526,12 @@ pub unsafe extern "C" fn TRITONSERVER_ServerLoadModelWithParameters(
             non_null(parameters, "parameters")?;
         }
         for i in 0..count {
+            // SAFETY: `parameters` is non-null (checked above) and, per tritonserver.h, an array
+            // of `parameter_count` parameter pointers; `i < count`.
             let p = unsafe { *parameters.add(i) };
             non_null(p, "parameter")?;
+            // SAFETY: checked non-null just above; a parameter from `TRITONSERVER_ParameterNew`
+            // the caller keeps for the call.
             let p = unsafe { &*p };
             let key = p.name.to_string_lossy();
             match (key.as_ref(), &p.value) {
@@ -489,6 +561,8 @@ pub unsafe extern "C" fn TRITONSERVER_ServerUnloadModel(
     server: *mut TRITONSERVER_Server,
     model_name: *const c_char,
 ) -> ErrorPtr {
+    // SAFETY: the caller's pointers go to `unload_model`, which checks them, under the same
+    // tritonserver.h contract.
     ffi_entry!({ unsafe { unload_model(server, model_name, false) } })
 }
 
@@ -499,6 +573,8 @@ pub unsafe extern "C" fn TRITONSERVER_ServerUnloadModelAndDependents(
     server: *mut TRITONSERVER_Server,
     model_name: *const c_char,
 ) -> ErrorPtr {
+    // SAFETY: the caller's pointers go to `unload_model`, which checks them, under the same
+    // tritonserver.h contract.
     ffi_entry!({ unsafe { unload_model(server, model_name, true) } })
 }
 
@@ -508,7 +584,13 @@ unsafe fn unload_model(
     unload_dependents: bool,
 ) -> ErrorPtr {
     status((|| {
+        // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+        // handed out, which a backend may use while its model lives; `from_c` takes a reference of
+        // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        // SAFETY: `model_name` is null (refused by `c_str`) or a NUL-terminated string the caller
+        // keeps valid for the call (the header's `const char*` contract); nothing keeps the `&str`
+        // past the call.
         let name = unsafe { c_str(model_name, "model_name") }?.to_string();
         let repository = repository(&server)?;
         block_on_repository(repository.unload(name, unload_dependents))
