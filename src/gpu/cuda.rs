@@ -185,6 +185,7 @@ pub struct IpcMemory {
 // SAFETY: a device pointer is an integer valid in the (shared, primary)
 // context, which every use binds to its thread first.
 unsafe impl Send for IpcMemory {}
+// SAFETY: as for `Send`; shared uses only read the two integers.
 unsafe impl Sync for IpcMemory {}
 
 impl IpcMemory {

@@ -64,6 +64,7 @@ pub struct Nvml {
 // SAFETY: NVML is thread-safe (documented); the struct holds only function
 // pointers into a library that stays loaded while it lives.
 unsafe impl Send for Nvml {}
+// SAFETY: as for `Send`: NVML may be called from several threads at once.
 unsafe impl Sync for Nvml {}
 
 impl Nvml {
@@ -147,20 +148,25 @@ impl Nvml {
     }
 
     fn read_device(&self, device: Device, uuid: String) -> GpuReading {
-        // SAFETY (each call): `device` came from nvmlDeviceGetHandleByIndex
+        // Each call below: `device` came from nvmlDeviceGetHandleByIndex
         // and every out-pointer is a valid local.
         let mut util = Utilization::default();
+        // SAFETY: a valid device handle and a local out-pointer (above).
         let utilization = (unsafe { (self.utilization)(device, &mut util) } == SUCCESS)
             .then(|| f64::from(util.gpu.min(100)) / 100.0);
         let mut mem = Memory::default();
+        // SAFETY: a valid device handle and a local out-pointer (above).
         let memory_ok = unsafe { (self.memory)(device, &mut mem) } == SUCCESS;
         let mut milliwatts: c_uint = 0;
+        // SAFETY: a valid device handle and a local out-pointer (above).
         let power_watts = (unsafe { (self.power)(device, &mut milliwatts) } == SUCCESS)
             .then(|| f64::from(milliwatts) / 1000.0);
         let mut limit: c_uint = 0;
+        // SAFETY: a valid device handle and a local out-pointer (above).
         let power_limit_watts = (unsafe { (self.power_limit)(device, &mut limit) } == SUCCESS)
             .then(|| f64::from(limit) / 1000.0);
         let mut millijoules: c_ulonglong = 0;
+        // SAFETY: a valid device handle and a local out-pointer (above).
         let energy_joules = (unsafe { (self.energy)(device, &mut millijoules) } == SUCCESS)
             .then(|| millijoules as f64 / 1000.0);
         GpuReading {

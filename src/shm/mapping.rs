@@ -26,6 +26,7 @@ pub struct Mapping {
 // access goes through raw-pointer copies (`read`/`write`) or `as_slice`,
 // whose caveats are documented there.
 unsafe impl Send for Mapping {}
+// SAFETY: as for `Send`; shared access is the same raw-pointer copies.
 unsafe impl Sync for Mapping {}
 
 impl Mapping {

@@ -19,7 +19,7 @@ use anyhow::{bail, Context};
 use libloading::os::unix::{Library, Symbol, RTLD_LOCAL, RTLD_NOW};
 
 use super::{
-    error::{self, non_null, status, ErrorPtr},
+    error::{self, non_null, ErrorPtr},
     instance::TRITONBACKEND_ModelInstance,
     memory::TRITONBACKEND_MemoryManager,
     message::TRITONSERVER_Message,
@@ -295,6 +295,9 @@ unsafe fn backend<'a>(
     b: *mut TRITONBACKEND_Backend,
 ) -> Result<&'a TRITONBACKEND_Backend, ErrorPtr> {
     non_null(b, "backend")?;
+    // SAFETY: checked non-null above; the caller (every exported function taking a backend) passes
+    // the pointer the server gave `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize`
+    // returns, and only shared references are made from it.
     Ok(unsafe { &*b })
 }
 
@@ -303,12 +306,17 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendName(
     b: *mut TRITONBACKEND_Backend,
     name: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
+        // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
+        // (tritonbackend.h).
         let b = unsafe { backend(b)? };
         non_null(name, "name")?;
+        // SAFETY: `name` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *name = b.name.as_ptr() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -316,12 +324,17 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendConfig(
     b: *mut TRITONBACKEND_Backend,
     config: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
+        // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
+        // (tritonbackend.h).
         let b = unsafe { backend(b)? };
         non_null(config, "backend_config")?;
+        // SAFETY: `config` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *config = TRITONSERVER_Message::boxed(b.config.clone()) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -329,12 +342,17 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendExecutionPolicy(
     b: *mut TRITONBACKEND_Backend,
     policy: *mut ExecutionPolicy,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
+        // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
+        // (tritonbackend.h).
         let b = unsafe { backend(b)? };
         non_null(policy, "policy")?;
+        // SAFETY: `policy` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *policy = b.policy.load(Ordering::Relaxed) };
         Ok(())
-    })())
+    })
 }
 
 /// Recorded only: every instance has a compute worker of its own, which
@@ -344,7 +362,10 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendSetExecutionPolicy(
     b: *mut TRITONBACKEND_Backend,
     policy: ExecutionPolicy,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
+        // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
+        // (tritonbackend.h).
         let b = unsafe { backend(b)? };
         if policy > super::types::EXECUTION_DEVICE_BLOCKING {
             return Err(error::invalid_arg(format!(
@@ -353,7 +374,7 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendSetExecutionPolicy(
         }
         b.policy.store(policy, Ordering::Relaxed);
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -362,16 +383,21 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendArtifacts(
     artifact_type: *mut ArtifactType,
     location: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
+        // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
+        // (tritonbackend.h).
         let b = unsafe { backend(b)? };
         non_null(artifact_type, "artifact_type")?;
         non_null(location, "location")?;
+        // SAFETY: `artifact_type`, `location` are checked non-null above and, by the header's
+        // contract, valid for writing one value.
         unsafe {
             *artifact_type = ARTIFACT_FILESYSTEM;
             *location = b.artifacts.as_ptr();
         }
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -379,12 +405,17 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendMemoryManager(
     b: *mut TRITONBACKEND_Backend,
     manager: *mut *mut TRITONBACKEND_MemoryManager,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
+        // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
+        // (tritonbackend.h).
         let b = unsafe { backend(b)? };
         non_null(manager, "manager")?;
+        // SAFETY: `manager` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *manager = (&b.memory as *const TRITONBACKEND_MemoryManager).cast_mut() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -392,12 +423,17 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendState(
     b: *mut TRITONBACKEND_Backend,
     state: *mut *mut c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
+        // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
+        // (tritonbackend.h).
         let b = unsafe { backend(b)? };
         non_null(state, "state")?;
+        // SAFETY: `state` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *state = b.state.load(Ordering::Acquire) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -405,11 +441,14 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendSetState(
     b: *mut TRITONBACKEND_Backend,
     state: *mut c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
+        // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
+        // (tritonbackend.h).
         let b = unsafe { backend(b)? };
         b.state.store(state, Ordering::Release);
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -420,7 +459,7 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendAttributeAddPreferredInstanceGroup
     device_ids: *const u64,
     id_count: u64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(attributes, "backend_attributes")?;
         if kind > super::types::INSTANCEGROUPKIND_MODEL {
             return Err(error::invalid_arg(format!(
@@ -430,11 +469,17 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendAttributeAddPreferredInstanceGroup
         let ids = if id_count == 0 || device_ids.is_null() {
             Vec::new()
         } else {
+            // SAFETY: `device_ids` is non-null (checked above) and, by the header's contract,
+            // points to `id_count as usize` elements that stay unchanged for the call; they are
+            // copied before it returns.
             unsafe { std::slice::from_raw_parts(device_ids, id_count as usize) }.to_vec()
         };
+        // SAFETY: `attributes` is checked non-null above and is the attribute object the server
+        // passed to `TRITONBACKEND_GetBackendAttribute`, which it owns and does not touch until
+        // that call returns (the backend may only use it during the call).
         unsafe { (*attributes).preferred_groups.push((kind, count, ids)) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -442,9 +487,12 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendAttributeSetParallelModelInstanceL
     attributes: *mut TRITONBACKEND_BackendAttribute,
     enabled: bool,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(attributes, "backend_attributes")?;
+        // SAFETY: `attributes` is checked non-null above and is the attribute object the server
+        // passed to `TRITONBACKEND_GetBackendAttribute`, which it owns and does not touch until
+        // that call returns (the backend may only use it during the call).
         unsafe { (*attributes).parallel_instance_loading = enabled };
         Ok(())
-    })())
+    })
 }

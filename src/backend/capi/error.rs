@@ -70,6 +70,9 @@ pub unsafe fn take(err: ErrorPtr) -> Option<InferError> {
     if err.is_null() {
         return None;
     }
+    // SAFETY: `err` is non-null (checked) and, per this function's contract, came from
+    // `TRITONSERVER_ErrorNew` (a `Box::into_raw`) and was not freed; taking it here is its one
+    // release.
     let boxed = unsafe { Box::from_raw(err) };
     Some(InferError::new(
         error_code_to_kind(boxed.code),
@@ -85,6 +88,8 @@ pub unsafe fn c_str<'a>(s: *const c_char, what: &str) -> Result<&'a str, ErrorPt
     if s.is_null() {
         return Err(invalid_arg(format!("{what} is null")));
     }
+    // SAFETY: `s` is non-null (checked) and, per this function's contract, a NUL-terminated string
+    // valid for `'a`.
     unsafe { CStr::from_ptr(s) }
         .to_str()
         .map_err(|_| invalid_arg(format!("{what} is not valid UTF-8")))
@@ -109,57 +114,78 @@ pub fn status(result: Result<(), ErrorPtr>) -> ErrorPtr {
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_ErrorNew(code: ErrorCode, msg: *const c_char) -> ErrorPtr {
-    let message = if msg.is_null() {
-        String::new()
-    } else {
-        unsafe { CStr::from_ptr(msg) }
-            .to_string_lossy()
-            .into_owned()
-    };
-    TRITONSERVER_Error::boxed(code, message)
+    ffi_entry!({
+        let message = if msg.is_null() {
+            String::new()
+        } else {
+            // SAFETY: `msg` is non-null (checked) and a NUL-terminated string the caller keeps
+            // valid for the call (tritonserver.h); it is copied at once.
+            unsafe { CStr::from_ptr(msg) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        TRITONSERVER_Error::boxed(code, message)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_ErrorDelete(error: ErrorPtr) {
-    if !error.is_null() {
-        drop(unsafe { Box::from_raw(error) });
-    }
+    ffi_entry!((), {
+        if !error.is_null() {
+            // SAFETY: `error` is non-null (checked) and came from `Box::into_raw` in the matching
+            // New function; the header makes this Delete its one release, so nothing uses it
+            // afterwards.
+            drop(unsafe { Box::from_raw(error) });
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_ErrorCode(error: ErrorPtr) -> ErrorCode {
-    if error.is_null() {
-        return ERROR_UNKNOWN;
-    }
-    unsafe { (*error).code }
+    ffi_entry!(ERROR_UNKNOWN, {
+        if error.is_null() {
+            return ERROR_UNKNOWN;
+        }
+        // SAFETY: `error` is checked non-null above and is an error from `TRITONSERVER_ErrorNew`
+        // or from us, not deleted yet.
+        unsafe { (*error).code }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_ErrorCodeString(error: ErrorPtr) -> *const c_char {
-    let code = if error.is_null() {
-        ERROR_UNKNOWN
-    } else {
-        unsafe { (*error).code }
-    };
-    let s: &'static [u8] = match code {
-        ERROR_INTERNAL => b"Internal\0",
-        ERROR_NOT_FOUND => b"Not found\0",
-        ERROR_INVALID_ARG => b"Invalid argument\0",
-        ERROR_UNAVAILABLE => b"Unavailable\0",
-        ERROR_UNSUPPORTED => b"Unsupported\0",
-        ERROR_ALREADY_EXISTS => b"Already exists\0",
-        ERROR_CANCELLED => b"Cancelled\0",
-        _ => b"Unknown\0",
-    };
-    s.as_ptr().cast()
+    ffi_entry!(c"Unknown".as_ptr(), {
+        let code = if error.is_null() {
+            ERROR_UNKNOWN
+        } else {
+            // SAFETY: `error` is checked non-null above and is an error from
+            // `TRITONSERVER_ErrorNew` or from us, not deleted yet.
+            unsafe { (*error).code }
+        };
+        let s: &'static [u8] = match code {
+            ERROR_INTERNAL => b"Internal\0",
+            ERROR_NOT_FOUND => b"Not found\0",
+            ERROR_INVALID_ARG => b"Invalid argument\0",
+            ERROR_UNAVAILABLE => b"Unavailable\0",
+            ERROR_UNSUPPORTED => b"Unsupported\0",
+            ERROR_ALREADY_EXISTS => b"Already exists\0",
+            ERROR_CANCELLED => b"Cancelled\0",
+            _ => b"Unknown\0",
+        };
+        s.as_ptr().cast()
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_ErrorMessage(error: ErrorPtr) -> *const c_char {
-    if error.is_null() {
-        return c"".as_ptr();
-    }
-    unsafe { (*error).message.as_ptr() }
+    ffi_entry!(c"".as_ptr(), {
+        if error.is_null() {
+            return c"".as_ptr();
+        }
+        // SAFETY: `error` is checked non-null above and is an error from `TRITONSERVER_ErrorNew`
+        // or from us, not deleted yet.
+        unsafe { (*error).message.as_ptr() }
+    })
 }
 
 #[cfg(test)]
@@ -168,6 +194,8 @@ mod tests {
 
     #[test]
     fn error_round_trip_through_the_c_functions() {
+        // SAFETY: test: `e` is an error made just above by `TRITONSERVER_ErrorNew`, deleted once
+        // by `take`, and the message is copied before that.
         unsafe {
             let e = TRITONSERVER_ErrorNew(ERROR_NOT_FOUND, c"no such thing".as_ptr());
             assert_eq!(TRITONSERVER_ErrorCode(e), ERROR_NOT_FOUND);

@@ -49,6 +49,9 @@ pub struct CapiInstance {
 // Triton also calls an instance's functions from threads of its choice
 // (never two at once, which holds here: one worker owns the instance).
 unsafe impl Send for CapiInstance {}
+// SAFETY: the instance is shared only as `&` by the C functions above, which read immutable fields
+// or atomics; its raw pointers (model, state) are never dereferenced through a shared reference
+// here.
 unsafe impl Sync for TRITONBACKEND_ModelInstance {}
 
 impl CapiInstance {
@@ -151,6 +154,9 @@ impl ModelInstance for CapiInstance {
                 // SAFETY: still allocated unless the backend released it,
                 // which `claim` rules out.
                 if TRITONBACKEND_Request::claim(&flag) {
+                    // SAFETY: `handle` came from `TRITONBACKEND_Request::into_raw` for this
+                    // execution, and winning `claim` means the backend has not released it and
+                    // never will (the backend's release would lose the same `claim`).
                     unsafe { TRITONBACKEND_Request::fail_and_free(handle, e.clone()) };
                 }
             }
@@ -162,6 +168,9 @@ unsafe fn instance<'a>(
     i: *mut TRITONBACKEND_ModelInstance,
 ) -> Result<&'a TRITONBACKEND_ModelInstance, ErrorPtr> {
     non_null(i, "instance")?;
+    // SAFETY: checked non-null above; callers pass the instance the server gave the backend's
+    // `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize` returns, and
+    // only shared references are made from it.
     Ok(unsafe { &*i })
 }
 
@@ -170,12 +179,17 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceName(
     i: *mut TRITONBACKEND_ModelInstance,
     name: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         let i = unsafe { instance(i)? };
         non_null(name, "name")?;
+        // SAFETY: `name` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *name = i.name.as_ptr() };
         Ok(())
-    })())
+    })
 }
 
 /// Every instance is a CPU instance here (KIND_GPU is refused at load).
@@ -184,12 +198,17 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceKind(
     i: *mut TRITONBACKEND_ModelInstance,
     kind: *mut InstanceGroupKind,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         unsafe { instance(i)? };
         non_null(kind, "kind")?;
+        // SAFETY: `kind` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *kind = INSTANCEGROUPKIND_CPU };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -197,12 +216,17 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceDeviceId(
     i: *mut TRITONBACKEND_ModelInstance,
     device_id: *mut i32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         unsafe { instance(i)? };
         non_null(device_id, "device_id")?;
+        // SAFETY: `device_id` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *device_id = 0 };
         Ok(())
-    })())
+    })
 }
 
 /// Triton's default host policy of a CPU instance: `{"cpu":{}}`.
@@ -211,12 +235,17 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceHostPolicy(
     i: *mut TRITONBACKEND_ModelInstance,
     host_policy: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         let i = unsafe { instance(i)? };
         non_null(host_policy, "host_policy")?;
+        // SAFETY: `host_policy` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *host_policy = TRITONSERVER_Message::boxed(i.host_policy.clone()) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -224,12 +253,17 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceIsPassive(
     i: *mut TRITONBACKEND_ModelInstance,
     is_passive: *mut bool,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         unsafe { instance(i)? };
         non_null(is_passive, "is_passive")?;
+        // SAFETY: `is_passive` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *is_passive = false };
         Ok(())
-    })())
+    })
 }
 
 /// No optimization profiles (a TensorRT notion) exist here.
@@ -238,12 +272,17 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceProfileCount(
     i: *mut TRITONBACKEND_ModelInstance,
     count: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         unsafe { instance(i)? };
         non_null(count, "count")?;
+        // SAFETY: `count` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *count = 0 };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -252,12 +291,15 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceProfileName(
     index: u32,
     _profile_name: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         unsafe { instance(i)? };
         Err(error::invalid_arg(format!(
             "out of bounds index {index}: instance has no profiles"
         )))
-    })())
+    })
 }
 
 #[no_mangle]
@@ -265,12 +307,17 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceSecondaryDeviceCount(
     i: *mut TRITONBACKEND_ModelInstance,
     count: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         unsafe { instance(i)? };
         non_null(count, "count")?;
+        // SAFETY: `count` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *count = 0 };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -280,12 +327,15 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceSecondaryDeviceProperties(
     _kind: *mut *const c_char,
     _id: *mut i64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         unsafe { instance(i)? };
         Err(error::invalid_arg(format!(
             "out of bounds index {index}: instance has no secondary devices"
         )))
-    })())
+    })
 }
 
 #[no_mangle]
@@ -293,12 +343,17 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceModel(
     i: *mut TRITONBACKEND_ModelInstance,
     model: *mut *mut TRITONBACKEND_Model,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         let i = unsafe { instance(i)? };
         non_null(model, "model")?;
+        // SAFETY: `model` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *model = i.model.as_ptr() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -306,12 +361,17 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceState(
     i: *mut TRITONBACKEND_ModelInstance,
     state: *mut *mut c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         let i = unsafe { instance(i)? };
         non_null(state, "state")?;
+        // SAFETY: `state` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *state = i.state.load(Ordering::Acquire) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -319,11 +379,14 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceSetState(
     i: *mut TRITONBACKEND_ModelInstance,
     state: *mut c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
+        // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
+        // returns (tritonbackend.h).
         let i = unsafe { instance(i)? };
         i.state.store(state, Ordering::Release);
         Ok(())
-    })())
+    })
 }
 
 /// Accepted and not used: the server records every execution itself
@@ -339,7 +402,9 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportStatistics(
     _compute_end_ns: u64,
     _exec_end_ns: u64,
 ) -> ErrorPtr {
-    status(unsafe { instance(i) }.map(|_| ()))
+    // SAFETY: `instance` refuses a null `i`; otherwise it is the instance the server passed to the
+    // backend, alive until its finalize returns.
+    ffi_entry!({ status(unsafe { instance(i) }.map(|_| ())) })
 }
 
 /// As `ReportStatistics`: the server records batch executions itself.
@@ -352,7 +417,9 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportBatchStatistics(
     _compute_end_ns: u64,
     _exec_end_ns: u64,
 ) -> ErrorPtr {
-    status(unsafe { instance(i) }.map(|_| ()))
+    // SAFETY: `instance` refuses a null `i`; otherwise it is the instance the server passed to the
+    // backend, alive until its finalize returns.
+    ffi_entry!({ status(unsafe { instance(i) }.map(|_| ())) })
 }
 
 /// Accepted and ignored: memory usage is not reported by this server.
@@ -362,5 +429,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportMemoryUsage(
     _usage: *mut *mut super::memory::TRITONSERVER_BufferAttributes,
     _usage_size: u32,
 ) -> ErrorPtr {
-    status(unsafe { instance(i) }.map(|_| ()))
+    // SAFETY: `instance` refuses a null `i`; otherwise it is the instance the server passed to the
+    // backend, alive until its finalize returns.
+    ffi_entry!({ status(unsafe { instance(i) }.map(|_| ())) })
 }

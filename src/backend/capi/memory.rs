@@ -11,7 +11,7 @@ use std::{
 };
 
 use super::{
-    error::{self, non_null, status, ErrorPtr},
+    error::{self, non_null, ErrorPtr},
     types::{MemoryType, MEMORY_CPU, MEMORY_CPU_PINNED},
 };
 
@@ -45,7 +45,7 @@ pub unsafe extern "C" fn TRITONBACKEND_MemoryManagerAllocate(
     _memory_type_id: i64,
     byte_size: u64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(manager, "manager")?;
         non_null(buffer, "buffer")?;
         host_memory(memory_type)?;
@@ -58,15 +58,19 @@ pub unsafe extern "C" fn TRITONBACKEND_MemoryManagerAllocate(
                 "out of memory allocating {byte_size} bytes"
             )));
         }
+        // SAFETY: `manager` is checked non-null above and is the backend's memory manager from
+        // `TRITONBACKEND_BackendMemoryManager`, which lives as long as its backend.
         let manager = unsafe { &*manager };
         manager
             .live
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(p as usize, layout);
+        // SAFETY: `buffer` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *buffer = p.cast() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -76,12 +80,14 @@ pub unsafe extern "C" fn TRITONBACKEND_MemoryManagerFree(
     memory_type: MemoryType,
     _memory_type_id: i64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(manager, "manager")?;
         host_memory(memory_type)?;
         if buffer.is_null() {
             return Ok(());
         }
+        // SAFETY: `manager` is checked non-null above and is the backend's memory manager from
+        // `TRITONBACKEND_BackendMemoryManager`, which lives as long as its backend.
         let manager = unsafe { &*manager };
         let layout = manager
             .live
@@ -92,7 +98,7 @@ pub unsafe extern "C" fn TRITONBACKEND_MemoryManagerFree(
         // SAFETY: allocated above with this layout and not freed since.
         unsafe { dealloc(buffer.cast(), layout) };
         Ok(())
-    })())
+    })
 }
 
 /// Opaque to C.
@@ -133,8 +139,19 @@ pub(super) unsafe fn hand_out_host_buffer(
 ) -> Result<(), ErrorPtr> {
     let size = usize::try_from(byte_size)
         .map_err(|_| error::invalid_arg(format!("{what} buffer too large")))?;
-    *store = vec![0; size];
+    // Fallible: `vec![0; size]` panics past `isize::MAX` bytes and aborts
+    // the process when the allocator fails, for a size the backend chose.
+    let mut zeroed = Vec::new();
+    zeroed.try_reserve_exact(size).map_err(|_| {
+        error::internal(format!(
+            "out of memory allocating {byte_size} bytes for the {what} buffer"
+        ))
+    })?;
+    zeroed.resize(size, 0);
+    *store = zeroed;
     *attributes = TRITONSERVER_BufferAttributes::host(size);
+    // SAFETY: per this function's contract `buffer` is valid for a write and
+    // the other two are null (skipped) or valid for a write.
     unsafe {
         *buffer = store.as_mut_ptr().cast();
         if !memory_type.is_null() {
@@ -154,13 +171,17 @@ macro_rules! attr_get {
             attributes: *mut TRITONSERVER_BufferAttributes,
             out: *mut $ty,
         ) -> ErrorPtr {
-            status((|| {
+            ffi_entry!({
                 non_null(attributes, "buffer_attributes")?;
                 non_null(out, stringify!($field))?;
                 let conv: fn(&TRITONSERVER_BufferAttributes) -> $ty = $conv;
+                // SAFETY: `out` is checked non-null above and, by the header's contract, valid for
+                // writing one value; `attributes` is checked non-null above and is a buffer-
+                // attributes object (from `TRITONSERVER_BufferAttributesNew`, or one that a live
+                // input, output or state owns) not deleted yet.
                 unsafe { *out = conv(&*attributes) };
                 Ok(())
-            })())
+            })
         }
     };
 }
@@ -172,12 +193,15 @@ macro_rules! attr_set {
             attributes: *mut TRITONSERVER_BufferAttributes,
             value: $ty,
         ) -> ErrorPtr {
-            status((|| {
+            ffi_entry!({
                 non_null(attributes, "buffer_attributes")?;
                 let conv: fn(&mut TRITONSERVER_BufferAttributes, $ty) = $conv;
+                // SAFETY: `attributes` is checked non-null above and is a buffer-attributes object
+                // (from `TRITONSERVER_BufferAttributesNew`, or one that a live input, output or
+                // state owns) not deleted yet.
                 unsafe { conv(&mut *attributes, value) };
                 Ok(())
-            })())
+            })
         }
     };
 }
@@ -235,21 +259,28 @@ attr_set!(
 pub unsafe extern "C" fn TRITONSERVER_BufferAttributesNew(
     attributes: *mut *mut TRITONSERVER_BufferAttributes,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(attributes, "buffer_attributes")?;
+        // SAFETY: `attributes` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *attributes = Box::into_raw(Box::default()) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_BufferAttributesDelete(
     attributes: *mut TRITONSERVER_BufferAttributes,
 ) -> ErrorPtr {
-    if !attributes.is_null() {
-        drop(unsafe { Box::from_raw(attributes) });
-    }
-    std::ptr::null_mut()
+    ffi_entry!({
+        if !attributes.is_null() {
+            // SAFETY: `attributes` is non-null (checked) and came from `Box::into_raw` in the
+            // matching New function; the header makes this Delete its one release, so nothing uses
+            // it afterwards.
+            drop(unsafe { Box::from_raw(attributes) });
+        }
+        std::ptr::null_mut()
+    })
 }
 
 #[cfg(test)]
@@ -261,6 +292,7 @@ mod tests {
     fn host_memory_round_trip_and_gpu_refused() {
         let mut m = TRITONBACKEND_MemoryManager::default();
         let mut p = std::ptr::null_mut();
+        // SAFETY: test: the manager and out-pointer are locals; `p` is freed once.
         unsafe {
             assert!(
                 TRITONBACKEND_MemoryManagerAllocate(&mut m, &mut p, MEMORY_CPU_PINNED, 0, 100)

@@ -4,7 +4,7 @@
 
 use std::ffi::c_char;
 
-use super::error::{invalid_arg, non_null, status, ErrorPtr};
+use super::error::{invalid_arg, non_null, ErrorPtr};
 
 /// Opaque to C.
 pub struct TRITONSERVER_Message {
@@ -35,29 +35,39 @@ pub unsafe extern "C" fn TRITONSERVER_MessageNewFromSerializedJson(
     base: *const c_char,
     byte_size: usize,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(message, "message")?;
         let bytes = if byte_size == 0 {
             &[][..]
         } else {
             non_null(base, "base")?;
+            // SAFETY: `base` is non-null (checked above) and, by the header's contract, points to
+            // `byte_size` elements that stay unchanged for the call; they are copied before it
+            // returns.
             unsafe { std::slice::from_raw_parts(base.cast::<u8>(), byte_size) }
         };
         let json = std::str::from_utf8(bytes)
             .map_err(|_| invalid_arg("serialized JSON message is not valid UTF-8"))?;
+        // SAFETY: `message` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *message = TRITONSERVER_Message::boxed(json.to_owned()) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_MessageDelete(
     message: *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    if !message.is_null() {
-        drop(unsafe { Box::from_raw(message) });
-    }
-    std::ptr::null_mut()
+    ffi_entry!({
+        if !message.is_null() {
+            // SAFETY: `message` is non-null (checked) and came from `Box::into_raw` in the
+            // matching New function; the header makes this Delete its one release, so nothing uses
+            // it afterwards.
+            drop(unsafe { Box::from_raw(message) });
+        }
+        std::ptr::null_mut()
+    })
 }
 
 /// The bytes stay owned by the message (valid until it is deleted); they
@@ -68,17 +78,21 @@ pub unsafe extern "C" fn TRITONSERVER_MessageSerializeToJson(
     base: *mut *const c_char,
     byte_size: *mut usize,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(message, "message")?;
         non_null(base, "base")?;
         non_null(byte_size, "byte_size")?;
+        // SAFETY: `message` is checked non-null above and is a message from
+        // `TRITONSERVER_MessageNewFromSerializedJson` or handed out by us, not deleted yet.
         let json = unsafe { &(*message).json };
+        // SAFETY: `base`, `byte_size` are checked non-null above and, by the header's contract,
+        // valid for writing one value.
         unsafe {
             *base = json.as_ptr().cast();
             *byte_size = json.len();
         }
         Ok(())
-    })())
+    })
 }
 
 #[cfg(test)]
@@ -91,6 +105,8 @@ mod tests {
         let mut m = std::ptr::null_mut();
         let mut base = std::ptr::null();
         let mut len = 0usize;
+        // SAFETY: `base` is non-null (checked above) and, by the header's contract, points to
+        // `len` elements that stay unchanged for the call; they are copied before it returns.
         unsafe {
             assert!(TRITONSERVER_MessageNewFromSerializedJson(
                 &mut m,

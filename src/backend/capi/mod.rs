@@ -16,6 +16,12 @@
 // The C names are the ABI, and every exported function's safety contract
 // is the one tritonbackend.h/tritonserver.h document for its pointers.
 #![allow(non_camel_case_types, clippy::missing_safety_doc)]
+// Every unsafe operation sits in its own block that says why it is sound.
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+// First, so that `ffi_entry!` is in scope in every module below.
+#[macro_use]
+pub mod ffi;
 
 pub mod backend;
 pub mod error;

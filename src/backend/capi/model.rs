@@ -57,6 +57,8 @@ pub struct TRITONBACKEND_Model {
 // thread-safe (Triton calls model functions from any thread); everything
 // else is owned data behind locks or atomics.
 unsafe impl Send for TRITONBACKEND_Model {}
+// SAFETY: as for `Send` above: the shared C functions read owned data behind locks or atomics, and
+// the backend's state pointer is only stored and handed back, never dereferenced here.
 unsafe impl Sync for TRITONBACKEND_Model {}
 
 impl TRITONBACKEND_Model {
@@ -267,6 +269,9 @@ impl Backend for CapiBackend {
 
 unsafe fn model<'a>(m: *mut TRITONBACKEND_Model) -> Result<&'a TRITONBACKEND_Model, ErrorPtr> {
     non_null(m, "model")?;
+    // SAFETY: checked non-null above; callers pass the model the server gave the backend's
+    // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns, and only shared
+    // references are made from it.
     Ok(unsafe { &*m })
 }
 
@@ -275,12 +280,16 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelName(
     m: *mut TRITONBACKEND_Model,
     name: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         non_null(name, "name")?;
+        // SAFETY: `name` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *name = m.name.as_ptr() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -288,12 +297,16 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelVersion(
     m: *mut TRITONBACKEND_Model,
     version: *mut u64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         non_null(version, "version")?;
+        // SAFETY: `version` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *version = m.version };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -302,16 +315,20 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelRepository(
     artifact_type: *mut ArtifactType,
     location: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         non_null(artifact_type, "artifact_type")?;
         non_null(location, "location")?;
+        // SAFETY: `artifact_type`, `location` are checked non-null above and, by the header's
+        // contract, valid for writing one value.
         unsafe {
             *artifact_type = ARTIFACT_FILESYSTEM;
             *location = m.repository.as_ptr();
         }
         Ok(())
-    })())
+    })
 }
 
 /// Only config version 1 exists (Triton's rule).
@@ -321,7 +338,9 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelConfig(
     config_version: u32,
     config: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         non_null(config, "model_config")?;
         if config_version != 1 {
@@ -334,9 +353,11 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelConfig(
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        // SAFETY: `config` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *config = TRITONSERVER_Message::boxed(json) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -344,12 +365,16 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelAutoCompleteConfig(
     m: *mut TRITONBACKEND_Model,
     auto_complete: *mut bool,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         non_null(auto_complete, "auto_complete_config")?;
+        // SAFETY: `auto_complete` is checked non-null above and, by the header's contract, valid
+        // for writing one value.
         unsafe { *auto_complete = m.auto_complete };
         Ok(())
-    })())
+    })
 }
 
 /// The configuration is checked when the server reads it back (after
@@ -360,7 +385,9 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelSetConfig(
     config_version: u32,
     config: *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         non_null(config, "model_config")?;
         if config_version != 1 {
@@ -368,6 +395,8 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelSetConfig(
                 "model configuration version {config_version} not supported, supported versions are: 1"
             )));
         }
+        // SAFETY: `config` is checked non-null above and is a message from
+        // `TRITONSERVER_MessageNewFromSerializedJson` that the backend keeps for the call.
         let json = unsafe { (*config).json() }.to_owned();
         let parsed =
             model_config_from_json(&json).map_err(|e| error::invalid_arg(format!("{e:#}")))?;
@@ -380,7 +409,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelSetConfig(
         }
         *m.config_json.lock().unwrap_or_else(|p| p.into_inner()) = json;
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -388,16 +417,20 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelServer(
     m: *mut TRITONBACKEND_Model,
     server: *mut *mut super::server_api::server::TRITONSERVER_Server,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         unsafe { model(m)? };
         non_null(server, "server")?;
         let s = settings::server();
         if s.is_null() {
             return Err(error::unavailable("no server is running in this process"));
         }
+        // SAFETY: `server` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *server = s };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -405,12 +438,16 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelBackend(
     m: *mut TRITONBACKEND_Model,
     backend: *mut *mut TRITONBACKEND_Backend,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         non_null(backend, "backend")?;
+        // SAFETY: `backend` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *backend = m.backend.as_ptr() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -418,12 +455,16 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelState(
     m: *mut TRITONBACKEND_Model,
     state: *mut *mut c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         non_null(state, "state")?;
+        // SAFETY: `state` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *state = m.state.load(Ordering::Acquire) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -431,11 +472,13 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelSetState(
     m: *mut TRITONBACKEND_Model,
     state: *mut c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
+        // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
         m.state.store(state, Ordering::Release);
         Ok(())
-    })())
+    })
 }
 
 /// Accepted and ignored: memory usage is not reported by this server.
@@ -445,5 +488,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelReportMemoryUsage(
     _usage: *mut *mut super::memory::TRITONSERVER_BufferAttributes,
     _usage_size: u32,
 ) -> ErrorPtr {
-    status(unsafe { model(m) }.map(|_| ()))
+    // SAFETY: `model` refuses a null `m`; otherwise it is the model the server passed to the
+    // backend, alive until its finalize returns.
+    ffi_entry!({ status(unsafe { model(m) }.map(|_| ())) })
 }

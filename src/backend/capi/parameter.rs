@@ -39,6 +39,8 @@ pub struct TRITONSERVER_Parameter {
 // which the API's contract keeps valid (and unmodified) while the parameter
 // lives, whichever thread reads it.
 unsafe impl Send for TRITONSERVER_Parameter {}
+// SAFETY: as for `Send`: a shared parameter is only read, and the BYTES reference it holds is
+// never written through.
 unsafe impl Sync for TRITONSERVER_Parameter {}
 
 impl TRITONSERVER_Parameter {
@@ -87,27 +89,44 @@ pub unsafe extern "C" fn TRITONSERVER_ParameterNew(
     kind: ParameterType,
     value: *const c_void,
 ) -> *mut TRITONSERVER_Parameter {
-    let Ok(name) = (unsafe { c_str(name, "name") }).map_err(|e| unsafe { drop_error(e) }) else {
-        return std::ptr::null_mut();
-    };
-    if value.is_null() {
-        return std::ptr::null_mut();
-    }
-    let value = match kind {
-        PARAMETER_STRING => {
-            let Ok(s) =
-                (unsafe { c_str(value.cast(), "value") }).map_err(|e| unsafe { drop_error(e) })
-            else {
-                return std::ptr::null_mut();
-            };
-            ParamValue::String(lossy_cstring(s))
+    ffi_entry!(std::ptr::null_mut(), {
+        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
+        let Ok(name) = (unsafe { c_str(name, "name") }).map_err(|e| unsafe { drop_error(e) })
+        else {
+            return std::ptr::null_mut();
+        };
+        if value.is_null() {
+            return std::ptr::null_mut();
         }
-        PARAMETER_INT => ParamValue::Int(unsafe { *value.cast::<i64>() }),
-        PARAMETER_BOOL => ParamValue::Bool(unsafe { *value.cast::<bool>() }),
-        PARAMETER_DOUBLE => ParamValue::Double(unsafe { *value.cast::<f64>() }),
-        _ => return std::ptr::null_mut(),
-    };
-    Box::into_raw(Box::new(TRITONSERVER_Parameter::new(name, value)))
+        let value = match kind {
+            PARAMETER_STRING => {
+                let Ok(s) =
+                    // SAFETY: `value` is non-null (checked above) and for a STRING parameter the
+                    // header makes it a NUL-terminated string valid for the call (copied by
+                    // `lossy_cstring`); `drop_error` frees the error `c_str` just made.
+                    (unsafe { c_str(value.cast(), "value") }).map_err(|e| unsafe { drop_error(e) })
+                else {
+                    return std::ptr::null_mut();
+                };
+                ParamValue::String(lossy_cstring(s))
+            }
+            // SAFETY: `value` is non-null (checked above) and points to the
+            // header's `int64_t`; read unaligned, as a `void*` promises no
+            // alignment.
+            PARAMETER_INT => ParamValue::Int(unsafe { value.cast::<i64>().read_unaligned() }),
+            // SAFETY: `value` is non-null (checked above) and points to a C
+            // `bool`, read as its byte: a byte other than 0 or 1 read as a
+            // Rust `bool` would be undefined behaviour.
+            PARAMETER_BOOL => ParamValue::Bool(unsafe { value.cast::<u8>().read() } != 0),
+            // SAFETY: `value` is non-null (checked above) and points to the
+            // header's `double`; read unaligned, as for INT.
+            PARAMETER_DOUBLE => ParamValue::Double(unsafe { value.cast::<f64>().read_unaligned() }),
+            _ => return std::ptr::null_mut(),
+        };
+        Box::into_raw(Box::new(TRITONSERVER_Parameter::new(name, value)))
+    })
 }
 
 #[no_mangle]
@@ -116,37 +135,52 @@ pub unsafe extern "C" fn TRITONSERVER_ParameterBytesNew(
     byte_ptr: *const c_void,
     size: u64,
 ) -> *mut TRITONSERVER_Parameter {
-    let Ok(name) = (unsafe { c_str(name, "name") }).map_err(|e| unsafe { drop_error(e) }) else {
-        return std::ptr::null_mut();
-    };
-    let value = ParamValue::Bytes {
-        ptr: byte_ptr,
-        size,
-    };
-    Box::into_raw(Box::new(TRITONSERVER_Parameter::new(name, value)))
+    ffi_entry!(std::ptr::null_mut(), {
+        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
+        let Ok(name) = (unsafe { c_str(name, "name") }).map_err(|e| unsafe { drop_error(e) })
+        else {
+            return std::ptr::null_mut();
+        };
+        let value = ParamValue::Bytes {
+            ptr: byte_ptr,
+            size,
+        };
+        Box::into_raw(Box::new(TRITONSERVER_Parameter::new(name, value)))
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_ParameterDelete(parameter: *mut TRITONSERVER_Parameter) {
-    if !parameter.is_null() {
-        drop(unsafe { Box::from_raw(parameter) });
-    }
+    ffi_entry!((), {
+        if !parameter.is_null() {
+            // SAFETY: `parameter` is non-null (checked) and came from `Box::into_raw` in the
+            // matching New function; the header makes this Delete its one release, so nothing uses
+            // it afterwards.
+            drop(unsafe { Box::from_raw(parameter) });
+        }
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn TRITONSERVER_ParameterTypeString(kind: ParameterType) -> *const c_char {
-    let s: &'static [u8] = match kind {
-        PARAMETER_STRING => b"STRING\0",
-        PARAMETER_INT => b"INT\0",
-        PARAMETER_BOOL => b"BOOL\0",
-        PARAMETER_DOUBLE => b"DOUBLE\0",
-        PARAMETER_BYTES => b"BYTES\0",
-        _ => b"<invalid>\0",
-    };
-    s.as_ptr().cast()
+    ffi_entry!(c"<invalid>".as_ptr(), {
+        let s: &'static [u8] = match kind {
+            PARAMETER_STRING => b"STRING\0",
+            PARAMETER_INT => b"INT\0",
+            PARAMETER_BOOL => b"BOOL\0",
+            PARAMETER_DOUBLE => b"DOUBLE\0",
+            PARAMETER_BYTES => b"BYTES\0",
+            _ => b"<invalid>\0",
+        };
+        s.as_ptr().cast()
+    })
 }
 
 unsafe fn drop_error(e: super::error::ErrorPtr) {
+    // SAFETY: per this function's contract `e` is null or an error from
+    // `TRITONSERVER_Error::boxed` not freed yet.
     unsafe { super::error::TRITONSERVER_ErrorDelete(e) }
 }
 
@@ -157,6 +191,8 @@ mod tests {
 
     #[test]
     fn parameters_hand_out_triton_value_pointers() {
+        // SAFETY: test: every pointer is a local or a parameter created just above and deleted
+        // once.
         unsafe {
             let v: i64 = 42;
             let p =
@@ -174,6 +210,23 @@ mod tests {
             let bytes_as_new =
                 TRITONSERVER_ParameterNew(c"b".as_ptr(), PARAMETER_BYTES, c"x".as_ptr().cast());
             assert!(bytes_as_new.is_null());
+            // A C `bool` object holding another byte than 0 or 1 is read
+            // as true (it was read as a Rust `bool`: undefined behaviour),
+            // and numbers are read wherever they sit.
+            let two: u8 = 2;
+            let b = TRITONSERVER_ParameterNew(
+                c"b".as_ptr(),
+                PARAMETER_BOOL,
+                (&two as *const u8).cast(),
+            );
+            assert!(matches!((*b).value, ParamValue::Bool(true)));
+            TRITONSERVER_ParameterDelete(b);
+            let mut bytes = [0u8; 9];
+            bytes[1..].copy_from_slice(&(-5i64).to_ne_bytes());
+            let i =
+                TRITONSERVER_ParameterNew(c"i".as_ptr(), PARAMETER_INT, bytes[1..].as_ptr().cast());
+            assert!(matches!((*i).value, ParamValue::Int(-5)));
+            TRITONSERVER_ParameterDelete(i);
         }
     }
 }

@@ -15,7 +15,7 @@ use std::{
 use bytes::Bytes;
 
 use super::{
-    error::{self, c_str, non_null, status, ErrorPtr},
+    error::{self, c_str, non_null, ErrorPtr},
     memory::TRITONSERVER_BufferAttributes,
     model::TRITONBACKEND_Model,
     parameter::{lossy_cstring, ParamValue, TRITONSERVER_Parameter},
@@ -172,6 +172,8 @@ impl TRITONBACKEND_Request {
     /// # Safety
     /// `request` came from `into_raw`, and the caller won `claim`.
     pub unsafe fn fail_and_free(request: *mut Self, e: InferError) {
+        // SAFETY: per this function's contract, `request` came from `into_raw` (a `Box`) and the
+        // caller won `claim`, so this is its only free.
         let request = unsafe { Box::from_raw(request) };
         request.target.fail(e);
     }
@@ -196,17 +198,24 @@ unsafe fn request<'a>(
     r: *mut TRITONBACKEND_Request,
 ) -> Result<&'a TRITONBACKEND_Request, ErrorPtr> {
     non_null(r, "request")?;
+    // SAFETY: checked non-null above; callers pass a request the server gave the backend's execute
+    // and the backend has not released (tritonbackend.h), and only shared references are made from
+    // it.
     Ok(unsafe { &*r })
 }
 
 unsafe fn input<'a>(i: *mut TRITONBACKEND_Input) -> Result<&'a TRITONBACKEND_Input, ErrorPtr> {
     non_null(i, "input")?;
+    // SAFETY: checked non-null above; callers pass an input handed out by
+    // `TRITONBACKEND_RequestInput*`, which lives inside its request until that is released.
     Ok(unsafe { &*i })
 }
 
 /// Writes `value` where `out` points, when the caller asked for it.
 unsafe fn put<T>(out: *mut T, value: T) {
     if !out.is_null() {
+        // SAFETY: `out` is checked non-null above and, by the header's contract, valid for writing
+        // one value.
         unsafe { *out = value };
     }
 }
@@ -216,12 +225,17 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestId(
     r: *mut TRITONBACKEND_Request,
     id: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(id, "id")?;
+        // SAFETY: `id` is checked non-null above and, by the header's contract, valid for writing
+        // one value.
         unsafe { *id = r.id.as_ptr() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -229,12 +243,17 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestIsCancelled(
     r: *mut TRITONBACKEND_Request,
     is_cancelled: *mut bool,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(is_cancelled, "is_cancelled")?;
+        // SAFETY: `is_cancelled` is checked non-null above and, by the header's contract, valid
+        // for writing one value.
         unsafe { *is_cancelled = r.target.is_cancelled() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -242,7 +261,10 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestCorrelationId(
     r: *mut TRITONBACKEND_Request,
     id: *mut u64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(id, "id")?;
         if r.correlation_str.is_some() {
@@ -250,9 +272,11 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestCorrelationId(
                 "correlation ID in request is not an unsigned int",
             ));
         }
+        // SAFETY: `id` is checked non-null above and, by the header's contract, valid for writing
+        // one value.
         unsafe { *id = r.correlation_id };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -260,10 +284,15 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestCorrelationIdString(
     r: *mut TRITONBACKEND_Request,
     id: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(id, "id")?;
         match &r.correlation_str {
+            // SAFETY: `id` is checked non-null above and, by the header's contract, valid for
+            // writing one value.
             Some(s) => unsafe { *id = s.as_ptr() },
             None => {
                 return Err(error::invalid_arg(
@@ -272,7 +301,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestCorrelationIdString(
             }
         }
         Ok(())
-    })())
+    })
 }
 
 /// No per-request timeout is passed to backends: 0 (none), as Triton
@@ -282,12 +311,17 @@ pub unsafe extern "C" fn TRITONBACKEND_InferenceRequestTimeoutMicroseconds(
     r: *mut TRITONBACKEND_Request,
     timeout: *mut u64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         unsafe { request(r)? };
         non_null(timeout, "timeout")?;
+        // SAFETY: `timeout` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *timeout = 0 };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -295,12 +329,17 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestFlags(
     r: *mut TRITONBACKEND_Request,
     flags: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(flags, "flags")?;
+        // SAFETY: `flags` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *flags = r.flags };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -308,12 +347,17 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestParameterCount(
     r: *mut TRITONBACKEND_Request,
     count: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(count, "count")?;
+        // SAFETY: `count` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *count = r.parameters.len() as u32 };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -324,7 +368,10 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestParameter(
     kind: *mut ParameterType,
     vvalue: *mut *const c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         let p = r.parameters.get(index as usize).ok_or_else(|| {
             error::invalid_arg(format!(
@@ -332,13 +379,15 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestParameter(
                 r.parameters.len()
             ))
         })?;
+        // SAFETY: each out-pointer is null (then `put` skips it) or the caller's, valid for
+        // writing one value (tritonbackend.h).
         unsafe {
             put(key, p.name.as_ptr());
             put(kind, p.kind());
             put(vvalue, p.value_ptr());
         }
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -346,12 +395,17 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInputCount(
     r: *mut TRITONBACKEND_Request,
     count: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(count, "count")?;
+        // SAFETY: `count` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *count = r.inputs.len() as u32 };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -360,13 +414,18 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInputName(
     index: u32,
     input_name: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(input_name, "input_name")?;
         let i = r.input_at(index)?;
+        // SAFETY: `input_name` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *input_name = i.name.as_ptr() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -375,16 +434,24 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInput(
     name: *const c_char,
     out: *mut *mut TRITONBACKEND_Input,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
+        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
         let name = unsafe { c_str(name, "name")? };
         non_null(out, "input")?;
         let i = r
             .input(name)
             .ok_or_else(|| error::invalid_arg(format!("unknown request input name {name}")))?;
+        // SAFETY: `out` is checked non-null above and, by the header's contract, valid for writing
+        // one value.
         unsafe { *out = (i as *const TRITONBACKEND_Input).cast_mut() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -393,13 +460,18 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInputByIndex(
     index: u32,
     out: *mut *mut TRITONBACKEND_Input,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(out, "input")?;
         let i = r.input_at(index)?;
+        // SAFETY: `out` is checked non-null above and, by the header's contract, valid for writing
+        // one value.
         unsafe { *out = (i as *const TRITONBACKEND_Input).cast_mut() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -407,12 +479,17 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestOutputCount(
     r: *mut TRITONBACKEND_Request,
     count: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(count, "count")?;
+        // SAFETY: `count` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *count = r.outputs.len() as u32 };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -421,7 +498,10 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestOutputName(
     index: u32,
     output_name: *mut *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
         non_null(output_name, "output_name")?;
         let o = r.outputs.get(index as usize).ok_or_else(|| {
@@ -430,9 +510,11 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestOutputName(
                 r.outputs.len()
             ))
         })?;
+        // SAFETY: `output_name` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *output_name = o.as_ptr() };
         Ok(())
-    })())
+    })
 }
 
 /// Outputs are always host memory here; the size is not known ahead
@@ -446,15 +528,20 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestOutputBufferProperties(
     memory_type: *mut MemoryType,
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         unsafe { request(r)? };
+        // SAFETY: each out-pointer is null (then `put` skips it) or the caller's, valid for
+        // writing one value (tritonbackend.h).
         unsafe {
             put(byte_size, 0);
             put(memory_type, MEMORY_CPU);
             put(memory_type_id, 0);
         }
         Ok(())
-    })())
+    })
 }
 
 /// RELEASE_ALL frees the request. RESCHEDULE (run it again in a later
@@ -465,7 +552,10 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestRelease(
     r: *mut TRITONBACKEND_Request,
     release_flags: u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         let req = unsafe { request(r)? };
         if release_flags & REQUEST_RELEASE_RESCHEDULE != 0 {
             return Err(error::unsupported(
@@ -483,7 +573,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestRelease(
         // SAFETY: allocated by `into_raw`; `claim` makes this the only free.
         drop(unsafe { Box::from_raw(r) });
         Ok(())
-    })())
+    })
 }
 
 /// Tracing is not supported: no trace (null), as for an untraced request.
@@ -492,12 +582,17 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestTrace(
     r: *mut TRITONBACKEND_Request,
     trace: *mut *mut c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
+        // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
+        // `TRITONBACKEND_RequestRelease`).
         unsafe { request(r)? };
         non_null(trace, "trace")?;
+        // SAFETY: `trace` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *trace = std::ptr::null_mut() };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -510,8 +605,13 @@ pub unsafe extern "C" fn TRITONBACKEND_InputProperties(
     byte_size: *mut u64,
     buffer_count: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `i` is null (refused by `input`) or an input handed out by
+        // `TRITONBACKEND_RequestInput*`; it lives inside its request, which the backend has not
+        // released yet.
         let i = unsafe { input(i)? };
+        // SAFETY: each out-pointer is null (then `put` skips it) or the caller's, valid for
+        // writing one value (tritonbackend.h).
         unsafe {
             put(name, i.name.as_ptr());
             put(datatype, i.datatype);
@@ -521,7 +621,7 @@ pub unsafe extern "C" fn TRITONBACKEND_InputProperties(
             put(buffer_count, 1);
         }
         Ok(())
-    })())
+    })
 }
 
 /// One host policy (the default) exists: the same as `InputProperties`.
@@ -536,17 +636,21 @@ pub unsafe extern "C" fn TRITONBACKEND_InputPropertiesForHostPolicy(
     byte_size: *mut u64,
     buffer_count: *mut u32,
 ) -> ErrorPtr {
-    unsafe {
-        TRITONBACKEND_InputProperties(
-            i,
-            name,
-            datatype,
-            shape,
-            dims_count,
-            byte_size,
-            buffer_count,
-        )
-    }
+    ffi_entry!({
+        // SAFETY: this forwards the caller's pointers unchanged to the function above, whose
+        // contract they meet by the same header contract.
+        unsafe {
+            TRITONBACKEND_InputProperties(
+                i,
+                name,
+                datatype,
+                shape,
+                dims_count,
+                byte_size,
+                buffer_count,
+            )
+        }
+    })
 }
 
 /// The data is one contiguous host buffer (index 0), whatever memory
@@ -560,7 +664,10 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBuffer(
     memory_type: *mut MemoryType,
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `i` is null (refused by `input`) or an input handed out by
+        // `TRITONBACKEND_RequestInput*`; it lives inside its request, which the backend has not
+        // released yet.
         let i = unsafe { input(i)? };
         non_null(buffer, "buffer")?;
         non_null(buffer_byte_size, "buffer_byte_size")?;
@@ -570,6 +677,8 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBuffer(
                 i.name.to_string_lossy()
             )));
         }
+        // SAFETY: `buffer`, `buffer_byte_size` are checked non-null above and, by the header's
+        // contract, valid for writing one value.
         unsafe {
             *buffer = i.data.as_ptr().cast();
             *buffer_byte_size = i.data.len() as u64;
@@ -577,7 +686,7 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBuffer(
             put(memory_type_id, 0);
         }
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -590,16 +699,20 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBufferForHostPolicy(
     memory_type: *mut MemoryType,
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
-    unsafe {
-        TRITONBACKEND_InputBuffer(
-            i,
-            index,
-            buffer,
-            buffer_byte_size,
-            memory_type,
-            memory_type_id,
-        )
-    }
+    ffi_entry!({
+        // SAFETY: this forwards the caller's pointers unchanged to the function above, whose
+        // contract they meet by the same header contract.
+        unsafe {
+            TRITONBACKEND_InputBuffer(
+                i,
+                index,
+                buffer,
+                buffer_byte_size,
+                memory_type,
+                memory_type_id,
+            )
+        }
+    })
 }
 
 /// The attributes object belongs to the input (not to be deleted).
@@ -610,7 +723,10 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBufferAttributes(
     buffer: *mut *const c_void,
     attributes: *mut *mut TRITONSERVER_BufferAttributes,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `i` is null (refused by `input`) or an input handed out by
+        // `TRITONBACKEND_RequestInput*`; it lives inside its request, which the backend has not
+        // released yet.
         let i = unsafe { input(i)? };
         non_null(buffer, "buffer")?;
         non_null(attributes, "buffer_attributes")?;
@@ -620,10 +736,12 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBufferAttributes(
                 i.name.to_string_lossy()
             )));
         }
+        // SAFETY: `buffer`, `attributes` are checked non-null above and, by the header's contract,
+        // valid for writing one value.
         unsafe {
             *buffer = i.data.as_ptr().cast();
             *attributes = (&i.attributes as *const TRITONSERVER_BufferAttributes).cast_mut();
         }
         Ok(())
-    })())
+    })
 }

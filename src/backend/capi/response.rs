@@ -118,6 +118,9 @@ unsafe fn response<'a>(
     r: *mut TRITONBACKEND_Response,
 ) -> Result<&'a mut TRITONBACKEND_Response, ErrorPtr> {
     non_null(r, "response")?;
+    // SAFETY: checked non-null above; callers pass a response from `TRITONBACKEND_ResponseNew*`,
+    // not sent or deleted, which tritonbackend.h has the backend use from one thread at a time (so
+    // the `&mut` is unique).
     Ok(unsafe { &mut *r })
 }
 
@@ -125,6 +128,9 @@ unsafe fn factory<'a>(
     f: *mut TRITONBACKEND_ResponseFactory,
 ) -> Result<&'a TRITONBACKEND_ResponseFactory, ErrorPtr> {
     non_null(f, "factory")?;
+    // SAFETY: checked non-null above; callers pass a factory from
+    // `TRITONBACKEND_ResponseFactoryNew`, not deleted yet; only shared references are made from
+    // it.
     Ok(unsafe { &*f })
 }
 
@@ -133,23 +139,32 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseFactoryNew(
     out: *mut *mut TRITONBACKEND_ResponseFactory,
     request: *mut TRITONBACKEND_Request,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(out, "factory")?;
         non_null(request, "request")?;
+        // SAFETY: `request` is checked non-null above and is a request the server gave this
+        // backend's `ModelInstanceExecute` that it has not released yet (tritonbackend.h).
         let target = unsafe { (*request).target.clone() };
+        // SAFETY: `out` is checked non-null above and, by the header's contract, valid for writing
+        // one value.
         unsafe { *out = Box::into_raw(Box::new(TRITONBACKEND_ResponseFactory { target })) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_ResponseFactoryDelete(
     f: *mut TRITONBACKEND_ResponseFactory,
 ) -> ErrorPtr {
-    if !f.is_null() {
-        drop(unsafe { Box::from_raw(f) });
-    }
-    std::ptr::null_mut()
+    ffi_entry!({
+        if !f.is_null() {
+            // SAFETY: `f` is non-null (checked) and came from `Box::into_raw` in the matching New
+            // function; the header makes this Delete its one release, so nothing uses it
+            // afterwards.
+            drop(unsafe { Box::from_raw(f) });
+        }
+        std::ptr::null_mut()
+    })
 }
 
 #[no_mangle]
@@ -157,12 +172,16 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseFactoryIsCancelled(
     f: *mut TRITONBACKEND_ResponseFactory,
     is_cancelled: *mut bool,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `f` is null (refused by `factory`) or a factory from
+        // `TRITONBACKEND_ResponseFactoryNew` not deleted yet.
         let f = unsafe { factory(f)? };
         non_null(is_cancelled, "is_cancelled")?;
+        // SAFETY: `is_cancelled` is checked non-null above and, by the header's contract, valid
+        // for writing one value.
         unsafe { *is_cancelled = f.target.is_cancelled() };
         Ok(())
-    })())
+    })
 }
 
 /// A response with flags only (the decoupled final flag).
@@ -171,10 +190,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseFactorySendFlags(
     f: *mut TRITONBACKEND_ResponseFactory,
     send_flags: u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `f` is null (refused by `factory`) or a factory from
+        // `TRITONBACKEND_ResponseFactoryNew` not deleted yet.
         let f = unsafe { factory(f)? };
         f.target.send(Vec::new(), Parameters::new(), send_flags)
-    })())
+    })
 }
 
 #[no_mangle]
@@ -182,12 +203,15 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseNew(
     out: *mut *mut TRITONBACKEND_Response,
     request: *mut TRITONBACKEND_Request,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(out, "response")?;
         non_null(request, "request")?;
+        // SAFETY: `out` is checked non-null above and, by the header's contract, valid for writing
+        // one value; `request` is checked non-null above and is a request the server gave this
+        // backend's `ModelInstanceExecute` that it has not released yet (tritonbackend.h).
         unsafe { *out = new_response((*request).target.clone()) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -195,20 +219,29 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseNewFromFactory(
     out: *mut *mut TRITONBACKEND_Response,
     f: *mut TRITONBACKEND_ResponseFactory,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `f` is null (refused by `factory`) or a factory from
+        // `TRITONBACKEND_ResponseFactoryNew` not deleted yet.
         let f = unsafe { factory(f)? };
         non_null(out, "response")?;
+        // SAFETY: `out` is checked non-null above and, by the header's contract, valid for writing
+        // one value.
         unsafe { *out = new_response(f.target.clone()) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_ResponseDelete(r: *mut TRITONBACKEND_Response) -> ErrorPtr {
-    if !r.is_null() {
-        drop(unsafe { Box::from_raw(r) });
-    }
-    std::ptr::null_mut()
+    ffi_entry!({
+        if !r.is_null() {
+            // SAFETY: `r` is non-null (checked) and came from `Box::into_raw` in the matching New
+            // function; the header makes this Delete its one release, so nothing uses it
+            // afterwards.
+            drop(unsafe { Box::from_raw(r) });
+        }
+        std::ptr::null_mut()
+    })
 }
 
 fn set_parameter(
@@ -217,7 +250,13 @@ fn set_parameter(
     value: ParamValue,
 ) -> ErrorPtr {
     status((|| {
+        // SAFETY: `r` is null (refused by `response`) or a response from
+        // `TRITONBACKEND_ResponseNew*` that is not sent or deleted yet; tritonbackend.h has the
+        // backend use a response from one thread at a time, so the `&mut` is unique.
         let r = unsafe { response(r)? };
+        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
         let name = unsafe { c_str(name, "name")? };
         r.parameters.insert(name.to_owned(), value);
         Ok(())
@@ -230,10 +269,15 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSetStringParameter(
     name: *const c_char,
     value: *const c_char,
 ) -> ErrorPtr {
-    match unsafe { c_str(value, "value") } {
-        Ok(v) => set_parameter(r, name, ParamValue::String(v.to_owned())),
-        Err(e) => e,
-    }
+    ffi_entry!({
+        // SAFETY: `value` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
+        match unsafe { c_str(value, "value") } {
+            Ok(v) => set_parameter(r, name, ParamValue::String(v.to_owned())),
+            Err(e) => e,
+        }
+    })
 }
 
 #[no_mangle]
@@ -242,7 +286,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSetIntParameter(
     name: *const c_char,
     value: i64,
 ) -> ErrorPtr {
-    set_parameter(r, name, ParamValue::Int(value))
+    ffi_entry!({ set_parameter(r, name, ParamValue::Int(value)) })
 }
 
 #[no_mangle]
@@ -251,7 +295,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSetBoolParameter(
     name: *const c_char,
     value: bool,
 ) -> ErrorPtr {
-    set_parameter(r, name, ParamValue::Bool(value))
+    ffi_entry!({ set_parameter(r, name, ParamValue::Bool(value)) })
 }
 
 #[no_mangle]
@@ -260,7 +304,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSetDoubleParameter(
     name: *const c_char,
     value: f64,
 ) -> ErrorPtr {
-    set_parameter(r, name, ParamValue::Double(value))
+    ffi_entry!({ set_parameter(r, name, ParamValue::Double(value)) })
 }
 
 #[no_mangle]
@@ -272,9 +316,15 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseOutput(
     shape: *const i64,
     dims_count: u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `response`) or a response from
+        // `TRITONBACKEND_ResponseNew*` that is not sent or deleted yet; tritonbackend.h has the
+        // backend use a response from one thread at a time, so the `&mut` is unique.
         let r = unsafe { response(r)? };
         non_null(output, "output")?;
+        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
         let name = unsafe { c_str(name, "name")? };
         let datatype = datatype_from_c(datatype).ok_or_else(|| {
             error::invalid_arg(format!("output '{name}': invalid datatype {datatype}"))
@@ -283,6 +333,9 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseOutput(
             Vec::new()
         } else {
             non_null(shape, "shape")?;
+            // SAFETY: `shape` is non-null (checked above) and, by the header's contract, points to
+            // `dims_count as usize` elements that stay unchanged for the call; they are copied
+            // before it returns.
             unsafe { std::slice::from_raw_parts(shape, dims_count as usize) }.to_vec()
         };
         if element_count(&shape).is_none() {
@@ -302,10 +355,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseOutput(
             buffer: Vec::new(),
             attributes: TRITONSERVER_BufferAttributes::host(0),
         });
+        // SAFETY: `output` is checked non-null above and valid for writing (tritonbackend.h); the
+        // output is boxed, so its address stays valid while the response owns it.
         unsafe { *output = &mut *o };
         r.outputs.push(o);
         Ok(())
-    })())
+    })
 }
 
 /// Host memory, whatever the backend prefers (`memory_type` is in/out).
@@ -318,21 +373,30 @@ pub unsafe extern "C" fn TRITONBACKEND_OutputBuffer(
     memory_type: *mut MemoryType,
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(o, "output")?;
         non_null(buffer, "buffer")?;
+        // SAFETY: `o` is checked non-null above and is an output from
+        // `TRITONBACKEND_ResponseOutput`, owned (boxed) by its response, which is not sent or
+        // deleted yet; the backend fills it from one thread.
         let o = unsafe { &mut *o };
         if let (Some(size), Some(n)) = (o.datatype.element_size(), element_count(&o.shape)) {
-            if (size * n) as u64 != buffer_byte_size {
+            // Checked: a shape whose byte size wraps would otherwise match a
+            // small buffer.
+            let expected = size.checked_mul(n).map(|b| b as u64);
+            if expected != Some(buffer_byte_size) {
                 return Err(error::invalid_arg(format!(
-                    "output '{}': buffer of {buffer_byte_size} bytes for a {} tensor of shape {:?} ({} bytes)",
+                    "output '{}': buffer of {buffer_byte_size} bytes for a {} tensor of shape {:?} ({})",
                     o.name,
                     o.datatype,
                     o.shape,
-                    size * n
+                    expected.map_or_else(|| "too large".to_owned(), |b| format!("{b} bytes"))
                 )));
             }
         }
+        // SAFETY: `buffer` is checked non-null above and valid for writing
+        // (tritonbackend.h); `memory_type`/`memory_type_id` are null or valid
+        // for writing, as `hand_out_host_buffer` requires.
         unsafe {
             memory::hand_out_host_buffer(
                 &mut o.buffer,
@@ -344,7 +408,7 @@ pub unsafe extern "C" fn TRITONBACKEND_OutputBuffer(
                 memory_type_id,
             )
         }
-    })())
+    })
 }
 
 #[no_mangle]
@@ -352,12 +416,16 @@ pub unsafe extern "C" fn TRITONBACKEND_OutputBufferAttributes(
     o: *mut TRITONBACKEND_Output,
     attributes: *mut *mut TRITONSERVER_BufferAttributes,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(o, "output")?;
         non_null(attributes, "buffer_attributes")?;
+        // SAFETY: `attributes` is checked non-null above and, by the header's contract, valid for
+        // writing one value; `o` is checked non-null above and is an output from
+        // `TRITONBACKEND_ResponseOutput`, owned (boxed) by its response, which is not sent or
+        // deleted yet; the backend fills it from one thread.
         unsafe { *attributes = &mut (*o).attributes };
         Ok(())
-    })())
+    })
 }
 
 /// Sends (and takes) the response. With an `error` the request ends with
@@ -368,11 +436,13 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSend(
     send_flags: u32,
     err: ErrorPtr,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(r, "response")?;
         // SAFETY: a response from `new_response`; sending consumes it.
         let r = unsafe { Box::from_raw(r) };
         if !err.is_null() {
+            // SAFETY: `err` is checked non-null above and is the backend's error object, which it
+            // keeps (and frees) itself after the call.
             let e = unsafe { &*err };
             r.target.fail(InferError::new(
                 super::types::error_code_to_kind(e.code),
@@ -393,7 +463,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSend(
             })
             .collect();
         target.send(tensors, parameters, send_flags)
-    })())
+    })
 }
 
 /// Looks up an output already added to `response`.
@@ -405,14 +475,23 @@ pub unsafe extern "C" fn TRITONBACKEND_InferenceResponseOutputByName(
     shape: *mut *const i64,
     dim_count: *mut u64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `r` is null (refused by `response`) or a response from
+        // `TRITONBACKEND_ResponseNew*` that is not sent or deleted yet; tritonbackend.h has the
+        // backend use a response from one thread at a time, so the `&mut` is unique.
         let r = unsafe { response(r)? };
+        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
         let name = unsafe { c_str(name, "name")? };
         let o = r
             .outputs
             .iter()
             .find(|o| o.name == name)
             .ok_or_else(|| error::not_found(format!("Output name {name} not found")))?;
+        // SAFETY: each out-pointer is written only when non-null, and then is
+        // the caller's, valid for writing (tritonbackend.h); `shape` points
+        // into the output, which lives as long as the response.
         unsafe {
             if !datatype.is_null() {
                 *datatype = super::types::datatype_to_c(o.datatype);
@@ -425,5 +504,87 @@ pub unsafe extern "C" fn TRITONBACKEND_InferenceResponseOutputByName(
             }
         }
         Ok(())
-    })())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CStr;
+
+    use super::*;
+    use crate::backend::capi::{
+        error::{TRITONSERVER_ErrorCode, TRITONSERVER_ErrorDelete, TRITONSERVER_ErrorMessage},
+        types::{ErrorCode, ERROR_INTERNAL, ERROR_INVALID_ARG},
+    };
+
+    fn output(datatype: DataType, shape: Vec<i64>) -> TRITONBACKEND_Output {
+        TRITONBACKEND_Output {
+            name: "OUT".into(),
+            datatype,
+            shape,
+            buffer: Vec::new(),
+            attributes: TRITONSERVER_BufferAttributes::host(0),
+        }
+    }
+
+    /// `TRITONBACKEND_OutputBuffer(o, size)`: the error's code and message
+    /// (the error is freed), or the buffer.
+    fn output_buffer(
+        o: &mut TRITONBACKEND_Output,
+        size: u64,
+    ) -> Result<*mut c_void, (ErrorCode, String)> {
+        let mut buffer = std::ptr::null_mut();
+        // SAFETY: test: the output and the out-pointer are locals; the
+        // memory type pointers may be null.
+        unsafe {
+            let e = TRITONBACKEND_OutputBuffer(
+                o,
+                &mut buffer,
+                size,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            );
+            if e.is_null() {
+                return Ok(buffer);
+            }
+            let out = (
+                TRITONSERVER_ErrorCode(e),
+                CStr::from_ptr(TRITONSERVER_ErrorMessage(e))
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+            TRITONSERVER_ErrorDelete(e);
+            Err(out)
+        }
+    }
+
+    #[test]
+    fn a_buffer_no_memory_can_hold_is_an_error_and_the_output_stays_usable() {
+        // A BYTES output has no size to check against: this size used to
+        // panic ("capacity overflow") across the C boundary, aborting the
+        // server; an allocation the system refuses aborted it too.
+        let mut o = output(DataType::Bytes, vec![1]);
+        let (code, message) = output_buffer(&mut o, u64::MAX).expect_err("refused");
+        assert_eq!(code, ERROR_INTERNAL);
+        assert_eq!(
+            message,
+            "out of memory allocating 18446744073709551615 bytes for the output buffer"
+        );
+        let buffer = output_buffer(&mut o, 4).expect("a small buffer");
+        assert!(!buffer.is_null());
+        assert_eq!(o.buffer.len(), 4);
+    }
+
+    #[test]
+    fn a_shape_whose_byte_size_overflows_is_refused() {
+        // 2^62 FP32 elements are 2^64 bytes, which wrapped to 0: an empty
+        // buffer was accepted for a tensor that large.
+        let mut o = output(DataType::Fp32, vec![1 << 62]);
+        let (code, message) = output_buffer(&mut o, 0).expect_err("refused");
+        assert_eq!(code, ERROR_INVALID_ARG);
+        assert!(message.ends_with("(too large)"), "{message}");
+        let mut fine = output(DataType::Fp32, vec![2, 3]);
+        assert!(output_buffer(&mut fine, 24).is_ok());
+        assert!(output_buffer(&mut fine, 20).is_err_and(|(c, _)| c == ERROR_INVALID_ARG));
+    }
 }

@@ -8,7 +8,7 @@ use std::ffi::{c_char, c_void};
 use bytes::Bytes;
 
 use super::{
-    error::{self, c_str, non_null, status, ErrorPtr},
+    error::{self, c_str, non_null, ErrorPtr},
     memory::{self, TRITONSERVER_BufferAttributes},
     request::TRITONBACKEND_Request,
     types::{datatype_from_c, MemoryType, TritonDataType},
@@ -37,10 +37,15 @@ pub unsafe extern "C" fn TRITONBACKEND_StateNew(
     shape: *const i64,
     dims_count: u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(state, "state")?;
         non_null(request, "request")?;
+        // SAFETY: `request` is checked non-null above and is a request the server gave this
+        // backend's `ModelInstanceExecute` that it has not released yet (tritonbackend.h).
         let request = unsafe { &*request };
+        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
         let name = unsafe { c_str(name, "name")? };
         let Some(updates) = request.state_updates.clone() else {
             return Err(error::invalid_arg(
@@ -59,6 +64,9 @@ pub unsafe extern "C" fn TRITONBACKEND_StateNew(
             Vec::new()
         } else {
             non_null(shape, "shape")?;
+            // SAFETY: `shape` is non-null (checked above) and, by the header's contract, points to
+            // `dims_count as usize` elements that stay unchanged for the call; they are copied
+            // before it returns.
             unsafe { std::slice::from_raw_parts(shape, dims_count as usize) }.to_vec()
         };
         if element_count(&shape).is_none() {
@@ -74,6 +82,8 @@ pub unsafe extern "C" fn TRITONBACKEND_StateNew(
             attributes: TRITONSERVER_BufferAttributes::host(0),
             updates,
         });
+        // SAFETY: `state` is checked non-null above and valid for writing (tritonbackend.h); the
+        // state is boxed, so its address stays valid while its request owns it.
         unsafe { *state = &mut *boxed };
         request
             .states
@@ -81,7 +91,7 @@ pub unsafe extern "C" fn TRITONBACKEND_StateNew(
             .unwrap_or_else(|p| p.into_inner())
             .push(boxed);
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -92,10 +102,15 @@ pub unsafe extern "C" fn TRITONBACKEND_StateBuffer(
     memory_type: *mut MemoryType,
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(s, "state")?;
         non_null(buffer, "buffer")?;
+        // SAFETY: `s` is checked non-null above and is a state from `TRITONBACKEND_StateNew`,
+        // owned (boxed) by its request, which is not released yet.
         let s = unsafe { &mut *s };
+        // SAFETY: `buffer` is checked non-null above and valid for writing
+        // (tritonbackend.h); `memory_type`/`memory_type_id` are null or valid
+        // for writing, as `hand_out_host_buffer` requires.
         unsafe {
             memory::hand_out_host_buffer(
                 &mut s.buffer,
@@ -107,7 +122,7 @@ pub unsafe extern "C" fn TRITONBACKEND_StateBuffer(
                 memory_type_id,
             )
         }
-    })())
+    })
 }
 
 #[no_mangle]
@@ -115,18 +130,23 @@ pub unsafe extern "C" fn TRITONBACKEND_StateBufferAttributes(
     s: *mut TRITONBACKEND_State,
     attributes: *mut *mut TRITONSERVER_BufferAttributes,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(s, "state")?;
         non_null(attributes, "buffer_attributes")?;
+        // SAFETY: `attributes` is checked non-null above and, by the header's contract, valid for
+        // writing one value; `s` is checked non-null above and is a state from
+        // `TRITONBACKEND_StateNew`, owned (boxed) by its request, which is not released yet.
         unsafe { *attributes = &mut (*s).attributes };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_StateUpdate(s: *mut TRITONBACKEND_State) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(s, "state")?;
+        // SAFETY: `s` is checked non-null above and is a state from `TRITONBACKEND_StateNew`,
+        // owned (boxed) by its request, which is not released yet.
         let s = unsafe { &*s };
         s.updates.update(Tensor::new(
             s.name.clone(),
@@ -135,5 +155,5 @@ pub unsafe extern "C" fn TRITONBACKEND_StateUpdate(s: *mut TRITONBACKEND_State) 
             Bytes::copy_from_slice(&s.buffer),
         ));
         Ok(())
-    })())
+    })
 }

@@ -10,7 +10,7 @@ use std::{
 };
 
 use super::super::{
-    error::{non_null, status, ErrorPtr},
+    error::{non_null, ErrorPtr},
     types::MemoryType,
 };
 
@@ -79,7 +79,7 @@ pub unsafe extern "C" fn TRITONSERVER_ResponseAllocatorNew(
     release_fn: Option<ReleaseFn>,
     start_fn: Option<StartFn>,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(allocator, "allocator")?;
         let (Some(alloc_fn), Some(release_fn)) = (alloc_fn, release_fn) else {
             return Err(super::super::error::invalid_arg(
@@ -93,9 +93,11 @@ pub unsafe extern "C" fn TRITONSERVER_ResponseAllocatorNew(
             query_fn: None,
             buffer_attributes_fn: None,
         });
+        // SAFETY: `allocator` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *allocator = Box::into_raw(boxed) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -103,11 +105,13 @@ pub unsafe extern "C" fn TRITONSERVER_ResponseAllocatorSetQueryFunction(
     allocator: *mut TRITONSERVER_ResponseAllocator,
     query_fn: Option<QueryFn>,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(allocator, "allocator")?;
+        // SAFETY: `allocator` is checked non-null above and is an allocator from
+        // `TRITONSERVER_ResponseAllocatorNew`, not deleted yet.
         unsafe { (*allocator).query_fn = query_fn };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -115,19 +119,26 @@ pub unsafe extern "C" fn TRITONSERVER_ResponseAllocatorSetBufferAttributesFuncti
     allocator: *mut TRITONSERVER_ResponseAllocator,
     buffer_attributes_fn: Option<BufferAttributesFn>,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(allocator, "allocator")?;
+        // SAFETY: `allocator` is checked non-null above and is an allocator from
+        // `TRITONSERVER_ResponseAllocatorNew`, not deleted yet.
         unsafe { (*allocator).buffer_attributes_fn = buffer_attributes_fn };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_ResponseAllocatorDelete(
     allocator: *mut TRITONSERVER_ResponseAllocator,
 ) -> ErrorPtr {
-    if !allocator.is_null() {
-        drop(unsafe { Box::from_raw(allocator) });
-    }
-    ptr::null_mut()
+    ffi_entry!({
+        if !allocator.is_null() {
+            // SAFETY: `allocator` is non-null (checked) and came from `Box::into_raw` in the
+            // matching New function; the header makes this Delete its one release, so nothing uses
+            // it afterwards.
+            drop(unsafe { Box::from_raw(allocator) });
+        }
+        ptr::null_mut()
+    })
 }

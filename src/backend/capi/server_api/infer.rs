@@ -31,7 +31,7 @@ use futures::{
 
 use super::{
     super::{
-        error::{invalid_arg, status, ErrorPtr, TRITONSERVER_Error},
+        error::{invalid_arg, ErrorPtr, TRITONSERVER_Error},
         types::{
             error_kind_to_code, ERROR_UNAVAILABLE, REQUEST_RELEASE_ALL, RESPONSE_COMPLETE_FINAL,
         },
@@ -62,6 +62,7 @@ struct Delivery {
 // (the API's contract); they are only used on the callback thread, and the
 // struct is never written after creation (shared only for reading).
 unsafe impl Send for Delivery {}
+// SAFETY: as for `Send` above: shared only for reading, on the callback thread.
 unsafe impl Sync for Delivery {}
 
 enum Event {
@@ -102,6 +103,8 @@ unsafe fn deliver(cb: Callback) {
     let d = &cb.delivery;
     let (response, flags) = match cb.event {
         Event::Response(r, last) => (
+            // SAFETY: the allocator named by the request is alive while the request is in flight
+            // (tritonserver.h), which it is until the release callback below.
             Box::into_raw(unsafe { TRITONSERVER_InferenceResponse::build(r, &d.response) }),
             if last { RESPONSE_COMPLETE_FINAL } else { 0 },
         ),
@@ -116,9 +119,14 @@ unsafe fn deliver(cb: Callback) {
         ),
         Event::Final => (std::ptr::null_mut(), RESPONSE_COMPLETE_FINAL),
     };
+    // SAFETY: the caller's response callback with its own userp, called as tritonserver.h
+    // specifies; the response (or null with the final flag) becomes the caller's.
     unsafe { (d.response.response_fn)(response, flags, d.response.response_userp) };
     if flags & RESPONSE_COMPLETE_FINAL != 0 {
         if let Some((release, userp)) = d.release {
+            // SAFETY: the caller's release callback, called once after the final response with the
+            // request it registered it on, which is still alive (it is the caller's until
+            // released).
             unsafe { release(d.request, REQUEST_RELEASE_ALL, userp) };
         }
     }
@@ -213,11 +221,17 @@ pub unsafe extern "C" fn TRITONSERVER_ServerInferAsync(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     _trace: *mut c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+        // handed out, which a backend may use while its model lives; `from_c` takes a reference of
+        // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
         if inference_request.is_null() {
             return Err(invalid_arg("inference_request is null"));
         }
+        // SAFETY: `inference_request` is checked non-null above and is a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h).
         let r = unsafe { &mut *inference_request };
         let response = r.response.ok_or_else(|| {
             invalid_arg("the inference request has no response callback (TRITONSERVER_InferenceRequestSetResponseCallback)")
@@ -269,5 +283,5 @@ pub unsafe extern "C" fn TRITONSERVER_ServerInferAsync(
                 "the server is shutting down and takes no new requests",
             )
         })
-    })())
+    })
 }

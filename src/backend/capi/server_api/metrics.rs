@@ -5,7 +5,7 @@
 use std::{ffi::c_char, ptr, sync::Arc};
 
 use super::super::{
-    error::{c_str, invalid_arg, non_null, status, ErrorPtr, TRITONSERVER_Error},
+    error::{c_str, invalid_arg, non_null, ErrorPtr, TRITONSERVER_Error},
     parameter::{ParamValue as CParam, TRITONSERVER_Parameter},
     types::{ERROR_ALREADY_EXISTS, ERROR_UNSUPPORTED},
 };
@@ -45,7 +45,7 @@ pub unsafe extern "C" fn TRITONSERVER_MetricFamilyNew(
     name: *const c_char,
     description: *const c_char,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(family, "family")?;
         let kind = match kind {
             METRIC_KIND_COUNTER => Kind::Counter,
@@ -53,23 +53,36 @@ pub unsafe extern "C" fn TRITONSERVER_MetricFamilyNew(
             METRIC_KIND_HISTOGRAM => Kind::Histogram,
             other => return Err(invalid_arg(format!("unknown metric kind {other}"))),
         };
+        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
         let name = unsafe { c_str(name, "name") }?;
+        // SAFETY: `description` is null (refused by `c_str`) or a NUL-terminated string the caller
+        // keeps valid for the call (the header's `const char*` contract); nothing keeps the `&str`
+        // past the call.
         let help = unsafe { c_str(description, "description") }?;
         let created = custom::new_family(name, help, kind)
             .map_err(|e| TRITONSERVER_Error::boxed(ERROR_ALREADY_EXISTS, e))?;
+        // SAFETY: `family` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *family = Box::into_raw(Box::new(TRITONSERVER_MetricFamily(created))) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_MetricFamilyDelete(
     family: *mut TRITONSERVER_MetricFamily,
 ) -> ErrorPtr {
-    if !family.is_null() {
-        drop(unsafe { Box::from_raw(family) });
-    }
-    ptr::null_mut()
+    ffi_entry!({
+        if !family.is_null() {
+            // SAFETY: `family` is non-null (checked) and came from `Box::into_raw` in the matching
+            // New function; the header makes this Delete its one release, so nothing uses it
+            // afterwards.
+            drop(unsafe { Box::from_raw(family) });
+        }
+        ptr::null_mut()
+    })
 }
 
 #[no_mangle]
@@ -77,23 +90,28 @@ pub unsafe extern "C" fn TRITONSERVER_GetMetricFamilyKind(
     family: *mut TRITONSERVER_MetricFamily,
     kind: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(family, "family")?;
         non_null(kind, "kind")?;
+        // SAFETY: `kind` is checked non-null above and, by the header's contract, valid for
+        // writing one value; `family` is checked non-null above and is a family from
+        // `TRITONSERVER_MetricFamilyNew`, not deleted yet.
         unsafe { *kind = kind_to_c((&*family).0.kind) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_MetricArgsNew(
     args: *mut *mut TRITONSERVER_MetricArgs,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(args, "args")?;
+        // SAFETY: `args` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *args = Box::into_raw(Box::default()) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -102,7 +120,7 @@ pub unsafe extern "C" fn TRITONSERVER_MetricArgsSetHistogram(
     buckets: *const f64,
     buckets_count: u64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(args, "args")?;
         let n =
             usize::try_from(buckets_count).map_err(|_| invalid_arg("buckets_count too large"))?;
@@ -110,21 +128,30 @@ pub unsafe extern "C" fn TRITONSERVER_MetricArgsSetHistogram(
             Vec::new()
         } else {
             non_null(buckets, "buckets")?;
+            // SAFETY: `buckets` is non-null (checked above) and, by the header's contract, points
+            // to `n` elements that stay unchanged for the call; they are copied before it returns.
             unsafe { std::slice::from_raw_parts(buckets, n) }.to_vec()
         };
+        // SAFETY: `args` is checked non-null above and is metric args from
+        // `TRITONSERVER_MetricArgsNew`, not deleted yet.
         unsafe { (*args).buckets = Some(bounds) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_MetricArgsDelete(
     args: *mut TRITONSERVER_MetricArgs,
 ) -> ErrorPtr {
-    if !args.is_null() {
-        drop(unsafe { Box::from_raw(args) });
-    }
-    ptr::null_mut()
+    ffi_entry!({
+        if !args.is_null() {
+            // SAFETY: `args` is non-null (checked) and came from `Box::into_raw` in the matching
+            // New function; the header makes this Delete its one release, so nothing uses it
+            // afterwards.
+            drop(unsafe { Box::from_raw(args) });
+        }
+        ptr::null_mut()
+    })
 }
 
 unsafe fn labels_of(
@@ -137,8 +164,12 @@ unsafe fn labels_of(
     }
     (0..n)
         .map(|i| {
+            // SAFETY: `labels` is non-null (checked above) and, per tritonserver.h, an array of
+            // `label_count` parameter pointers; `i < n`.
             let p = unsafe { *labels.add(i) };
             non_null(p, "label")?;
+            // SAFETY: checked non-null just above; a parameter from `TRITONSERVER_ParameterNew`
+            // the caller keeps for the call.
             let p = unsafe { &*p };
             let key = p.name.to_string_lossy().into_owned();
             match &p.value {
@@ -158,7 +189,11 @@ pub unsafe extern "C" fn TRITONSERVER_MetricNew(
     labels: *const *const TRITONSERVER_Parameter,
     label_count: u64,
 ) -> ErrorPtr {
-    unsafe { TRITONSERVER_MetricNewWithArgs(metric, family, labels, label_count, ptr::null()) }
+    ffi_entry!({
+        // SAFETY: the caller's pointers are passed on unchanged under the same contract; null args
+        // are allowed there.
+        unsafe { TRITONSERVER_MetricNewWithArgs(metric, family, labels, label_count, ptr::null()) }
+    })
 }
 
 #[no_mangle]
@@ -169,27 +204,40 @@ pub unsafe extern "C" fn TRITONSERVER_MetricNewWithArgs(
     label_count: u64,
     args: *const TRITONSERVER_MetricArgs,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(metric, "metric")?;
         non_null(family, "family")?;
+        // SAFETY: `labels` is null only with a zero count (checked by `labels_of`), else the
+        // caller's array of `label_count` parameters, valid for the call (tritonserver.h).
         let labels = unsafe { labels_of(labels, label_count) }?;
         let buckets = if args.is_null() {
             None
         } else {
+            // SAFETY: `args` is checked non-null above and is metric args from
+            // `TRITONSERVER_MetricArgsNew`, not deleted yet.
             unsafe { (*args).buckets.clone() }
         };
+        // SAFETY: `family` is checked non-null above and is a family from
+        // `TRITONSERVER_MetricFamilyNew`, not deleted yet.
         let created = unsafe { (*family).0.new_metric(&labels, buckets) }.map_err(invalid_arg)?;
+        // SAFETY: `metric` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *metric = Box::into_raw(Box::new(TRITONSERVER_Metric(created))) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_MetricDelete(metric: *mut TRITONSERVER_Metric) -> ErrorPtr {
-    if !metric.is_null() {
-        drop(unsafe { Box::from_raw(metric) });
-    }
-    ptr::null_mut()
+    ffi_entry!({
+        if !metric.is_null() {
+            // SAFETY: `metric` is non-null (checked) and came from `Box::into_raw` in the matching
+            // New function; the header makes this Delete its one release, so nothing uses it
+            // afterwards.
+            drop(unsafe { Box::from_raw(metric) });
+        }
+        ptr::null_mut()
+    })
 }
 
 #[no_mangle]
@@ -197,13 +245,17 @@ pub unsafe extern "C" fn TRITONSERVER_MetricValue(
     metric: *mut TRITONSERVER_Metric,
     value: *mut f64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(metric, "metric")?;
         non_null(value, "value")?;
+        // SAFETY: `metric` is checked non-null above and is a metric from
+        // `TRITONSERVER_MetricNew*`, not deleted yet.
         let v = unsafe { (*metric).0.value() }.map_err(unsupported)?;
+        // SAFETY: `value` is checked non-null above and, by the header's contract, valid for
+        // writing one value.
         unsafe { *value = v };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
@@ -211,10 +263,12 @@ pub unsafe extern "C" fn TRITONSERVER_MetricIncrement(
     metric: *mut TRITONSERVER_Metric,
     value: f64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(metric, "metric")?;
+        // SAFETY: `metric` is checked non-null above and is a metric from
+        // `TRITONSERVER_MetricNew*`, not deleted yet.
         unsafe { (*metric).0.increment(value) }.map_err(invalid_arg)
-    })())
+    })
 }
 
 #[no_mangle]
@@ -222,10 +276,12 @@ pub unsafe extern "C" fn TRITONSERVER_MetricSet(
     metric: *mut TRITONSERVER_Metric,
     value: f64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(metric, "metric")?;
+        // SAFETY: `metric` is checked non-null above and is a metric from
+        // `TRITONSERVER_MetricNew*`, not deleted yet.
         unsafe { (*metric).0.set(value) }.map_err(unsupported)
-    })())
+    })
 }
 
 #[no_mangle]
@@ -233,10 +289,12 @@ pub unsafe extern "C" fn TRITONSERVER_MetricObserve(
     metric: *mut TRITONSERVER_Metric,
     value: f64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(metric, "metric")?;
+        // SAFETY: `metric` is checked non-null above and is a metric from
+        // `TRITONSERVER_MetricNew*`, not deleted yet.
         unsafe { (*metric).0.observe(value) }.map_err(unsupported)
-    })())
+    })
 }
 
 #[no_mangle]
@@ -244,10 +302,13 @@ pub unsafe extern "C" fn TRITONSERVER_GetMetricKind(
     metric: *mut TRITONSERVER_Metric,
     kind: *mut u32,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(metric, "metric")?;
         non_null(kind, "kind")?;
+        // SAFETY: `kind` is checked non-null above and, by the header's contract, valid for
+        // writing one value; `metric` is checked non-null above and is a metric from
+        // `TRITONSERVER_MetricNew*`, not deleted yet.
         unsafe { *kind = kind_to_c((&*metric).0.kind) };
         Ok(())
-    })())
+    })
 }

@@ -229,12 +229,16 @@ unsafe fn with_request(
     if request.is_null() {
         return invalid_arg("inference_request is null");
     }
+    // SAFETY: `request` is checked non-null above and is a request the server gave this backend's
+    // `ModelInstanceExecute` that it has not released yet (tritonbackend.h).
     status(f(unsafe { &mut *request }))
 }
 
 /// Writes `value` through an out-pointer, or fails for a null one.
 unsafe fn out<T>(p: *mut T, what: &str, value: T) -> Result<(), ErrorPtr> {
     non_null(p, what)?;
+    // SAFETY: checked non-null above; every caller passes the C caller's out-parameter, valid for
+    // writing a `T` (tritonserver.h).
     unsafe { p.write(value) };
     Ok(())
 }
@@ -246,9 +250,15 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestNew(
     model_name: *const c_char,
     model_version: i64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(inference_request, "inference_request")?;
+        // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+        // handed out, which a backend may use while its model lives; `from_c` takes a reference of
+        // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        // SAFETY: `model_name` is null (refused by `c_str`) or a NUL-terminated string the caller
+        // keeps valid for the call (the header's `const char*` contract); nothing keeps the `&str`
+        // past the call.
         let name = unsafe { c_str(model_name, "model_name") }?;
         // As Triton: the model must be known when the request is made.
         let version = if model_version < 0 {
@@ -275,19 +285,26 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestNew(
             response: None,
             cancel: Arc::default(),
         });
+        // SAFETY: `inference_request` is checked non-null above and, by the header's contract,
+        // valid for writing one value.
         unsafe { *inference_request = Box::into_raw(request) };
         Ok(())
-    })())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_InferenceRequestDelete(
     inference_request: *mut TRITONSERVER_InferenceRequest,
 ) -> ErrorPtr {
-    if !inference_request.is_null() {
-        drop(unsafe { Box::from_raw(inference_request) });
-    }
-    ptr::null_mut()
+    ffi_entry!({
+        if !inference_request.is_null() {
+            // SAFETY: `inference_request` is non-null (checked) and came from `Box::into_raw` in
+            // the matching New function; the header makes this Delete its one release, so nothing
+            // uses it afterwards.
+            drop(unsafe { Box::from_raw(inference_request) });
+        }
+        ptr::null_mut()
+    })
 }
 
 #[no_mangle]
@@ -295,7 +312,11 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestId(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     id: *mut *const c_char,
 ) -> ErrorPtr {
-    unsafe { with_request(inference_request, |r| out(id, "id", r.id.as_ptr())) }
+    // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+    // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+    // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+    // checked inside.
+    ffi_entry!({ unsafe { with_request(inference_request, |r| out(id, "id", r.id.as_ptr())) } })
 }
 
 #[no_mangle]
@@ -303,12 +324,18 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetId(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     id: *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.id = lossy_cstring(c_str(id, "id")?);
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                r.id = lossy_cstring(c_str(id, "id")?);
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -316,7 +343,11 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestFlags(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     flags: *mut u32,
 ) -> ErrorPtr {
-    unsafe { with_request(inference_request, |r| out(flags, "flags", r.flags)) }
+    // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+    // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+    // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+    // checked inside.
+    ffi_entry!({ unsafe { with_request(inference_request, |r| out(flags, "flags", r.flags)) } })
 }
 
 #[no_mangle]
@@ -324,12 +355,18 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetFlags(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     flags: u32,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.flags = flags;
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                r.flags = flags;
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -337,15 +374,21 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestCorrelationId(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     correlation_id: *mut u64,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| match &r.correlation {
-            Correlation::Str(_) => Err(invalid_arg(
-                "given request's correlation id is not an unsigned int",
-            )),
-            Correlation::Uint(v) => out(correlation_id, "correlation_id", *v),
-            Correlation::None => out(correlation_id, "correlation_id", 0),
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| match &r.correlation {
+                Correlation::Str(_) => Err(invalid_arg(
+                    "given request's correlation id is not an unsigned int",
+                )),
+                Correlation::Uint(v) => out(correlation_id, "correlation_id", *v),
+                Correlation::None => out(correlation_id, "correlation_id", 0),
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -353,14 +396,20 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestCorrelationIdString(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     correlation_id: *mut *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| match &r.correlation {
-            Correlation::Str(s) => out(correlation_id, "correlation_id", s.as_ptr()),
-            _ => Err(invalid_arg(
-                "given request's correlation id is not a string",
-            )),
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| match &r.correlation {
+                Correlation::Str(s) => out(correlation_id, "correlation_id", s.as_ptr()),
+                _ => Err(invalid_arg(
+                    "given request's correlation id is not a string",
+                )),
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -368,12 +417,18 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetCorrelationId(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     correlation_id: u64,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.correlation = Correlation::Uint(correlation_id);
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                r.correlation = Correlation::Uint(correlation_id);
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -381,30 +436,42 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetCorrelationIdString(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     correlation_id: *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            let id = c_str(correlation_id, "correlation_id")?;
-            // An empty string is "no correlation id", as in Triton.
-            r.correlation = if id.is_empty() {
-                Correlation::None
-            } else {
-                Correlation::Str(lossy_cstring(id))
-            };
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                let id = c_str(correlation_id, "correlation_id")?;
+                // An empty string is "no correlation id", as in Triton.
+                r.correlation = if id.is_empty() {
+                    Correlation::None
+                } else {
+                    Correlation::Str(lossy_cstring(id))
+                };
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_InferenceRequestCancel(
     inference_request: *mut TRITONSERVER_InferenceRequest,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.cancel.cancel();
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                r.cancel.cancel();
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -412,11 +479,17 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestIsCancelled(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     is_cancelled: *mut bool,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            out(is_cancelled, "is_cancelled", r.cancel.is_cancelled())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                out(is_cancelled, "is_cancelled", r.cancel.is_cancelled())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -424,15 +497,21 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestPriority(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     priority: *mut u32,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            out(
-                priority,
-                "priority",
-                u32::try_from(r.priority).unwrap_or(u32::MAX),
-            )
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                out(
+                    priority,
+                    "priority",
+                    u32::try_from(r.priority).unwrap_or(u32::MAX),
+                )
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -440,7 +519,13 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestPriorityUInt64(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     priority: *mut u64,
 ) -> ErrorPtr {
-    unsafe { with_request(inference_request, |r| out(priority, "priority", r.priority)) }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe { with_request(inference_request, |r| out(priority, "priority", r.priority)) }
+    })
 }
 
 #[no_mangle]
@@ -448,12 +533,18 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetPriority(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     priority: u32,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.priority = u64::from(priority);
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                r.priority = u64::from(priority);
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -461,12 +552,18 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetPriorityUInt64(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     priority: u64,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.priority = priority;
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                r.priority = priority;
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -474,11 +571,17 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestTimeoutMicroseconds(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     timeout_us: *mut u64,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            out(timeout_us, "timeout_us", r.timeout_us)
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                out(timeout_us, "timeout_us", r.timeout_us)
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -486,12 +589,18 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetTimeoutMicroseconds(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     timeout_us: u64,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.timeout_us = timeout_us;
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                r.timeout_us = timeout_us;
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -502,37 +611,43 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAddInput(
     shape: *const i64,
     dim_count: u64,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            let name = c_str(name, "input name")?;
-            let dt = datatype_from_c(datatype).ok_or_else(|| {
-                invalid_arg(format!("input '{name}': invalid datatype {datatype}"))
-            })?;
-            let dims = usize::try_from(dim_count)
-                .map_err(|_| invalid_arg(format!("input '{name}': dim_count too large")))?;
-            let shape = if dims == 0 {
-                Vec::new()
-            } else {
-                non_null(shape, "shape")?;
-                std::slice::from_raw_parts(shape, dims).to_vec()
-            };
-            if r.inputs
-                .iter()
-                .any(|i| i.name.as_bytes() == name.as_bytes())
-            {
-                return Err(invalid_arg(format!(
-                    "input '{name}' already exists in request"
-                )));
-            }
-            r.inputs.push(Input {
-                name: lossy_cstring(name),
-                datatype: dt,
-                shape,
-                chunks: Vec::new(),
-            });
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                let name = c_str(name, "input name")?;
+                let dt = datatype_from_c(datatype).ok_or_else(|| {
+                    invalid_arg(format!("input '{name}': invalid datatype {datatype}"))
+                })?;
+                let dims = usize::try_from(dim_count)
+                    .map_err(|_| invalid_arg(format!("input '{name}': dim_count too large")))?;
+                let shape = if dims == 0 {
+                    Vec::new()
+                } else {
+                    non_null(shape, "shape")?;
+                    std::slice::from_raw_parts(shape, dims).to_vec()
+                };
+                if r.inputs
+                    .iter()
+                    .any(|i| i.name.as_bytes() == name.as_bytes())
+                {
+                    return Err(invalid_arg(format!(
+                        "input '{name}' already exists in request"
+                    )));
+                }
+                r.inputs.push(Input {
+                    name: lossy_cstring(name),
+                    datatype: dt,
+                    shape,
+                    chunks: Vec::new(),
+                });
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -540,14 +655,20 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAddRawInput(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     name: *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |_| {
-            let name = c_str(name, "input name")?;
-            Err(unsupported(format!(
-                "raw input '{name}': raw (shape-less) inputs are not supported; use TRITONSERVER_InferenceRequestAddInput"
-            )))
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |_| {
+                let name = c_str(name, "input name")?;
+                Err(unsupported(format!(
+                    "raw input '{name}': raw (shape-less) inputs are not supported; use TRITONSERVER_InferenceRequestAddInput"
+                )))
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -555,31 +676,43 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveInput(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     name: *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            let name = c_str(name, "input name")?;
-            let before = r.inputs.len();
-            r.inputs.retain(|i| i.name.as_bytes() != name.as_bytes());
-            if r.inputs.len() == before {
-                return Err(invalid_arg(format!(
-                    "input '{name}' does not exist in the inference request"
-                )));
-            }
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                let name = c_str(name, "input name")?;
+                let before = r.inputs.len();
+                r.inputs.retain(|i| i.name.as_bytes() != name.as_bytes());
+                if r.inputs.len() == before {
+                    return Err(invalid_arg(format!(
+                        "input '{name}' does not exist in the inference request"
+                    )));
+                }
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveAllInputs(
     inference_request: *mut TRITONSERVER_InferenceRequest,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.inputs.clear();
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                r.inputs.clear();
+                Ok(())
+            })
+        }
+    })
 }
 
 unsafe fn append(
@@ -589,6 +722,9 @@ unsafe fn append(
     byte_size: usize,
     memory_type: MemoryType,
 ) -> Result<(), ErrorPtr> {
+    // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+    // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past the
+    // call.
     let name = unsafe { c_str(name, "input name") }?;
     if memory_type != MEMORY_CPU && memory_type != MEMORY_CPU_PINNED {
         return Err(unsupported(format!(
@@ -598,6 +734,9 @@ unsafe fn append(
     let input = r.input_mut(name)?;
     if byte_size > 0 {
         non_null(base, "base")?;
+        // SAFETY: `base` is non-null (checked above) and, by the header's contract, points to
+        // `byte_size` elements that stay unchanged for the call; they are copied before it
+        // returns.
         let data = unsafe { std::slice::from_raw_parts(base.cast::<u8>(), byte_size) };
         input.chunks.push(Bytes::copy_from_slice(data));
     }
@@ -613,11 +752,17 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAppendInputData(
     memory_type: MemoryType,
     _memory_type_id: i64,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            append(r, name, base, byte_size, memory_type)
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                append(r, name, base, byte_size, memory_type)
+            })
+        }
+    })
 }
 
 /// Host policies only matter for placing data near a device; our data is
@@ -632,11 +777,17 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAppendInputDataWithHostPol
     _memory_type_id: i64,
     _host_policy_name: *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            append(r, name, base, byte_size, memory_type)
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                append(r, name, base, byte_size, memory_type)
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -644,13 +795,19 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveAllInputData(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     name: *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            let name = c_str(name, "input name")?;
-            r.input_mut(name)?.chunks.clear();
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                let name = c_str(name, "input name")?;
+                r.input_mut(name)?.chunks.clear();
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -658,15 +815,21 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAddRequestedOutput(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     name: *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            let name = c_str(name, "output name")?;
-            if !r.outputs.iter().any(|o| o.as_bytes() == name.as_bytes()) {
-                r.outputs.push(lossy_cstring(name));
-            }
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                let name = c_str(name, "output name")?;
+                if !r.outputs.iter().any(|o| o.as_bytes() == name.as_bytes()) {
+                    r.outputs.push(lossy_cstring(name));
+                }
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -674,31 +837,43 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveRequestedOutput(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     name: *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            let name = c_str(name, "output name")?;
-            let before = r.outputs.len();
-            r.outputs.retain(|o| o.as_bytes() != name.as_bytes());
-            if r.outputs.len() == before {
-                return Err(invalid_arg(format!(
-                    "output '{name}' does not exist in the inference request"
-                )));
-            }
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                let name = c_str(name, "output name")?;
+                let before = r.outputs.len();
+                r.outputs.retain(|o| o.as_bytes() != name.as_bytes());
+                if r.outputs.len() == before {
+                    return Err(invalid_arg(format!(
+                        "output '{name}' does not exist in the inference request"
+                    )));
+                }
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs(
     inference_request: *mut TRITONSERVER_InferenceRequest,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.outputs.clear();
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                r.outputs.clear();
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -707,12 +882,18 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetReleaseCallback(
     request_release_fn: Option<RequestReleaseFn>,
     request_release_userp: *mut c_void,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            r.release = request_release_fn.map(|f| (f, request_release_userp));
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                r.release = request_release_fn.map(|f| (f, request_release_userp));
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -723,20 +904,26 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetResponseCallback(
     response_fn: Option<ResponseCompleteFn>,
     response_userp: *mut c_void,
 ) -> ErrorPtr {
-    unsafe {
-        with_request(inference_request, |r| {
-            let response_fn = response_fn.ok_or_else(|| invalid_arg("response_fn is null"))?;
-            // A null allocator is allowed for requests whose responses
-            // carry no outputs; one with outputs then fails with an error.
-            r.response = Some(ResponseCallback {
-                allocator: response_allocator,
-                allocator_userp: response_allocator_userp,
-                response_fn,
-                response_userp,
-            });
-            Ok(())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe {
+            with_request(inference_request, |r| {
+                let response_fn = response_fn.ok_or_else(|| invalid_arg("response_fn is null"))?;
+                // A null allocator is allowed for requests whose responses
+                // carry no outputs; one with outputs then fails with an error.
+                r.response = Some(ResponseCallback {
+                    allocator: response_allocator,
+                    allocator_userp: response_allocator_userp,
+                    response_fn,
+                    response_userp,
+                });
+                Ok(())
+            })
+        }
+    })
 }
 
 unsafe fn set_parameter(
@@ -744,6 +931,10 @@ unsafe fn set_parameter(
     key: *const c_char,
     value: CParam,
 ) -> ErrorPtr {
+    // SAFETY: `request` is null (refused by `with_request`) or a request from
+    // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+    // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+    // checked inside.
     unsafe {
         with_request(request, |r| {
             let key = c_str(key, "parameter key")?;
@@ -760,11 +951,20 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetStringParameter(
     key: *const c_char,
     value: *const c_char,
 ) -> ErrorPtr {
-    let value = match unsafe { c_str(value, "parameter value") } {
-        Ok(v) => lossy_cstring(v),
-        Err(e) => return e,
-    };
-    unsafe { set_parameter(request, key, CParam::String(value)) }
+    ffi_entry!({
+        // SAFETY: `value` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
+        let value = match unsafe { c_str(value, "parameter value") } {
+            Ok(v) => lossy_cstring(v),
+            Err(e) => return e,
+        };
+        // SAFETY: `request` is null (refused by `with_request`) or a request from
+        // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+        // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+        // checked inside.
+        unsafe { set_parameter(request, key, CParam::String(value)) }
+    })
 }
 
 #[no_mangle]
@@ -773,7 +973,11 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetIntParameter(
     key: *const c_char,
     value: i64,
 ) -> ErrorPtr {
-    unsafe { set_parameter(request, key, CParam::Int(value)) }
+    // SAFETY: `request` is null (refused by `with_request`) or a request from
+    // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+    // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+    // checked inside.
+    ffi_entry!({ unsafe { set_parameter(request, key, CParam::Int(value)) } })
 }
 
 #[no_mangle]
@@ -782,7 +986,11 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetBoolParameter(
     key: *const c_char,
     value: bool,
 ) -> ErrorPtr {
-    unsafe { set_parameter(request, key, CParam::Bool(value)) }
+    // SAFETY: `request` is null (refused by `with_request`) or a request from
+    // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+    // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+    // checked inside.
+    ffi_entry!({ unsafe { set_parameter(request, key, CParam::Bool(value)) } })
 }
 
 #[no_mangle]
@@ -791,7 +999,11 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetDoubleParameter(
     key: *const c_char,
     value: f64,
 ) -> ErrorPtr {
-    unsafe { set_parameter(request, key, CParam::Double(value)) }
+    // SAFETY: `request` is null (refused by `with_request`) or a request from
+    // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
+    // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
+    // checked inside.
+    ffi_entry!({ unsafe { set_parameter(request, key, CParam::Double(value)) } })
 }
 
 #[cfg(test)]
@@ -822,6 +1034,8 @@ mod tests {
     #[test]
     fn the_c_setters_build_our_request_with_kserve_parameters() {
         let r = Box::into_raw(request());
+        // SAFETY: test: `r` is a request boxed just above and deleted once at the end; the other
+        // pointers are locals.
         unsafe {
             assert!(TRITONSERVER_InferenceRequestSetId(r, c"req-7".as_ptr()).is_null());
             assert!(

@@ -91,6 +91,7 @@ impl TRITONSERVER_InferenceResponse {
                 TRITONSERVER_Parameter::new(name, value)
             })
             .collect();
+        // SAFETY: the allocator is alive, which is this function's own contract.
         if let Err(e) = unsafe { r.allocate_outputs(response, callback) } {
             r.release_buffers();
             r.outputs.clear();
@@ -114,8 +115,13 @@ impl TRITONSERVER_InferenceResponse {
                 "the response has outputs but the request named no response allocator".into(),
             ));
         }
+        // SAFETY: `allocator` is checked non-null above and is an allocator from
+        // `TRITONSERVER_ResponseAllocatorNew`, not deleted yet.
         let alloc = unsafe { &*allocator };
         if let Some(start) = alloc.start_fn {
+            // SAFETY: the caller's start callback, called with its allocator and userp as
+            // tritonserver.h specifies; the error it returns (if any) is ours to free, which
+            // `taken` does.
             unsafe { taken(start(allocator, callback.allocator_userp)) }?;
         }
         for tensor in response.outputs {
@@ -125,6 +131,9 @@ impl TRITONSERVER_InferenceResponse {
             let mut buffer_userp: *mut c_void = ptr::null_mut();
             let mut memory_type = MEMORY_CPU;
             let mut memory_type_id = 0i64;
+            // SAFETY: the caller's alloc callback with its own allocator and
+            // userp, as tritonserver.h specifies; the out-pointers are locals
+            // and the name outlives the call.
             unsafe {
                 taken((alloc.alloc_fn)(
                     allocator,
@@ -181,6 +190,8 @@ impl TRITONSERVER_InferenceResponse {
         if self.allocator.is_null() {
             return;
         }
+        // SAFETY: non-null (checked above); the allocator outlives every request that names it and
+        // so this response (tritonserver.h), as `build` requires.
         let release = unsafe { (*self.allocator).release_fn };
         for o in self.outputs.drain(..) {
             // SAFETY: each buffer came from this allocator's alloc_fn.
@@ -194,6 +205,8 @@ impl TRITONSERVER_InferenceResponse {
                     o.memory_type_id,
                 )
             };
+            // SAFETY: the release callback returns null or an error from `TRITONSERVER_ErrorNew`
+            // that becomes ours.
             if let Some(e) = unsafe { super::super::error::take(err) } {
                 tracing::warn!(output = ?o.name, error = %e.message, "response allocator failed to release an output buffer");
             }
@@ -212,6 +225,8 @@ unsafe fn taken(err: ErrorPtr) -> Result<(), (ErrorCode, String)> {
     if err.is_null() {
         return Ok(());
     }
+    // SAFETY: non-null (checked); an allocator callback's error from `TRITONSERVER_ErrorNew` (a
+    // `Box::into_raw`), whose ownership passes to us.
     let boxed = unsafe { Box::from_raw(err) };
     Err((boxed.code, boxed.message_str()))
 }
@@ -223,11 +238,15 @@ unsafe fn with_response(
     if response.is_null() {
         return super::super::error::invalid_arg("inference_response is null");
     }
+    // SAFETY: checked non-null above; callers pass a response the C caller got in its response
+    // callback and has not deleted (tritonserver.h); only shared references are made from it.
     status(f(unsafe { &*response }))
 }
 
 unsafe fn out<T>(p: *mut T, what: &str, value: T) -> Result<(), ErrorPtr> {
     non_null(p, what)?;
+    // SAFETY: checked non-null above; every caller passes the C caller's out-parameter, valid for
+    // writing a `T` (tritonserver.h).
     unsafe { p.write(value) };
     Ok(())
 }
@@ -236,10 +255,15 @@ unsafe fn out<T>(p: *mut T, what: &str, value: T) -> Result<(), ErrorPtr> {
 pub unsafe extern "C" fn TRITONSERVER_InferenceResponseDelete(
     inference_response: *mut TRITONSERVER_InferenceResponse,
 ) -> ErrorPtr {
-    if !inference_response.is_null() {
-        drop(unsafe { Box::from_raw(inference_response) });
-    }
-    ptr::null_mut()
+    ffi_entry!({
+        if !inference_response.is_null() {
+            // SAFETY: `inference_response` is non-null (checked) and came from `Box::into_raw` in
+            // the matching New function; the header makes this Delete its one release, so nothing
+            // uses it afterwards.
+            drop(unsafe { Box::from_raw(inference_response) });
+        }
+        ptr::null_mut()
+    })
 }
 
 /// As Triton's implementation does (whatever its header says), each call
@@ -248,13 +272,17 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseDelete(
 pub unsafe extern "C" fn TRITONSERVER_InferenceResponseError(
     inference_response: *mut TRITONSERVER_InferenceResponse,
 ) -> ErrorPtr {
-    if inference_response.is_null() {
-        return super::super::error::invalid_arg("inference_response is null");
-    }
-    match unsafe { &(*inference_response).error } {
-        None => ptr::null_mut(),
-        Some((code, message)) => TRITONSERVER_Error::boxed(*code, message.clone()),
-    }
+    ffi_entry!({
+        if inference_response.is_null() {
+            return super::super::error::invalid_arg("inference_response is null");
+        }
+        // SAFETY: `inference_response` is checked non-null above and is a response the caller got
+        // in its response callback and has not deleted yet (tritonserver.h).
+        match unsafe { &(*inference_response).error } {
+            None => ptr::null_mut(),
+            Some((code, message)) => TRITONSERVER_Error::boxed(*code, message.clone()),
+        }
+    })
 }
 
 #[no_mangle]
@@ -263,12 +291,17 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseModel(
     model_name: *mut *const c_char,
     model_version: *mut i64,
 ) -> ErrorPtr {
-    unsafe {
-        with_response(inference_response, |r| {
-            out(model_name, "model_name", r.model_name.as_ptr())?;
-            out(model_version, "model_version", r.model_version)
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
+        // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
+        // are checked by `out`.
+        unsafe {
+            with_response(inference_response, |r| {
+                out(model_name, "model_name", r.model_name.as_ptr())?;
+                out(model_version, "model_version", r.model_version)
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -276,11 +309,16 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseId(
     inference_response: *mut TRITONSERVER_InferenceResponse,
     request_id: *mut *const c_char,
 ) -> ErrorPtr {
-    unsafe {
-        with_response(inference_response, |r| {
-            out(request_id, "request_id", r.id.as_ptr())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
+        // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
+        // are checked by `out`.
+        unsafe {
+            with_response(inference_response, |r| {
+                out(request_id, "request_id", r.id.as_ptr())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -288,15 +326,20 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseParameterCount(
     inference_response: *mut TRITONSERVER_InferenceResponse,
     count: *mut u32,
 ) -> ErrorPtr {
-    unsafe {
-        with_response(inference_response, |r| {
-            out(
-                count,
-                "count",
-                u32::try_from(r.parameters.len()).unwrap_or(u32::MAX),
-            )
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
+        // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
+        // are checked by `out`.
+        unsafe {
+            with_response(inference_response, |r| {
+                out(
+                    count,
+                    "count",
+                    u32::try_from(r.parameters.len()).unwrap_or(u32::MAX),
+                )
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -307,19 +350,24 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseParameter(
     kind: *mut ParameterType,
     vvalue: *mut *const c_void,
 ) -> ErrorPtr {
-    unsafe {
-        with_response(inference_response, |r| {
-            let p = r.parameters.get(index as usize).ok_or_else(|| {
-                super::super::error::invalid_arg(format!(
-                    "out of bounds index {index}: response has {} parameters",
-                    r.parameters.len()
-                ))
-            })?;
-            out(name, "name", p.name.as_ptr())?;
-            out(kind, "type", p.kind())?;
-            out(vvalue, "vvalue", p.value_ptr())
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
+        // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
+        // are checked by `out`.
+        unsafe {
+            with_response(inference_response, |r| {
+                let p = r.parameters.get(index as usize).ok_or_else(|| {
+                    super::super::error::invalid_arg(format!(
+                        "out of bounds index {index}: response has {} parameters",
+                        r.parameters.len()
+                    ))
+                })?;
+                out(name, "name", p.name.as_ptr())?;
+                out(kind, "type", p.kind())?;
+                out(vvalue, "vvalue", p.value_ptr())
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -327,15 +375,20 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseOutputCount(
     inference_response: *mut TRITONSERVER_InferenceResponse,
     count: *mut u32,
 ) -> ErrorPtr {
-    unsafe {
-        with_response(inference_response, |r| {
-            out(
-                count,
-                "count",
-                u32::try_from(r.outputs.len()).unwrap_or(u32::MAX),
-            )
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
+        // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
+        // are checked by `out`.
+        unsafe {
+            with_response(inference_response, |r| {
+                out(
+                    count,
+                    "count",
+                    u32::try_from(r.outputs.len()).unwrap_or(u32::MAX),
+                )
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -352,25 +405,30 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseOutput(
     memory_type_id: *mut i64,
     userp: *mut *mut c_void,
 ) -> ErrorPtr {
-    unsafe {
-        with_response(inference_response, |r| {
-            let o = r.outputs.get(index as usize).ok_or_else(|| {
-                super::super::error::invalid_arg(format!(
-                    "out of bounds index {index}: response has {} outputs",
-                    r.outputs.len()
-                ))
-            })?;
-            out(name, "name", o.name.as_ptr())?;
-            out(datatype, "datatype", o.datatype)?;
-            out(shape, "shape", o.shape.as_ptr())?;
-            out(dim_count, "dim_count", o.shape.len() as u64)?;
-            out(base, "base", o.buffer.cast_const())?;
-            out(byte_size, "byte_size", o.byte_size)?;
-            out(memory_type, "memory_type", o.memory_type)?;
-            out(memory_type_id, "memory_type_id", o.memory_type_id)?;
-            out(userp, "userp", o.buffer_userp)
-        })
-    }
+    ffi_entry!({
+        // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
+        // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
+        // are checked by `out`.
+        unsafe {
+            with_response(inference_response, |r| {
+                let o = r.outputs.get(index as usize).ok_or_else(|| {
+                    super::super::error::invalid_arg(format!(
+                        "out of bounds index {index}: response has {} outputs",
+                        r.outputs.len()
+                    ))
+                })?;
+                out(name, "name", o.name.as_ptr())?;
+                out(datatype, "datatype", o.datatype)?;
+                out(shape, "shape", o.shape.as_ptr())?;
+                out(dim_count, "dim_count", o.shape.len() as u64)?;
+                out(base, "base", o.buffer.cast_const())?;
+                out(byte_size, "byte_size", o.byte_size)?;
+                out(memory_type, "memory_type", o.memory_type)?;
+                out(memory_type_id, "memory_type_id", o.memory_type_id)?;
+                out(userp, "userp", o.buffer_userp)
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -380,9 +438,14 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseOutputClassificationLabel
     _class_index: usize,
     label: *mut *const c_char,
 ) -> ErrorPtr {
-    // Labels are applied by the protocol layer's classification
-    // extension; in-process responses carry raw outputs, so no label.
-    unsafe { with_response(inference_response, |_| out(label, "label", ptr::null())) }
+    ffi_entry!({
+        // Labels are applied by the protocol layer's classification
+        // extension; in-process responses carry raw outputs, so no label.
+        // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
+        // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
+        // are checked by `out`.
+        unsafe { with_response(inference_response, |_| out(label, "label", ptr::null())) }
+    })
 }
 
 #[cfg(test)]
@@ -411,6 +474,7 @@ mod tests {
         actual_memory_type_id: *mut i64,
     ) -> ErrorPtr {
         let mut storage = Box::new(vec![0u8; byte_size]);
+        // SAFETY: test: the server passes out-pointers valid for writing.
         unsafe {
             *buffer = storage.as_mut_ptr().cast();
             *buffer_userp = Box::into_raw(storage).cast();
@@ -428,6 +492,8 @@ mod tests {
         _memory_type: MemoryType,
         _memory_type_id: i64,
     ) -> ErrorPtr {
+        // SAFETY: test: `buffer_userp` is the boxed Vec that `alloc` above leaked for this buffer;
+        // released once.
         drop(unsafe { Box::from_raw(buffer_userp.cast::<Vec<u8>>()) });
         RELEASED.fetch_add(1, Ordering::SeqCst);
         ptr::null_mut()
@@ -485,6 +551,9 @@ mod tests {
     #[test]
     fn outputs_are_written_into_the_callers_buffers_and_released_on_delete() {
         let mut allocator: *mut TRITONSERVER_ResponseAllocator = ptr::null_mut();
+        // SAFETY: `shape` is non-null (checked above) and, by the header's contract, points to
+        // `dims as usize` elements that stay unchanged for the call; they are copied before it
+        // returns.
         unsafe {
             assert!(super::super::allocator::TRITONSERVER_ResponseAllocatorNew(
                 &mut allocator,
@@ -545,6 +614,8 @@ mod tests {
     #[test]
     fn a_refused_allocation_makes_an_error_response() {
         let mut allocator: *mut TRITONSERVER_ResponseAllocator = ptr::null_mut();
+        // SAFETY: test: every pointer is a local or an object created here
+        // through the C API and deleted once.
         unsafe {
             super::super::allocator::TRITONSERVER_ResponseAllocatorNew(
                 &mut allocator,

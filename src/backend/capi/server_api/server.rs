@@ -164,7 +164,13 @@ unsafe fn model_of(
     model_name: *const c_char,
     model_version: i64,
 ) -> Result<(Arc<TRITONSERVER_Server>, Arc<ModelVersion>), ErrorPtr> {
+    // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+    // handed out, which a backend may use while its model lives; `from_c` takes a reference of its
+    // own.
     let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+    // SAFETY: `model_name` is null (refused by `c_str`) or a NUL-terminated string the caller
+    // keeps valid for the call (the header's `const char*` contract); nothing keeps the `&str`
+    // past the call.
     let name = unsafe { c_str(model_name, "model_name") }?;
     let model = server
         .with_model(name, &version_str(model_version), Arc::clone)
@@ -174,6 +180,8 @@ unsafe fn model_of(
 
 unsafe fn out<T>(p: *mut T, what: &str, value: T) -> Result<(), ErrorPtr> {
     non_null(p, what)?;
+    // SAFETY: checked non-null above; every caller passes the C caller's out-parameter, valid for
+    // writing a `T` (tritonserver.h).
     unsafe { p.write(value) };
     Ok(())
 }
@@ -183,10 +191,15 @@ pub unsafe extern "C" fn TRITONSERVER_ServerIsLive(
     server: *mut TRITONSERVER_Server,
     live: *mut bool,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+        // handed out, which a backend may use while its model lives; `from_c` takes a reference of
+        // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        // SAFETY: `live` is null (refused by `out`) or the caller's out-parameter, valid for
+        // writing one value (tritonserver.h).
         unsafe { out(live, "live", server.state.live()) }
-    })())
+    })
 }
 
 #[no_mangle]
@@ -194,10 +207,15 @@ pub unsafe extern "C" fn TRITONSERVER_ServerIsReady(
     server: *mut TRITONSERVER_Server,
     ready: *mut bool,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+        // handed out, which a backend may use while its model lives; `from_c` takes a reference of
+        // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        // SAFETY: `ready` is null (refused by `out`) or the caller's out-parameter, valid for
+        // writing one value (tritonserver.h).
         unsafe { out(ready, "ready", server.state.ready()) }
-    })())
+    })
 }
 
 /// An unknown model is an error (as Triton's `GetModel`); a known one that
@@ -209,9 +227,15 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelIsReady(
     model_version: i64,
     ready: *mut bool,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(ready, "ready")?;
+        // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+        // handed out, which a backend may use while its model lives; `from_c` takes a reference of
+        // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        // SAFETY: `model_name` is null (refused by `c_str`) or a NUL-terminated string the caller
+        // keeps valid for the call (the header's `const char*` contract); nothing keeps the `&str`
+        // past the call.
         let name = unsafe { c_str(model_name, "model_name") }?;
         let table = server.table();
         let is_ready = match table.resolve(name, &version_str(model_version)) {
@@ -222,8 +246,10 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelIsReady(
             }
             Err(e) => return Err(error_from(&e)),
         };
+        // SAFETY: `ready` is null (refused by `out`) or the caller's out-parameter, valid for
+        // writing one value (tritonserver.h).
         unsafe { out(ready, "ready", is_ready) }
-    })())
+    })
 }
 
 #[no_mangle]
@@ -234,18 +260,25 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelBatchProperties(
     flags: *mut u32,
     voidp: *mut *mut std::ffi::c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         if !voidp.is_null() {
+            // SAFETY: `voidp` is checked non-null above and, by the header's contract, valid for
+            // writing one value.
             unsafe { *voidp = ptr::null_mut() };
         }
+        // SAFETY: `model_of` refuses a null server or name; otherwise they are the server from
+        // `TRITONBACKEND_ModelServer` and a NUL-terminated name the caller keeps valid for the
+        // call.
         let (_, model) = unsafe { model_of(server, model_name, model_version) }?;
         let f = if model.config.max_batch_size > 0 {
             BATCH_FIRST_DIM
         } else {
             BATCH_UNKNOWN
         };
+        // SAFETY: `flags` is null (refused by `out`) or the caller's out-parameter, valid for
+        // writing one value (tritonserver.h).
         unsafe { out(flags, "flags", f) }
-    })())
+    })
 }
 
 #[no_mangle]
@@ -256,18 +289,25 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelTransactionProperties(
     txn_flags: *mut u32,
     voidp: *mut *mut std::ffi::c_void,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         if !voidp.is_null() {
+            // SAFETY: `voidp` is checked non-null above and, by the header's contract, valid for
+            // writing one value.
             unsafe { *voidp = ptr::null_mut() };
         }
+        // SAFETY: `model_of` refuses a null server or name; otherwise they are the server from
+        // `TRITONBACKEND_ModelServer` and a NUL-terminated name the caller keeps valid for the
+        // call.
         let (_, model) = unsafe { model_of(server, model_name, model_version) }?;
         let f = if is_decoupled(&model.config) {
             TXN_DECOUPLED
         } else {
             TXN_ONE_TO_ONE
         };
+        // SAFETY: `txn_flags` is null (refused by `out`) or the caller's out-parameter, valid for
+        // writing one value (tritonserver.h).
         unsafe { out(txn_flags, "txn_flags", f) }
-    })())
+    })
 }
 
 #[no_mangle]
@@ -275,13 +315,18 @@ pub unsafe extern "C" fn TRITONSERVER_ServerMetadata(
     server: *mut TRITONSERVER_Server,
     server_metadata: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+        // handed out, which a backend may use while its model lives; `from_c` takes a reference of
+        // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
         let doc = json!({
             "name": server.state.options.server_name,
             "version": crate::protocol::identity::VERSION,
             "extensions": crate::protocol::identity::extensions(),
         });
+        // SAFETY: `server_metadata` is null (refused by `out`) or the caller's
+        // out-parameter, valid for writing one pointer (tritonserver.h).
         unsafe {
             out(
                 server_metadata,
@@ -289,7 +334,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerMetadata(
                 TRITONSERVER_Message::boxed(doc.to_string()),
             )
         }
-    })())
+    })
 }
 
 #[no_mangle]
@@ -299,7 +344,10 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelMetadata(
     model_version: i64,
     model_metadata: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `model_of` refuses a null server or name; otherwise they are the server from
+        // `TRITONBACKEND_ModelServer` and a NUL-terminated name the caller keeps valid for the
+        // call.
         let (server, m) = unsafe { model_of(server, model_name, model_version) }?;
         let tensors = |list: &[crate::model::metadata::TensorMetadata]| {
             list.iter()
@@ -319,6 +367,8 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelMetadata(
             "inputs": tensors(&m.metadata.inputs),
             "outputs": tensors(&m.metadata.outputs),
         });
+        // SAFETY: `model_metadata` is null (refused by `out`) or the caller's
+        // out-parameter, valid for writing one pointer (tritonserver.h).
         unsafe {
             out(
                 model_metadata,
@@ -326,7 +376,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelMetadata(
                 TRITONSERVER_Message::boxed(doc.to_string()),
             )
         }
-    })())
+    })
 }
 
 /// The served configuration, as `GET .../config` returns it. Triton knows
@@ -339,14 +389,19 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelConfig(
     config_version: u32,
     model_config: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         if config_version != 1 {
             return Err(invalid_arg(format!(
                 "model configuration version {config_version} not supported, supported versions are: 1"
             )));
         }
+        // SAFETY: `model_of` refuses a null server or name; otherwise they are the server from
+        // `TRITONBACKEND_ModelServer` and a NUL-terminated name the caller keeps valid for the
+        // call.
         let (_, m) = unsafe { model_of(server, model_name, model_version) }?;
         let json = String::from_utf8_lossy(&m.config_json).into_owned();
+        // SAFETY: `model_config` is null (refused by `out`) or the caller's
+        // out-parameter, valid for writing one pointer (tritonserver.h).
         unsafe {
             out(
                 model_config,
@@ -354,7 +409,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelConfig(
                 TRITONSERVER_Message::boxed(json),
             )
         }
-    })())
+    })
 }
 
 /// The repository index, as the repository API's index returns it.
@@ -364,8 +419,11 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelIndex(
     flags: u32,
     model_index: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
         non_null(model_index, "model_index")?;
+        // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+        // handed out, which a backend may use while its model lives; `from_c` takes a reference of
+        // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
         let repository = repository(&server)?;
         let rows = block_on_repository(repository.index(flags & INDEX_FLAG_READY != 0))?;
@@ -386,6 +444,8 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelIndex(
             })
             .collect();
         let json = serde_json::Value::Array(doc).to_string();
+        // SAFETY: `model_index` is null (refused by `out`) or the caller's
+        // out-parameter, valid for writing one pointer (tritonserver.h).
         unsafe {
             out(
                 model_index,
@@ -393,7 +453,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelIndex(
                 TRITONSERVER_Message::boxed(json),
             )
         }
-    })())
+    })
 }
 
 fn repository(
@@ -434,7 +494,11 @@ pub unsafe extern "C" fn TRITONSERVER_ServerLoadModel(
     server: *mut TRITONSERVER_Server,
     model_name: *const c_char,
 ) -> ErrorPtr {
-    unsafe { TRITONSERVER_ServerLoadModelWithParameters(server, model_name, ptr::null(), 0) }
+    ffi_entry!({
+        // SAFETY: the caller's pointers are passed on unchanged under the same contract; no
+        // parameters (null with a zero count) is allowed there.
+        unsafe { TRITONSERVER_ServerLoadModelWithParameters(server, model_name, ptr::null(), 0) }
+    })
 }
 
 /// Parameters: `config` (a JSON model config override) is honoured;
@@ -446,8 +510,14 @@ pub unsafe extern "C" fn TRITONSERVER_ServerLoadModelWithParameters(
     parameters: *const *const TRITONSERVER_Parameter,
     parameter_count: u64,
 ) -> ErrorPtr {
-    status((|| {
+    ffi_entry!({
+        // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+        // handed out, which a backend may use while its model lives; `from_c` takes a reference of
+        // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        // SAFETY: `model_name` is null (refused by `c_str`) or a NUL-terminated string the caller
+        // keeps valid for the call (the header's `const char*` contract); nothing keeps the `&str`
+        // past the call.
         let name = unsafe { c_str(model_name, "model_name") }?.to_string();
         let mut load = crate::repository::manager::LoadRequest::default();
         let count = usize::try_from(parameter_count)
@@ -456,8 +526,12 @@ pub unsafe extern "C" fn TRITONSERVER_ServerLoadModelWithParameters(
             non_null(parameters, "parameters")?;
         }
         for i in 0..count {
+            // SAFETY: `parameters` is non-null (checked above) and, per tritonserver.h, an array
+            // of `parameter_count` parameter pointers; `i < count`.
             let p = unsafe { *parameters.add(i) };
             non_null(p, "parameter")?;
+            // SAFETY: checked non-null just above; a parameter from `TRITONSERVER_ParameterNew`
+            // the caller keeps for the call.
             let p = unsafe { &*p };
             let key = p.name.to_string_lossy();
             match (key.as_ref(), &p.value) {
@@ -479,7 +553,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerLoadModelWithParameters(
         }
         let repository = repository(&server)?;
         block_on_repository(repository.load(name, load))
-    })())
+    })
 }
 
 #[no_mangle]
@@ -487,7 +561,9 @@ pub unsafe extern "C" fn TRITONSERVER_ServerUnloadModel(
     server: *mut TRITONSERVER_Server,
     model_name: *const c_char,
 ) -> ErrorPtr {
-    unsafe { unload_model(server, model_name, false) }
+    // SAFETY: the caller's pointers go to `unload_model`, which checks them, under the same
+    // tritonserver.h contract.
+    ffi_entry!({ unsafe { unload_model(server, model_name, false) } })
 }
 
 /// Also unloads the ensembles that use the model, as the repository API's
@@ -497,7 +573,9 @@ pub unsafe extern "C" fn TRITONSERVER_ServerUnloadModelAndDependents(
     server: *mut TRITONSERVER_Server,
     model_name: *const c_char,
 ) -> ErrorPtr {
-    unsafe { unload_model(server, model_name, true) }
+    // SAFETY: the caller's pointers go to `unload_model`, which checks them, under the same
+    // tritonserver.h contract.
+    ffi_entry!({ unsafe { unload_model(server, model_name, true) } })
 }
 
 unsafe fn unload_model(
@@ -506,7 +584,13 @@ unsafe fn unload_model(
     unload_dependents: bool,
 ) -> ErrorPtr {
     status((|| {
+        // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
+        // handed out, which a backend may use while its model lives; `from_c` takes a reference of
+        // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
+        // SAFETY: `model_name` is null (refused by `c_str`) or a NUL-terminated string the caller
+        // keeps valid for the call (the header's `const char*` contract); nothing keeps the `&str`
+        // past the call.
         let name = unsafe { c_str(model_name, "model_name") }?.to_string();
         let repository = repository(&server)?;
         block_on_repository(repository.unload(name, unload_dependents))

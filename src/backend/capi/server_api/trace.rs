@@ -25,7 +25,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceTraceContext(
     trace: *mut c_void,
     _trace_context: *mut *const c_char,
 ) -> ErrorPtr {
-    no_tracing(trace)
+    ffi_entry!({ no_tracing(trace) })
 }
 
 #[no_mangle]
@@ -33,5 +33,5 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceTraceSpawnChildTrace(
     trace: *mut c_void,
     _child_trace: *mut *mut c_void,
 ) -> ErrorPtr {
-    no_tracing(trace)
+    ffi_entry!({ no_tracing(trace) })
 }
