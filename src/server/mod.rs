@@ -245,6 +245,11 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
     if options.model_repositories.is_empty() {
         bail!("at least one --model-repository is required");
     }
+    // Before anything starts: a bad certificate stops the start.
+    let tls = crate::protocol::transport::ServerTls::load(
+        options.http_tls.as_ref().filter(|_| options.allow_http),
+        options.grpc_tls.as_ref().filter(|_| options.allow_grpc),
+    )?;
     let topology = MachineTopology::shared();
     if let Some(reason) = &topology.degraded {
         tracing::warn!(%reason, "hwloc unavailable: placing by the CPU affinity list only");
@@ -281,6 +286,7 @@ pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
         metrics: reserve("metrics", options.allow_metrics, options.metrics_port)?,
     };
     let state = ServerState::new(options.clone(), shard_count);
+    let _ = state.tls.set(tls);
     let transport = TransportStats::new(shard_count, transport_limits(&options, plan.accept.len()));
 
     let links = ring::mesh(shard_count, options.ring_capacity);
