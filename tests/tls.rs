@@ -55,25 +55,53 @@ impl Certs {
             openssl(
                 &dir,
                 &[
-                    "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", &format!("{ca}.key"),
-                    "-out", &format!("{ca}.crt"), "-days", "2", "-subj", &format!("/CN={ca}"),
-                    "-addext", "basicConstraints=critical,CA:TRUE",
-                    "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1",
+                    "-nodes",
+                    "-keyout",
+                    &format!("{ca}.key"),
+                    "-out",
+                    &format!("{ca}.crt"),
+                    "-days",
+                    "2",
+                    "-subj",
+                    &format!("/CN={ca}"),
+                    "-addext",
+                    "basicConstraints=critical,CA:TRUE",
+                    "-addext",
+                    "keyUsage=critical,keyCertSign,cRLSign",
                 ],
             );
         }
         for (name, ca, usage, san) in [
-            ("server", "ca", "serverAuth", Some("DNS:localhost,IP:127.0.0.1")),
+            (
+                "server",
+                "ca",
+                "serverAuth",
+                Some("DNS:localhost,IP:127.0.0.1"),
+            ),
             ("client", "ca", "clientAuth", None),
             ("stranger", "other-ca", "clientAuth", None),
         ] {
             openssl(
                 &dir,
                 &[
-                    "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", &format!("{name}.key"), "-out",
-                    &format!("{name}.csr"), "-subj", &format!("/CN={name}"),
+                    "req",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1",
+                    "-nodes",
+                    "-keyout",
+                    &format!("{name}.key"),
+                    "-out",
+                    &format!("{name}.csr"),
+                    "-subj",
+                    &format!("/CN={name}"),
                 ],
             );
             let mut ext = format!(
@@ -86,9 +114,21 @@ impl Certs {
             openssl(
                 &dir,
                 &[
-                    "x509", "-req", "-in", &format!("{name}.csr"), "-CA", &format!("{ca}.crt"),
-                    "-CAkey", &format!("{ca}.key"), "-CAcreateserial", "-out",
-                    &format!("{name}.crt"), "-days", "2", "-extfile", &format!("{name}.ext"),
+                    "x509",
+                    "-req",
+                    "-in",
+                    &format!("{name}.csr"),
+                    "-CA",
+                    &format!("{ca}.crt"),
+                    "-CAkey",
+                    &format!("{ca}.key"),
+                    "-CAcreateserial",
+                    "-out",
+                    &format!("{name}.crt"),
+                    "-days",
+                    "2",
+                    "-extfile",
+                    &format!("{name}.ext"),
                 ],
             );
         }
@@ -134,20 +174,22 @@ fn client_config(certs: &Certs, client: Option<&str>) -> Arc<ClientConfig> {
     for c in CertificateDer::pem_file_iter(certs.path("ca.crt")).expect("ca.crt") {
         roots.add(c.expect("CA certificate")).expect("CA added");
     }
-    let builder = ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots);
+    let builder =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots);
     let mut config = match client {
         Some(name) => {
             let chain = CertificateDer::pem_file_iter(certs.path(&format!("{name}.crt")))
                 .expect("chain")
                 .collect::<Result<Vec<_>, _>>()
                 .expect("chain parses");
-            let key = PrivateKeyDer::from_pem_file(certs.path(&format!("{name}.key"))).expect("key");
-            builder.with_client_auth_cert(chain, key).expect("client auth")
+            let key =
+                PrivateKeyDer::from_pem_file(certs.path(&format!("{name}.key"))).expect("key");
+            builder
+                .with_client_auth_cert(chain, key)
+                .expect("client auth")
         }
         None => builder.with_no_client_auth(),
     };
@@ -159,12 +201,14 @@ fn client_config(certs: &Certs, client: Option<&str>) -> Arc<ClientConfig> {
 /// error that ended the exchange.
 fn https_get(addr: SocketAddr, config: Arc<ClientConfig>, path: &str) -> Result<u16, String> {
     let tcp = TcpStream::connect(addr).map_err(|e| e.to_string())?;
-    tcp.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    tcp.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
     let name = ServerName::IpAddress(addr.ip().into());
     let conn = ClientConnection::new(config, name).map_err(|e| e.to_string())?;
     let mut tls = StreamOwned::new(conn, tcp);
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    tls.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
+    tls.write_all(request.as_bytes())
+        .map_err(|e| e.to_string())?;
     let mut reply = Vec::new();
     tls.read_to_end(&mut reply).map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&reply);
@@ -177,7 +221,14 @@ fn https_get(addr: SocketAddr, config: Arc<ClientConfig>, path: &str) -> Result<
 /// Short windows, as in tests/bench_cli.rs.
 fn bench_run(extra: &[&str]) -> Vec<StepResult> {
     let mut args: Vec<String> = [
-        "shardserve-bench", "-p", "150", "--max-trials", "3", "--warmup", "50", "-q",
+        "shardserve-bench",
+        "-p",
+        "150",
+        "--max-trials",
+        "3",
+        "--warmup",
+        "50",
+        "-q",
         "--no-progress",
     ]
     .iter()
@@ -227,12 +278,27 @@ fn grpc_and_https_serve_inferences_over_tls() {
     let http = format!("https://{}", server.http_addr());
     let ca = certs.arg("ca.crt");
     assert_served(&bench_run(&[
-        "-m", "simple", "-i", "grpc", "-u", &grpc, "--ssl-grpc-use-ssl",
-        "--ssl-grpc-root-certifications-file", &ca, "--concurrency-range", "1,4",
+        "-m",
+        "simple",
+        "-i",
+        "grpc",
+        "-u",
+        &grpc,
+        "--ssl-grpc-use-ssl",
+        "--ssl-grpc-root-certifications-file",
+        &ca,
+        "--concurrency-range",
+        "1,4",
     ]));
     assert_served(&bench_run(&[
-        "-m", "simple", "-u", &http, "--ssl-https-ca-certificates-file", &ca,
-        "--concurrency-range", "1,4",
+        "-m",
+        "simple",
+        "-u",
+        &http,
+        "--ssl-https-ca-certificates-file",
+        &ca,
+        "--concurrency-range",
+        "1,4",
     ]));
     // The metrics port stays plaintext.
     assert_eq!(common::get(server.metrics_addr(), "/metrics").status, 200);
@@ -245,12 +311,18 @@ fn mutual_tls_needs_a_client_certificate_from_the_root() {
     let server = start(&certs, true, |_| {});
     let addr = server.http_addr();
     let live = "/v2/health/live";
-    assert_eq!(https_get(addr, client_config(&certs, Some("client")), live), Ok(200));
+    assert_eq!(
+        https_get(addr, client_config(&certs, Some("client")), live),
+        Ok(200)
+    );
     for refused in [None, Some("stranger")] {
         let r = https_get(addr, client_config(&certs, refused), live);
         assert!(r.is_err(), "{refused:?}: answered {r:?}");
     }
-    assert_eq!(https_get(addr, client_config(&certs, Some("client")), live), Ok(200));
+    assert_eq!(
+        https_get(addr, client_config(&certs, Some("client")), live),
+        Ok(200)
+    );
 
     // gRPC, through the bench's client: with the certificate it works,
     // without it every request fails.
@@ -263,17 +335,37 @@ fn mutual_tls_needs_a_client_certificate_from_the_root() {
         certs.arg("client.key"),
     ];
     let mut args = vec![
-        "-m", "simple", "-i", "grpc", "-u", &grpc, "--ssl-grpc-use-ssl",
-        "--ssl-grpc-root-certifications-file", &ca,
+        "-m",
+        "simple",
+        "-i",
+        "grpc",
+        "-u",
+        &grpc,
+        "--ssl-grpc-use-ssl",
+        "--ssl-grpc-root-certifications-file",
+        &ca,
     ];
     args.extend(with_cert.iter().map(String::as_str));
     assert_served(&bench_run(&args));
     let opts = Options::try_parse_from([
-        "shardserve-bench", "-m", "simple", "-i", "grpc", "-u", &grpc, "--ssl-grpc-use-ssl",
-        "--ssl-grpc-root-certifications-file", &ca, "-q", "--no-progress",
+        "shardserve-bench",
+        "-m",
+        "simple",
+        "-i",
+        "grpc",
+        "-u",
+        &grpc,
+        "--ssl-grpc-use-ssl",
+        "--ssl-grpc-root-certifications-file",
+        &ca,
+        "-q",
+        "--no-progress",
     ])
     .expect("arguments parse");
-    assert!(bench::run(&opts).is_err(), "gRPC without a client certificate was served");
+    assert!(
+        bench::run(&opts).is_err(),
+        "gRPC without a client certificate was served"
+    );
     server.shutdown().expect("clean shutdown");
 }
 
@@ -286,7 +378,10 @@ fn plaintext_clients_and_stalled_handshakes_are_closed_and_the_server_keeps_serv
     });
     let trusted = client_config(&certs, None);
     let addr = server.http_addr();
-    assert_eq!(https_get(addr, trusted.clone(), "/v2/health/ready"), Ok(200));
+    assert_eq!(
+        https_get(addr, trusted.clone(), "/v2/health/ready"),
+        Ok(200)
+    );
 
     // A plaintext HTTP request on the HTTPS port: closed, no answer.
     let mut plain = TcpStream::connect(addr).expect("connect");
@@ -306,12 +401,17 @@ fn plaintext_clients_and_stalled_handshakes_are_closed_and_the_server_keeps_serv
     for port in [addr, server.grpc_addr()] {
         let idle = TcpStream::connect(port).expect("connect");
         let took = closed_within(idle, Duration::from_secs(20));
-        assert!(took >= Duration::from_millis(500), "closed too early: {took:?}");
+        assert!(
+            took >= Duration::from_millis(500),
+            "closed too early: {took:?}"
+        );
     }
     assert_eq!(https_get(addr, trusted, "/v2/health/ready"), Ok(200));
-    common::wait_for("the refused connections to close", Duration::from_secs(20), || {
-        server.transport().open_connections() == 0
-    });
+    common::wait_for(
+        "the refused connections to close",
+        Duration::from_secs(20),
+        || server.transport().open_connections() == 0,
+    );
     server.shutdown().expect("clean shutdown");
 }
 
@@ -327,12 +427,18 @@ fn shutdown_is_not_held_by_a_connection_in_its_handshake() {
         .into_iter()
         .map(|a| TcpStream::connect(a).expect("connect"))
         .collect();
-    common::wait_for("the stalled connections to be accepted", Duration::from_secs(20), || {
-        server.transport().open_connections() == 2
-    });
+    common::wait_for(
+        "the stalled connections to be accepted",
+        Duration::from_secs(20),
+        || server.transport().open_connections() == 2,
+    );
     let t0 = Instant::now();
     server.shutdown().expect("clean shutdown");
-    assert!(t0.elapsed() < Duration::from_secs(4), "shutdown took {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_secs(4),
+        "shutdown took {:?}",
+        t0.elapsed()
+    );
     drop(stalled);
 }
 
@@ -342,33 +448,65 @@ fn unusable_certificates_stop_the_start_with_the_flag_and_path() {
     let start = |tls: TlsFiles| {
         let mut opts = ServerOptions::for_tests(common::repo_path("models"));
         opts.grpc_tls = Some(tls);
-        shardserve::server::start(opts).map(drop).map_err(|e| format!("{e:#}"))
+        shardserve::server::start(opts)
+            .map(drop)
+            .map_err(|e| format!("{e:#}"))
     };
     let missing = start(TlsFiles {
         cert: "/nonexistent/server.crt".into(),
         ..certs.files(false)
     });
     let err = missing.expect_err("a missing certificate is refused");
-    assert!(err.contains("--grpc-server-cert: cannot read /nonexistent/server.crt"), "{err}");
+    assert!(
+        err.contains("--grpc-server-cert: cannot read /nonexistent/server.crt"),
+        "{err}"
+    );
 
     let swapped = start(TlsFiles {
         cert: certs.path("server.key"),
         ..certs.files(false)
     });
     let err = swapped.expect_err("a key as certificate is refused");
-    assert!(err.contains("--grpc-server-cert: no certificate in"), "{err}");
+    assert!(
+        err.contains("--grpc-server-cert: no certificate in"),
+        "{err}"
+    );
 
     let wrong_key = start(TlsFiles {
         key: certs.path("client.key"),
         ..certs.files(false)
     });
     let err = wrong_key.expect_err("a key of another certificate is refused");
-    assert!(err.contains("do not make a usable certificate and key"), "{err}");
+    assert!(
+        err.contains("do not make a usable certificate and key"),
+        "{err}"
+    );
 
     let no_root = start(TlsFiles {
         root: None,
         ..certs.files(true)
     });
     let err = no_root.expect_err("mutual TLS without a root is refused");
-    assert!(err.contains("--grpc-use-ssl-mutual needs --grpc-root-cert"), "{err}");
+    assert!(
+        err.contains("--grpc-use-ssl-mutual needs --grpc-root-cert"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bench_server_names_come_from_the_target_authority() {
+    use shardserve::bench::tls::server_name;
+    assert_eq!(
+        server_name("127.0.0.1:8001").expect("IPv4"),
+        ServerName::IpAddress(std::net::IpAddr::from([127, 0, 0, 1]).into())
+    );
+    assert_eq!(
+        server_name("[::1]:8001").expect("IPv6"),
+        ServerName::IpAddress(std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST).into())
+    );
+    assert_eq!(
+        server_name("localhost:8000").expect("DNS name"),
+        ServerName::try_from("localhost").expect("DNS name")
+    );
+    assert!(server_name("bad name:1").is_err());
 }

@@ -106,9 +106,10 @@ impl ClientTls {
             if added == 0 {
                 return Err(anyhow!("no usable CA certificate in {}", path.display()));
             }
-            let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-                .build()
-                .context("TLS server verifier")?;
+            let webpki =
+                WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                    .build()
+                    .context("TLS server verifier")?;
             if opts.verify_host {
                 webpki as Arc<dyn ServerCertVerifier>
             } else {
@@ -210,7 +211,12 @@ impl ServerCertVerifier for NoVerification {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
     fn verify_tls13_signature(
         &self,
@@ -218,31 +224,14 @@ impl ServerCertVerifier for NoVerification {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn server_names_from_authorities() {
-        assert_eq!(
-            server_name("127.0.0.1:8001").unwrap(),
-            ServerName::IpAddress(IpAddr::from([127, 0, 0, 1]).into())
-        );
-        assert_eq!(
-            server_name("[::1]:8001").unwrap(),
-            ServerName::IpAddress("::1".parse::<IpAddr>().unwrap().into())
-        );
-        assert_eq!(
-            server_name("localhost:8000").unwrap(),
-            ServerName::try_from("localhost").unwrap()
-        );
-        assert!(server_name("bad name:1").is_err());
     }
 }

@@ -183,7 +183,9 @@ pub async fn connect(target: &Target) -> anyhow::Result<MonoioIo<BenchIo>> {
         Err(_) => Err(anyhow!(
             "cannot connect to {addr}: TLS handshake timed out after {CONNECT_TIMEOUT:?}"
         )),
-        Ok(Err(e)) => Err(anyhow!("cannot connect to {addr}: TLS handshake failed: {e}")),
+        Ok(Err(e)) => Err(anyhow!(
+            "cannot connect to {addr}: TLS handshake failed: {e}"
+        )),
         Ok(Ok(s)) => Ok(MonoioIo::new(BenchIo::Tls(Box::new(s)))),
     }
 }

@@ -182,15 +182,15 @@ def test_https_mutual_tls(mutual_server, certs):
     (["--grpc-use-ssl=true", "--grpc-server-cert", "/nonexistent/server.crt",
       "--grpc-server-key", "/nonexistent/server.key"],
      "--grpc-server-cert: cannot read /nonexistent/server.crt"),
-    (["--http-use-ssl-mutual=true", "--http-server-cert", "{server.crt}",
-      "--http-server-key", "{server.key}"],
+    (["--http-use-ssl-mutual=true", "--http-server-cert", "{crt}",
+      "--http-server-key", "{key}"],
      "--http-use-ssl-mutual needs --http-root-cert"),
     (["--grpc-use-ssl=true"], "--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key"),
-    (["--grpc-use-ssl=true", "--grpc-server-cert", "{server.key}",
-      "--grpc-server-key", "{server.key}"], "--grpc-server-cert: no certificate in"),
+    (["--grpc-use-ssl=true", "--grpc-server-cert", "{key}",
+      "--grpc-server-key", "{key}"], "--grpc-server-cert: no certificate in"),
 ])
 def test_bad_tls_settings_stop_the_start(certs, args, expected):
-    args = [a.format(**{"server.crt": certs["server.crt"], "server.key": certs["server.key"]})
+    args = [a.format(crt=certs["server.crt"], key=certs["server.key"])
             for a in args]
     r = subprocess.run([str(BINARY), "--model-repository", str(ROOT / "models"),
                         "--host", "127.0.0.1", "--http-port", str(free_port()),

@@ -153,22 +153,20 @@ async fn serve_connection(
     };
     match tls {
         None => serve_http2(ConnIo::new(io, state.clone()), &state, limits, router).await,
+        // Boxed: the TLS state stays out of the plaintext connection's task.
         Some(acceptor) => {
-            // The TLS handshake and the HTTP/2 preface share one deadline.
-            let Some(stream) = tls::accept(
-                &acceptor,
-                io,
-                &state,
-                limits.grpc_handshake_timeout,
-                "grpc",
-            )
+            Box::pin(async {
+                // The TLS handshake and the HTTP/2 preface share one deadline.
+                let Some(stream) =
+                    tls::accept(&acceptor, io, &state, limits.grpc_handshake_timeout, "grpc").await
+                else {
+                    return;
+                };
+                let fd = tls::raw_fd(&stream);
+                let io = ConnIo::encrypted(stream, fd, state.clone());
+                serve_http2(io, &state, limits, router).await
+            })
             .await
-            else {
-                return;
-            };
-            let fd = tls::raw_fd(&stream);
-            let io = ConnIo::encrypted(stream, fd, state.clone());
-            serve_http2(io, &state, limits, router).await
         }
     }
     drop(slot);

@@ -89,18 +89,32 @@ async fn serve_connection<H, F>(
         }
     };
     match tls {
-        None => serve_http1(ConnIo::new(io, state.clone()), &state, limits, what, handler).await,
+        None => {
+            serve_http1(
+                ConnIo::new(io, state.clone()),
+                &state,
+                limits,
+                what,
+                handler,
+            )
+            .await
+        }
+        // Boxed: the TLS connection state stays out of the plaintext
+        // connection's task.
         Some(acceptor) => {
-            // A client that connects and stalls the handshake is held to
-            // the header timeout, as one that stalls its request head.
-            let Some(stream) =
-                tls::accept(&acceptor, io, &state, limits.http_header_timeout, what).await
-            else {
-                return;
-            };
-            let fd = tls::raw_fd(&stream);
-            let io = ConnIo::encrypted(stream, fd, state.clone());
-            serve_http1(io, &state, limits, what, handler).await
+            Box::pin(async {
+                // A client that connects and stalls the handshake is held to
+                // the header timeout, as one that stalls its request head.
+                let Some(stream) =
+                    tls::accept(&acceptor, io, &state, limits.http_header_timeout, what).await
+                else {
+                    return;
+                };
+                let fd = tls::raw_fd(&stream);
+                let io = ConnIo::encrypted(stream, fd, state.clone());
+                serve_http1(io, &state, limits, what, handler).await
+            })
+            .await
         }
     }
     drop(slot);

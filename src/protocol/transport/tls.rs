@@ -64,8 +64,8 @@ impl std::fmt::Debug for ServerTls {
 }
 
 impl ServerTls {
-    /// Reads and checks the certificates of both listeners. `flags` name
-    /// the command-line prefix of each (`--grpc`, `--http`) for errors.
+    /// Reads and checks the certificates of both listeners; errors name
+    /// the flag (`--grpc-*`, `--http-*`) and the file.
     pub fn load(http: Option<&TlsFiles>, grpc: Option<&TlsFiles>) -> anyhow::Result<Self> {
         let acceptor = |files: Option<&TlsFiles>, flag: &str, alpn: &[u8]| {
             files
@@ -148,6 +148,12 @@ fn server_config(files: &TlsFiles, flag: &str, alpn: &[u8]) -> anyhow::Result<Ar
         )
     })?;
     config.alpn_protocols = vec![alpn.to_vec()];
+    tracing::info!(
+        listener = flag.trim_start_matches("--"),
+        mutual = files.mutual,
+        cert = %files.cert.display(),
+        "TLS on"
+    );
     Ok(Arc::new(config))
 }
 
