@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-APT_PACKAGES=(pkg-config libhwloc-dev libudev-dev wrk nghttp2-client python3-venv binutils libpython3.11 gcc)
+APT_PACKAGES=(pkg-config libhwloc-dev libudev-dev wrk nghttp2-client python3-venv binutils libpython3.11 gcc openssl)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

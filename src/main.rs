@@ -177,6 +177,96 @@ struct Cli {
     /// Deprecated in tritonserver: `--trace-config triton,log-frequency=N`.
     #[arg(long, hide = true)]
     trace_log_frequency: Option<String>,
+    #[command(flatten)]
+    tls: TlsArgs,
+}
+
+/// TLS on the gRPC port (tritonserver's flags) and on the HTTP port (ours,
+/// named alike). The metrics port stays plaintext, as in tritonserver.
+#[derive(Debug, clap::Args)]
+struct TlsArgs {
+    /// gRPC over TLS (needs --grpc-server-cert and --grpc-server-key).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    grpc_use_ssl: bool,
+    /// gRPC over mutual TLS: clients must present a certificate signed by
+    /// --grpc-root-cert. As in tritonserver, giving this flag (with any
+    /// value) also turns --grpc-use-ssl on.
+    #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    grpc_use_ssl_mutual: Option<bool>,
+    /// PEM file holding the gRPC server's certificate chain.
+    #[arg(long)]
+    grpc_server_cert: Option<PathBuf>,
+    /// PEM file holding the gRPC server's private key.
+    #[arg(long)]
+    grpc_server_key: Option<PathBuf>,
+    /// PEM file holding the CA certificates that client certificates must
+    /// chain to (mutual TLS).
+    #[arg(long)]
+    grpc_root_cert: Option<PathBuf>,
+    /// HTTPS on the HTTP port (not in tritonserver; needs --http-server-cert
+    /// and --http-server-key).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    http_use_ssl: bool,
+    /// HTTPS with client certificates signed by --http-root-cert required;
+    /// giving it (with any value) turns --http-use-ssl on, as the gRPC flag.
+    #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    http_use_ssl_mutual: Option<bool>,
+    /// PEM file holding the HTTPS server's certificate chain.
+    #[arg(long)]
+    http_server_cert: Option<PathBuf>,
+    /// PEM file holding the HTTPS server's private key.
+    #[arg(long)]
+    http_server_key: Option<PathBuf>,
+    /// PEM file holding the CA certificates for HTTPS client certificates.
+    #[arg(long)]
+    http_root_cert: Option<PathBuf>,
+}
+
+/// One listener's TLS files from its flags (`prefix`: `--grpc`, `--http`),
+/// or `None` when TLS is off.
+fn tls_files(
+    prefix: &str,
+    use_ssl: bool,
+    mutual: Option<bool>,
+    cert: &Option<PathBuf>,
+    key: &Option<PathBuf>,
+    root: &Option<PathBuf>,
+) -> anyhow::Result<Option<shardserve::protocol::transport::TlsFiles>> {
+    if !use_ssl && mutual.is_none() {
+        return Ok(None);
+    }
+    let (Some(cert), Some(key)) = (cert, key) else {
+        anyhow::bail!("{prefix}-use-ssl needs {prefix}-server-cert and {prefix}-server-key");
+    };
+    Ok(Some(shardserve::protocol::transport::TlsFiles {
+        cert: cert.clone(),
+        key: key.clone(),
+        root: root.clone(),
+        mutual: mutual.unwrap_or(false),
+    }))
+}
+
+impl TlsArgs {
+    fn grpc(&self) -> anyhow::Result<Option<shardserve::protocol::transport::TlsFiles>> {
+        tls_files(
+            "--grpc",
+            self.grpc_use_ssl,
+            self.grpc_use_ssl_mutual,
+            &self.grpc_server_cert,
+            &self.grpc_server_key,
+            &self.grpc_root_cert,
+        )
+    }
+    fn http(&self) -> anyhow::Result<Option<shardserve::protocol::transport::TlsFiles>> {
+        tls_files(
+            "--http",
+            self.http_use_ssl,
+            self.http_use_ssl_mutual,
+            &self.http_server_cert,
+            &self.http_server_key,
+            &self.http_root_cert,
+        )
+    }
 }
 
 /// The trace flags, deprecated forms first so `--trace-config` wins.
@@ -378,6 +468,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         tuning: profile,
         server_name: cli.server_name,
         metrics_interval: Duration::from_millis(cli.metrics_interval_ms.max(100)),
+        grpc_tls: cli.tls.grpc()?,
+        http_tls: cli.tls.http()?,
         ..ServerOptions::new(cli.model_repository)
     };
     shardserve::gpu::pinned::set_pool_capacity(

@@ -8,6 +8,8 @@ use std::{
 
 use clap::{Parser, ValueEnum};
 
+use super::tls::{ClientTls, ClientTlsOptions};
+
 /// An error in the arguments (exit code 2), as opposed to a run failure (1).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -66,6 +68,11 @@ p50/p90/p95/p99/Avg latency; Server Queue / Compute Input / Infer / Output from 
 extension (0 when the server has none); Network+Server Send/Recv is the average latency minus the
 server-side total. Client Send, Client Recv, request/response and response wait are not measured
 and written as 0.
+
+TLS (perf_analyzer's options): gRPC with --ssl-grpc-use-ssl (--ssl-grpc-root-certifications-file,
+--ssl-grpc-certificate-chain-file and --ssl-grpc-private-key-file for mutual TLS); HTTPS with an
+https:// target or any --ssl-https-*-file option (--ssl-https-verify-peer 0 and
+--ssl-https-verify-host 0 turn the checks off). PEM files only; without a CA file the system bundle.
 
 -a/--async, --sync and --max-threads are accepted for compatibility: this generator is always
 asynchronous, with one thread per --cpu entry (or --threads).";
@@ -225,6 +232,77 @@ pub struct Options {
     pub quiet: bool,
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
+    #[command(flatten)]
+    pub ssl: SslOptions,
+}
+
+/// perf_analyzer's TLS options. gRPC: `--ssl-grpc-use-ssl`; HTTPS: an
+/// `https://` target or any `--ssl-https-*` file option.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SslOptions {
+    /// gRPC over TLS.
+    #[arg(long = "ssl-grpc-use-ssl")]
+    pub grpc_use_ssl: bool,
+    /// gRPC: PEM CA certificates to verify the server with (default: the system bundle).
+    #[arg(long = "ssl-grpc-root-certifications-file")]
+    pub grpc_root_certifications_file: Option<PathBuf>,
+    /// gRPC: PEM private key of the client certificate (mutual TLS).
+    #[arg(long = "ssl-grpc-private-key-file")]
+    pub grpc_private_key_file: Option<PathBuf>,
+    /// gRPC: PEM client certificate chain (mutual TLS).
+    #[arg(long = "ssl-grpc-certificate-chain-file")]
+    pub grpc_certificate_chain_file: Option<PathBuf>,
+    /// HTTPS: verify the server's certificate chain (1) or not (0).
+    #[arg(long = "ssl-https-verify-peer", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub https_verify_peer: u8,
+    /// HTTPS: verify that the certificate names the host (1, 2) or not (0).
+    #[arg(long = "ssl-https-verify-host", default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub https_verify_host: u8,
+    /// HTTPS: PEM CA certificates to verify the server with (default: the system bundle).
+    #[arg(long = "ssl-https-ca-certificates-file")]
+    pub https_ca_certificates_file: Option<PathBuf>,
+    /// HTTPS: PEM client certificate (mutual TLS).
+    #[arg(long = "ssl-https-client-certificate-file")]
+    pub https_client_certificate_file: Option<PathBuf>,
+    /// HTTPS: PEM private key of the client certificate.
+    #[arg(long = "ssl-https-private-key-file")]
+    pub https_private_key_file: Option<PathBuf>,
+}
+
+impl SslOptions {
+    /// The TLS configuration for `target` (`https`: its spec had that
+    /// scheme), or `None` for plaintext.
+    fn client_tls(&self, target: &Target, https: bool) -> anyhow::Result<Option<ClientTls>> {
+        let opts = match target.protocol {
+            Protocol::Grpc if self.grpc_use_ssl => ClientTlsOptions {
+                ca_file: self.grpc_root_certifications_file.as_deref(),
+                cert_chain_file: self.grpc_certificate_chain_file.as_deref(),
+                key_file: self.grpc_private_key_file.as_deref(),
+                verify_peer: true,
+                verify_host: true,
+                alpn: b"h2",
+            },
+            Protocol::Http
+                if https
+                    || self.https_ca_certificates_file.is_some()
+                    || self.https_client_certificate_file.is_some()
+                    || self.https_private_key_file.is_some() =>
+            {
+                ClientTlsOptions {
+                    ca_file: self.https_ca_certificates_file.as_deref(),
+                    cert_chain_file: self.https_client_certificate_file.as_deref(),
+                    key_file: self.https_private_key_file.as_deref(),
+                    verify_peer: self.https_verify_peer != 0,
+                    verify_host: self.https_verify_host != 0,
+                    alpn: b"http/1.1",
+                }
+            }
+            _ => return Ok(None),
+        };
+        ClientTls::new(&target.authority, &opts)
+            .map(Some)
+            .map_err(|e| usage(format!("target '{}': TLS: {e:#}", target.label)))
+    }
 }
 
 /// perf_analyzer's default sequence length.
@@ -258,6 +336,8 @@ pub struct Target {
     /// host:port for the Host/:authority header.
     pub authority: String,
     pub protocol: Protocol,
+    /// TLS client configuration; `None` for plaintext.
+    pub tls: Option<ClientTls>,
 }
 
 /// The load of one step.
@@ -327,7 +407,12 @@ impl Options {
         }
         specs
             .into_iter()
-            .map(|(spec, proto)| parse_target(&spec, proto.unwrap_or(self.protocol)))
+            .map(|(spec, proto)| {
+                let mut target = parse_target(&spec, proto.unwrap_or(self.protocol))?;
+                let https = spec.trim_start().starts_with("https://");
+                target.tls = self.ssl.client_tls(&target, https)?;
+                Ok(target)
+            })
             .collect()
     }
 
@@ -552,7 +637,8 @@ pub fn parse_cpu_list(s: &str) -> anyhow::Result<Vec<usize>> {
     Ok(cpus)
 }
 
-/// `[http://|grpc://]host:port[,http|grpc]`.
+/// `[http://|https://|grpc://]host:port[,http|grpc]` (TLS is attached by
+/// `Options::targets`).
 pub fn parse_target(spec: &str, default: Protocol) -> anyhow::Result<Target> {
     let (url, mut protocol) = match spec.rsplit_once(',') {
         Some((u, p)) => (
@@ -563,7 +649,11 @@ pub fn parse_target(spec: &str, default: Protocol) -> anyhow::Result<Target> {
         None => (spec, default),
     };
     let mut authority = url.trim();
-    for (scheme, p) in [("http://", None), ("grpc://", Some(Protocol::Grpc))] {
+    for (scheme, p) in [
+        ("http://", None),
+        ("https://", Some(Protocol::Http)),
+        ("grpc://", Some(Protocol::Grpc)),
+    ] {
         if let Some(rest) = authority.strip_prefix(scheme) {
             authority = rest;
             if let Some(p) = p {
@@ -591,6 +681,7 @@ pub fn parse_target(spec: &str, default: Protocol) -> anyhow::Result<Target> {
         addr,
         authority,
         protocol,
+        tls: None,
     })
 }
 

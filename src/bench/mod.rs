@@ -14,6 +14,7 @@ pub mod report;
 pub mod request;
 pub mod sequence;
 pub mod stats;
+pub mod tls;
 pub mod wire;
 
 use std::{io::IsTerminal, sync::Arc, time::Duration};

@@ -17,7 +17,7 @@ use super::{
 use crate::proto::inference as pb;
 
 async fn http_get(target: &Target, path: &str) -> anyhow::Result<(StatusCode, bytes::Bytes)> {
-    let mut sender = connect_h1(target.addr).await?;
+    let mut sender = connect_h1(target).await?;
     let prepared = http_prepared(
         &target.authority,
         path,
@@ -75,7 +75,7 @@ pub async fn model_info(target: &Target, model: &str, version: &str) -> anyhow::
             ModelInfo::from_json(&meta, config.as_ref(), version)
         }
         Protocol::Grpc => {
-            let mut sender = connect_h2(target.addr).await?;
+            let mut sender = connect_h2(target).await?;
             let meta: pb::ModelMetadataResponse = grpc::call(
                 &mut sender,
                 &target.authority,
@@ -123,8 +123,8 @@ pub async fn model_info(target: &Target, model: &str, version: &str) -> anyhow::
 /// Checks the server answers at all (for --endpoint live, which needs no model).
 pub async fn reachable(target: &Target) -> anyhow::Result<()> {
     match target.protocol {
-        Protocol::Http => connect_h1(target.addr).await.map(drop),
-        Protocol::Grpc => connect_h2(target.addr).await.map(drop),
+        Protocol::Http => connect_h1(target).await.map(drop),
+        Protocol::Grpc => connect_h2(target).await.map(drop),
     }
 }
 
@@ -219,7 +219,7 @@ pub async fn server_counters(
             ServerCounters::from_json(&serde_json::from_slice(&body).ok()?)
         }
         Protocol::Grpc => {
-            let mut sender = connect_h2(target.addr).await.ok()?;
+            let mut sender = connect_h2(target).await.ok()?;
             let r: pb::ModelStatisticsResponse = grpc::call(
                 &mut sender,
                 &target.authority,

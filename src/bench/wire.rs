@@ -1,11 +1,10 @@
 //! Client connections: hyper 1.x HTTP/1.1 and HTTP/2 over monoio TCP
-//! streams (monoio-compat), a request body that is either one pre-encoded
+//! streams (monoio-compat), plaintext or TLS, a request body that is either one pre-encoded
 //! buffer or a channel (gRPC streaming), and the per-thread connection pool.
 
 use std::{
     cell::{Cell, RefCell},
     convert::Infallible,
-    net::SocketAddr,
     pin::Pin,
     task::{Context, Poll},
     time::Duration,
@@ -16,7 +15,13 @@ use bytes::Bytes;
 use futures::{channel::mpsc, StreamExt};
 use http_body::{Body, Frame, SizeHint};
 use hyper::client::conn::{http1, http2};
-use monoio::{io::IntoPollIo, net::TcpStream};
+use monoio::{
+    io::{
+        poll_io::{AsyncRead, AsyncWrite, ReadBuf},
+        IntoPollIo,
+    },
+    net::{tcp::stream_poll::TcpStreamPoll, TcpStream},
+};
 use monoio_compat::hyper::{MonoioExecutor, MonoioIo, MonoioTimer};
 
 use super::{cli::Target, grpc::GrpcStream, request::Prepared};
@@ -81,10 +86,70 @@ pub type RawH2 = h2::client::SendRequest<Bytes>;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// "cannot connect to 127.0.0.1:1: connection refused".
-pub async fn connect(
-    addr: SocketAddr,
-) -> anyhow::Result<MonoioIo<monoio::net::tcp::stream_poll::TcpStreamPoll>> {
+/// A client connection's byte stream: plain TCP, or TLS over it.
+pub enum BenchIo {
+    Plain(TcpStreamPoll),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStreamPoll>>),
+}
+
+impl AsyncRead for BenchIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            BenchIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            BenchIo::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for BenchIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            BenchIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            BenchIo::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            BenchIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            BenchIo::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            BenchIo::Plain(s) => s.is_write_vectored(),
+            BenchIo::Tls(s) => s.is_write_vectored(),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            BenchIo::Plain(s) => Pin::new(s).poll_flush(cx),
+            BenchIo::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            BenchIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            BenchIo::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// "cannot connect to 127.0.0.1:1: connection refused"; over TLS, the
+/// handshake is part of connecting (and of its timeout).
+pub async fn connect(target: &Target) -> anyhow::Result<MonoioIo<BenchIo>> {
+    let addr = target.addr;
     let stream = match monoio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
         Err(_) => {
             return Err(anyhow!(
@@ -105,7 +170,24 @@ pub async fn connect(
     let io = stream
         .into_poll_io()
         .map_err(|e| anyhow!("cannot connect to {addr}: {e}"))?;
-    Ok(MonoioIo::new(io))
+    let Some(tls) = &target.tls else {
+        return Ok(MonoioIo::new(BenchIo::Plain(io)));
+    };
+    let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+    match monoio::time::timeout(
+        CONNECT_TIMEOUT,
+        connector.connect(tls.server_name.clone(), io),
+    )
+    .await
+    {
+        Err(_) => Err(anyhow!(
+            "cannot connect to {addr}: TLS handshake timed out after {CONNECT_TIMEOUT:?}"
+        )),
+        Ok(Err(e)) => Err(anyhow!(
+            "cannot connect to {addr}: TLS handshake failed: {e}"
+        )),
+        Ok(Ok(s)) => Ok(MonoioIo::new(BenchIo::Tls(Box::new(s)))),
+    }
 }
 
 /// Runs a client connection's I/O task on this thread until it ends.
@@ -120,8 +202,9 @@ fn drive_connection<E: std::fmt::Display>(
     });
 }
 
-pub async fn connect_raw_h2(addr: SocketAddr) -> anyhow::Result<RawH2> {
-    let io = connect(addr).await?.inner();
+pub async fn connect_raw_h2(target: &Target) -> anyhow::Result<RawH2> {
+    let addr = target.addr;
+    let io = connect(target).await?.inner();
     let (sender, conn) = h2::client::Builder::new()
         .initial_window_size(4 << 20)
         .initial_connection_window_size(16 << 20)
@@ -132,8 +215,9 @@ pub async fn connect_raw_h2(addr: SocketAddr) -> anyhow::Result<RawH2> {
     Ok(sender)
 }
 
-pub async fn connect_h1(addr: SocketAddr) -> anyhow::Result<H1> {
-    let io = connect(addr).await?;
+pub async fn connect_h1(target: &Target) -> anyhow::Result<H1> {
+    let addr = target.addr;
+    let io = connect(target).await?;
     let (sender, conn) = http1::Builder::new()
         .handshake(io)
         .await
@@ -142,8 +226,9 @@ pub async fn connect_h1(addr: SocketAddr) -> anyhow::Result<H1> {
     Ok(sender)
 }
 
-pub async fn connect_h2(addr: SocketAddr) -> anyhow::Result<H2> {
-    let io = connect(addr).await?;
+pub async fn connect_h2(target: &Target) -> anyhow::Result<H2> {
+    let addr = target.addr;
+    let io = connect(target).await?;
     let (sender, conn) = http2::Builder::new(MonoioExecutor)
         .timer(MonoioTimer)
         .initial_stream_window_size(4 << 20)
@@ -177,7 +262,7 @@ pub enum Lane {
 /// connections, requests spread round-robin; streaming: one stream per
 /// outstanding request, reused.
 pub struct Pool {
-    addr: SocketAddr,
+    target: Target,
     wire: Wire,
     connections: usize,
     idle_h1: RefCell<Vec<H1>>,
@@ -194,7 +279,7 @@ pub struct Pool {
 impl Pool {
     pub fn new(target: &Target, wire: Wire, connections: usize) -> Self {
         Self {
-            addr: target.addr,
+            target: target.clone(),
             wire,
             connections: connections.max(1),
             idle_h1: RefCell::default(),
@@ -216,12 +301,12 @@ impl Pool {
     pub async fn warm(&self) -> anyhow::Result<()> {
         if self.wire == Wire::GrpcUnary && self.direct_h2 {
             while self.raw.borrow().len() < self.connections {
-                let c = connect_raw_h2(self.addr).await?;
+                let c = connect_raw_h2(&self.target).await?;
                 self.raw.borrow_mut().push(Some(c));
             }
         } else if self.wire != Wire::Http1 {
             while self.h2.borrow().len() < self.connections {
-                let c = connect_h2(self.addr).await?;
+                let c = connect_h2(&self.target).await?;
                 self.h2.borrow_mut().push(c);
             }
         }
@@ -238,7 +323,7 @@ impl Pool {
         match existing {
             Some(c) if !c.is_closed() => Ok(c),
             _ => {
-                let c = connect_h2(self.addr).await?;
+                let c = connect_h2(&self.target).await?;
                 let mut conns = self.h2.borrow_mut();
                 conns.retain(|c| !c.is_closed());
                 if conns.len() < self.connections {
@@ -260,7 +345,7 @@ impl Pool {
                 return Ok(ready);
             }
         }
-        let c = connect_raw_h2(self.addr).await?;
+        let c = connect_raw_h2(&self.target).await?;
         {
             let mut raw = self.raw.borrow_mut();
             if raw.len() <= slot {
@@ -270,7 +355,7 @@ impl Pool {
         }
         c.ready()
             .await
-            .map_err(|e| anyhow!("HTTP/2 connection to {} failed: {e}", self.addr))
+            .map_err(|e| anyhow!("HTTP/2 connection to {} failed: {e}", self.target.addr))
     }
 
     pub async fn acquire(&self, prepared: &Prepared) -> anyhow::Result<Lane> {
@@ -279,7 +364,7 @@ impl Pool {
                 let idle = self.idle_h1.borrow_mut().pop();
                 match idle {
                     Some(c) => Ok(Lane::H1(c)),
-                    None => Ok(Lane::H1(connect_h1(self.addr).await?)),
+                    None => Ok(Lane::H1(connect_h1(&self.target).await?)),
                 }
             }
             Wire::GrpcUnary if self.direct_h2 => Ok(Lane::Raw(self.raw_ready().await?)),

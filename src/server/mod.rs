@@ -266,6 +266,11 @@ pub fn start_interruptible(
     if options.model_repositories.is_empty() {
         bail!("at least one --model-repository is required");
     }
+    // Before anything starts: a bad certificate stops the start.
+    let tls = crate::protocol::transport::ServerTls::load(
+        options.http_tls.as_ref().filter(|_| options.allow_http),
+        options.grpc_tls.as_ref().filter(|_| options.allow_grpc),
+    )?;
     let topology = MachineTopology::shared();
     if let Some(reason) = &topology.degraded {
         tracing::warn!(%reason, "hwloc unavailable: placing by the CPU affinity list only");
@@ -302,6 +307,7 @@ pub fn start_interruptible(
         metrics: reserve("metrics", options.allow_metrics, options.metrics_port)?,
     };
     let state = ServerState::new(options.clone(), shard_count);
+    let _ = state.tls.set(tls);
     let transport = TransportStats::new(shard_count, transport_limits(&options, plan.accept.len()));
 
     let links = ring::mesh(shard_count, options.ring_capacity);

@@ -88,6 +88,10 @@ pub struct ServerOptions {
     pub server_name: String,
     /// `--trace-config`: the trace settings in force at start.
     pub trace: crate::trace::TraceConfig,
+    /// `--grpc-use-ssl[-mutual]`: TLS on the gRPC port.
+    pub grpc_tls: Option<crate::protocol::transport::TlsFiles>,
+    /// `--http-use-ssl[-mutual]`: TLS on the HTTP port (not in Triton).
+    pub http_tls: Option<crate::protocol::transport::TlsFiles>,
 }
 
 impl ServerOptions {
@@ -129,6 +133,8 @@ impl ServerOptions {
             metrics_interval: Duration::from_millis(2000),
             server_name: crate::protocol::identity::DEFAULT_SERVER_NAME.to_string(),
             trace: crate::trace::TraceConfig::default(),
+            grpc_tls: None,
+            http_tls: None,
         }
     }
 

@@ -28,6 +28,8 @@ pub struct ServerState {
     pub repository: std::sync::OnceLock<crate::repository::manager::RepositoryClient>,
     /// The trace extension's settings, sampling and writer thread.
     pub trace: crate::trace::Tracer,
+    /// The listeners' TLS, loaded at start before any shard accepts.
+    pub tls: std::sync::OnceLock<crate::protocol::transport::ServerTls>,
 }
 
 /// Extensions advertised by `GET /v2` and ServerMetadata: only those that work.
@@ -57,6 +59,7 @@ impl ServerState {
             drained_shards: AtomicUsize::new(0),
             shutdown_deadline: std::sync::OnceLock::new(),
             repository: std::sync::OnceLock::new(),
+            tls: std::sync::OnceLock::new(),
         })
     }
 

@@ -25,10 +25,12 @@ class ServerProcess:
     """`repos`: model repository paths; `args`: further command-line
     arguments; `log`: a file name under target/ for the server's output, or
     None to discard it; `ready_path`: the URL path that answers 200 once the
-    server is up (`/v2/health/live` where no model needs to be ready)."""
+    server is up (`/v2/health/live` where no model needs to be ready);
+    `https_context`: an `ssl.SSLContext` to poll that path over HTTPS with
+    (a server started with `--http-use-ssl`)."""
 
     def __init__(self, repos, args=(), log="python-suite-server.log", cores=2,
-                 ready_path="/v2/health/ready", ready_timeout_s=60):
+                 ready_path="/v2/health/ready", ready_timeout_s=60, https_context=None):
         if not BINARY.exists():
             pytest.fail(f"{BINARY} is missing: run scripts/setup.sh first")
         http, grpc, metrics = (free_port() for _ in range(3))
@@ -50,6 +52,7 @@ class ServerProcess:
             *args,
         ]
         self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
+        self._https_context = https_context
         self._wait_until_up(ready_path, ready_timeout_s)
 
     def _where(self):
@@ -59,7 +62,9 @@ class ServerProcess:
         deadline = time.time() + timeout_s
         while True:
             try:
-                with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=1) as r:
+                scheme = "https" if self._https_context else "http"
+                with urllib.request.urlopen(f"{scheme}://{self.http_url}{path}", timeout=1,
+                                            context=self._https_context) as r:
                     if r.status == 200:
                         return
             except OSError:

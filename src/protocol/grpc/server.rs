@@ -12,7 +12,13 @@ use std::{
 
 use hyper::{body::Incoming, server::conn::http2};
 use hyper_util::service::TowerToHyperService;
-use monoio::{io::IntoPollIo, net::TcpListener};
+use monoio::{
+    io::{
+        poll_io::{AsyncRead, AsyncWrite},
+        IntoPollIo,
+    },
+    net::TcpListener,
+};
 use monoio_compat::hyper::{MonoioExecutor, MonoioIo, MonoioTimer};
 use tower_service::Service;
 
@@ -27,7 +33,9 @@ use crate::{
         inference::grpc_inference_service_server::GrpcInferenceServiceServer,
     },
     protocol::transport::{
-        self, ActiveRequest, ConnIo, ConnSlot, ConnState, Decision, PacedBody, TrackedBody,
+        self,
+        tls::{self, TlsAcceptor},
+        ActiveRequest, ConnIo, ConnSlot, ConnState, Decision, PacedBody, TrackedBody,
     },
     server::state,
     shard::{ConnectionGauge, InFlight, Shard},
@@ -95,10 +103,11 @@ impl Service<http::Request<Incoming>> for GrpcRouter {
 
 /// Serves gRPC on this shard until shutdown.
 pub async fn serve(listener: TcpListener, shard: Rc<Shard>) {
-    let (max, compress) = state::current().map_or((64 << 20, false), |s| {
+    let (max, compress, tls) = state::current().map_or((64 << 20, false, None), |s| {
         (
             s.options.grpc_max_message_size,
             s.options.grpc_compress_responses,
+            s.tls.get().and_then(|t| t.grpc.clone()),
         )
     });
     let inference = super::compression::with_compression(
@@ -117,7 +126,7 @@ pub async fn serve(listener: TcpListener, shard: Rc<Shard>) {
             health: health.clone(),
             conn: slot.state().clone(),
         };
-        monoio::spawn(serve_connection(stream, slot, gauge, router));
+        monoio::spawn(serve_connection(stream, slot, gauge, router, tls.clone()));
     })
     .await;
 }
@@ -131,23 +140,55 @@ async fn serve_connection(
     slot: ConnSlot,
     _gauge: ConnectionGauge,
     router: GrpcRouter,
+    tls: Option<TlsAcceptor>,
 ) {
     let state = slot.state().clone();
     let limits = *slot.limits();
     let io = match stream.into_poll_io() {
-        Ok(io) => MonoioIo::new(ConnIo::new(io, state.clone())),
+        Ok(io) => io,
         Err(e) => {
             tracing::debug!(error = %e, "grpc: connection setup failed");
             return;
         }
     };
+    match tls {
+        None => serve_http2(ConnIo::new(io, state.clone()), &state, limits, router).await,
+        // Boxed: the TLS state stays out of the plaintext connection's task.
+        Some(acceptor) => {
+            Box::pin(async {
+                // The TLS handshake and the HTTP/2 preface share one deadline.
+                let Some(stream) =
+                    tls::accept(&acceptor, io, &state, limits.grpc_handshake_timeout, "grpc").await
+                else {
+                    return;
+                };
+                let fd = tls::raw_fd(&stream);
+                let io = ConnIo::encrypted(stream, fd, state.clone());
+                serve_http2(io, &state, limits, router).await
+            })
+            .await
+        }
+    }
+    drop(slot);
+}
+
+/// Serves HTTP/2 on `io`, plaintext or TLS (monomorphised for each, so the
+/// plaintext path has no indirection).
+async fn serve_http2<T>(
+    io: ConnIo<T>,
+    state: &ConnState,
+    limits: transport::TransportLimits,
+    router: GrpcRouter,
+) where
+    T: AsyncRead + AsyncWrite + Unpin + 'static,
+{
     let mut builder = http2::Builder::new(MonoioExecutor);
     builder
         .timer(MonoioTimer)
         .max_concurrent_streams(1024)
         .keep_alive_interval(limits.grpc_keepalive_time)
         .keep_alive_timeout(limits.grpc_keepalive_timeout);
-    let conn = builder.serve_connection(io, TowerToHyperService::new(router));
+    let conn = builder.serve_connection(MonoioIo::new(io), TowerToHyperService::new(router));
     let policy = move |s: &ConnState, now: Instant| {
         if s.started() == 0 && s.bytes_read() < HANDSHAKE_BYTES {
             let by = s.born() + limits.grpc_handshake_timeout;
@@ -167,9 +208,8 @@ async fn serve_connection(
             Decision::WaitUntil(by)
         }
     };
-    transport::drive(conn, &state, "grpc", policy, |c: Pin<&mut _>| {
+    transport::drive(conn, state, "grpc", policy, |c: Pin<&mut _>| {
         http2::Connection::graceful_shutdown(c)
     })
     .await;
-    drop(slot);
 }

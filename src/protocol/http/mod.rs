@@ -16,10 +16,12 @@ use crate::shard::Shard;
 
 /// Serves the KServe v2 REST API on this shard until shutdown.
 pub async fn serve(listener: TcpListener, shard: Rc<Shard>) {
-    server::accept_loop(listener, shard, "http", routes::handle).await;
+    let tls =
+        crate::server::state::with_current(|s| s.tls.get().and_then(|t| t.http.clone())).flatten();
+    server::accept_loop(listener, shard, "http", tls, routes::handle).await;
 }
 
-/// Serves `/metrics` on this shard until shutdown.
+/// Serves `/metrics` on this shard until shutdown; plaintext, as Triton's.
 pub async fn serve_metrics(listener: TcpListener, shard: Rc<Shard>) {
-    server::accept_loop(listener, shard, "metrics", metrics::handle).await;
+    server::accept_loop(listener, shard, "metrics", None, metrics::handle).await;
 }

@@ -20,21 +20,33 @@ use bytes::Bytes;
 use http::{header, HeaderValue};
 use http_body_util::Full;
 use hyper::{body::Incoming, server::conn::http1, service::service_fn, Request, Response};
-use monoio::{io::IntoPollIo, net::TcpListener};
+use monoio::{
+    io::{
+        poll_io::{AsyncRead, AsyncWrite},
+        IntoPollIo,
+    },
+    net::TcpListener,
+};
 use monoio_compat::hyper::{MonoioIo, MonoioTimer};
 
 use crate::{
-    protocol::transport::{self, ActiveRequest, ConnIo, ConnSlot, ConnState, Decision},
+    protocol::transport::{
+        self,
+        tls::{self, TlsAcceptor},
+        ActiveRequest, ConnIo, ConnSlot, ConnState, Decision, TransportLimits,
+    },
     shard::{ConnectionGauge, Shard},
 };
 
 pub type HttpResponse = Response<Full<Bytes>>;
 
-/// Accepts connections until the shard shuts down, serving each with `handler`.
+/// Accepts connections until the shard shuts down, serving each with
+/// `handler`, over TLS when `tls` is given.
 pub async fn accept_loop<H, F>(
     listener: TcpListener,
     shard: Rc<Shard>,
     what: &'static str,
+    tls: Option<TlsAcceptor>,
     handler: H,
 ) where
     H: Fn(Request<Incoming>) -> F + Clone + 'static,
@@ -44,7 +56,14 @@ pub async fn accept_loop<H, F>(
     transport::accept_loop(listener, shard, what, move |stream, slot| {
         let _ = stream.set_nodelay(true);
         let gauge = ConnectionGauge::open(&gauge_shard);
-        monoio::spawn(serve_connection(stream, slot, gauge, what, handler.clone()));
+        monoio::spawn(serve_connection(
+            stream,
+            slot,
+            gauge,
+            what,
+            tls.clone(),
+            handler.clone(),
+        ));
     })
     .await;
 }
@@ -54,6 +73,7 @@ async fn serve_connection<H, F>(
     slot: ConnSlot,
     _gauge: ConnectionGauge,
     what: &'static str,
+    tls: Option<TlsAcceptor>,
     handler: H,
 ) where
     H: Fn(Request<Incoming>) -> F + Clone + 'static,
@@ -62,12 +82,58 @@ async fn serve_connection<H, F>(
     let state = slot.state().clone();
     let limits = *slot.limits();
     let io = match stream.into_poll_io() {
-        Ok(io) => MonoioIo::new(ConnIo::new(io, state.clone())),
+        Ok(io) => io,
         Err(e) => {
             tracing::debug!(error = %e, "{what}: connection setup failed");
             return;
         }
     };
+    match tls {
+        None => {
+            serve_http1(
+                ConnIo::new(io, state.clone()),
+                &state,
+                limits,
+                what,
+                handler,
+            )
+            .await
+        }
+        // Boxed: the TLS connection state stays out of the plaintext
+        // connection's task.
+        Some(acceptor) => {
+            Box::pin(async {
+                // A client that connects and stalls the handshake is held to
+                // the header timeout, as one that stalls its request head.
+                let Some(stream) =
+                    tls::accept(&acceptor, io, &state, limits.http_header_timeout, what).await
+                else {
+                    return;
+                };
+                let fd = tls::raw_fd(&stream);
+                let io = ConnIo::encrypted(stream, fd, state.clone());
+                serve_http1(io, &state, limits, what, handler).await
+            })
+            .await
+        }
+    }
+    drop(slot);
+}
+
+/// Serves HTTP/1.1 on `io`, plaintext or TLS (monomorphised for each, so
+/// the plaintext path has no indirection).
+async fn serve_http1<T, H, F>(
+    io: ConnIo<T>,
+    state: &Rc<ConnState>,
+    limits: TransportLimits,
+    what: &'static str,
+    handler: H,
+) where
+    T: AsyncRead + AsyncWrite + Unpin + 'static,
+    H: Fn(Request<Incoming>) -> F + Clone + 'static,
+    F: Future<Output = HttpResponse> + 'static,
+{
+    let io = MonoioIo::new(io);
     let service_state = state.clone();
     let service = service_fn(move |req| {
         let active = ActiveRequest::begin(&service_state);
@@ -126,9 +192,8 @@ async fn serve_connection<H, F>(
             }
         }
     };
-    transport::drive(conn, &state, what, policy, |c: Pin<&mut _>| {
+    transport::drive(conn, state, what, policy, |c: Pin<&mut _>| {
         http1::Connection::graceful_shutdown(c)
     })
     .await;
-    drop(slot);
 }

@@ -69,6 +69,8 @@ pub struct ConnState {
     /// A response refused the request body: read and discard what the
     /// client still sends before closing (see `discard_unread_input`).
     linger: Cell<bool>,
+    /// TLS runs over the socket: nothing may be written to it raw.
+    encrypted: Cell<bool>,
     draining: Cell<bool>,
     waker: RefCell<Option<Waker>>,
 }
@@ -86,6 +88,7 @@ impl ConnState {
             write_blocked: Cell::new(false),
             fd: Cell::new(None),
             linger: Cell::new(false),
+            encrypted: Cell::new(false),
             draining: Cell::new(false),
             waker: RefCell::new(None),
         }
@@ -125,7 +128,7 @@ impl ConnState {
     }
 
     /// Resolves once the shard starts draining.
-    async fn drained(&self) {
+    pub(super) async fn drained(&self) {
         poll_fn(|cx| {
             if self.draining.get() {
                 return Poll::Ready(());
@@ -194,14 +197,15 @@ impl ConnState {
     /// request whose headers did not arrive in time. hyper has nothing of
     /// its own to write then (it is reading a head); if an earlier
     /// response is still stuck in a full send buffer, nothing is sent, as
-    /// the bytes would interleave.
+    /// the bytes would interleave. Over TLS nothing is sent (a plaintext
+    /// response would corrupt the record stream): the connection closes.
     pub fn send_request_timeout(&self) {
         const RESPONSE: &[u8] = b"HTTP/1.1 408 Request Timeout\r\n\
             content-type: application/json\r\n\
             connection: close\r\n\
             content-length: 55\r\n\r\n\
             {\"error\":\"request headers not received within timeout\"}";
-        if self.write_blocked.get() {
+        if self.write_blocked.get() || self.encrypted.get() {
             return;
         }
         let Some(fd) = self.fd.get() else {
@@ -293,6 +297,17 @@ pub struct ConnIo<T> {
 impl<T: std::os::fd::AsRawFd> ConnIo<T> {
     pub fn new(inner: T, state: Rc<ConnState>) -> Self {
         state.fd.set(Some(inner.as_raw_fd()));
+        Self { inner, state }
+    }
+}
+
+impl<T> ConnIo<T> {
+    /// Over a TLS stream: counts plaintext bytes (so the protocol's
+    /// policies see the same bytes as without TLS) and keeps `fd`, the
+    /// socket underneath, for the lingering close only.
+    pub fn encrypted(inner: T, fd: RawFd, state: Rc<ConnState>) -> Self {
+        state.fd.set(Some(fd));
+        state.encrypted.set(true);
         Self { inner, state }
     }
 }

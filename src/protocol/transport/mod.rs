@@ -2,7 +2,8 @@
 //! the accept loop (back-off on descriptor exhaustion, the per-shard
 //! connection cap), per-connection timeouts (HTTP/1 header and idle,
 //! HTTP/2 handshake and idle), graceful draining at shutdown, and the
-//! budget of buffered request-body bytes.
+//! budget of buffered request-body bytes, and TLS on the gRPC and HTTP
+//! listeners (`tls`).
 //!
 //! Everything here is shard-local (`Rc`, `Cell`) except [`TransportStats`]:
 //! one cache-line-aligned block of relaxed atomics per shard, each in its
@@ -15,6 +16,7 @@ mod body;
 mod conn;
 mod listener;
 mod paced;
+pub mod tls;
 
 use std::{
     cell::{Cell, RefCell},
@@ -31,6 +33,7 @@ pub use body::{read_body, BodyError};
 pub use conn::{drive, ActiveRequest, ConnIo, ConnState, Decision, TrackedBody};
 pub use listener::{accept_loop, ConnSlot};
 pub use paced::{PacedBody, Pacer, PAUSE_EVERY_BYTES};
+pub use tls::{ServerTls, TlsFiles};
 
 use crate::server::ServerOptions;
 
