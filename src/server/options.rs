@@ -88,6 +88,10 @@ pub struct ServerOptions {
     pub server_name: String,
     /// `--trace-config`: the trace settings in force at start.
     pub trace: crate::trace::TraceConfig,
+    /// `--http-restricted-api`: HTTP endpoint categories that need a header.
+    pub http_restricted_api: crate::protocol::restricted::Restrictions,
+    /// `--grpc-restricted-protocol`: gRPC method categories that need metadata.
+    pub grpc_restricted_protocol: crate::protocol::restricted::Restrictions,
 }
 
 impl ServerOptions {
@@ -129,6 +133,8 @@ impl ServerOptions {
             metrics_interval: Duration::from_millis(2000),
             server_name: crate::protocol::identity::DEFAULT_SERVER_NAME.to_string(),
             trace: crate::trace::TraceConfig::default(),
+            http_restricted_api: Default::default(),
+            grpc_restricted_protocol: Default::default(),
         }
     }
 
