@@ -6,6 +6,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use shardserve::{
     gpu::GpuInventory,
+    protocol::restricted::{Protocol, Restrictions},
     server::{self, ModelControlMode, ServerOptions},
     tuning::{IoDriver, MachineTopology, ShardPlan, TuningProfile},
 };
@@ -177,6 +178,18 @@ struct Cli {
     /// Deprecated in tritonserver: `--trace-config triton,log-frequency=N`.
     #[arg(long, hide = true)]
     trace_log_frequency: Option<String>,
+    /// Restrict HTTP endpoint categories to requests carrying the header
+    /// `<KEY>: <VALUE>` (else 403), as tritonserver; repeatable, one group
+    /// each, a category in one group only. Categories: health, metadata,
+    /// inference, shared-memory, model-config, model-repository,
+    /// statistics, trace, logging.
+    #[arg(long, value_name = "<API>[,<API>...]:<KEY>=<VALUE>")]
+    http_restricted_api: Vec<String>,
+    /// Restrict gRPC method categories to calls carrying the metadata
+    /// `triton-grpc-protocol-<KEY>: <VALUE>` (else UNAVAILABLE), as
+    /// tritonserver; repeatable, same categories as --http-restricted-api.
+    #[arg(long, value_name = "<PROTOCOL>[,<PROTOCOL>...]:<KEY>=<VALUE>")]
+    grpc_restricted_protocol: Vec<String>,
     #[command(flatten)]
     tls: TlsArgs,
 }
@@ -413,6 +426,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         anyhow::bail!("--model-repository is required");
     }
     let trace = trace_config(&cli)?;
+    let http_restricted_api = Restrictions::parse(Protocol::Http, &cli.http_restricted_api)
+        .map_err(anyhow::Error::msg)?;
+    let grpc_restricted_protocol =
+        Restrictions::parse(Protocol::Grpc, &cli.grpc_restricted_protocol)
+            .map_err(anyhow::Error::msg)?;
     let mut backend_config =
         std::collections::BTreeMap::<_, std::collections::BTreeMap<_, _>>::new();
     for (name, key, value) in cli.backend_config {
@@ -429,6 +447,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     };
     let options = ServerOptions {
         trace,
+        http_restricted_api,
+        grpc_restricted_protocol,
         host: cli.host,
         http_port: cli.http_port,
         grpc_port: cli.grpc_port,
@@ -486,6 +506,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         server_name = %options.server_name,
         "starting shardserve"
     );
+    for (what, restrictions) in [
+        ("HTTP APIs", &options.http_restricted_api),
+        ("gRPC protocols", &options.grpc_restricted_protocol),
+    ] {
+        if !restrictions.is_empty() {
+            tracing::info!(restricted = %restrictions.describe(), "restricted {what}");
+        }
+    }
     // Signals are heard from here on, also while models load at start-up.
     let signalled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (signal_tx, signal_rx) = std::sync::mpsc::channel();

@@ -635,7 +635,7 @@ async fn an_oversized_message_ends_the_stream_with_a_clear_status() {
     big.id = "x".repeat(100 << 10);
     let (responses, end) = stream_all(&mut c, vec![big, simple_request("after", 1)]).await;
     let status = end.expect_err("the stream fails");
-    assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert!(
         status.message().contains("--grpc-max-message-size"),
         "{}",

@@ -8,5 +8,6 @@ pub mod grpc;
 pub mod http;
 pub mod identity;
 pub mod logging;
+pub mod restricted;
 pub mod trace_api;
 pub mod transport;

@@ -92,6 +92,10 @@ pub struct ServerOptions {
     pub grpc_tls: Option<crate::protocol::transport::TlsFiles>,
     /// `--http-use-ssl[-mutual]`: TLS on the HTTP port (not in Triton).
     pub http_tls: Option<crate::protocol::transport::TlsFiles>,
+    /// `--http-restricted-api`: HTTP endpoint categories that need a header.
+    pub http_restricted_api: crate::protocol::restricted::Restrictions,
+    /// `--grpc-restricted-protocol`: gRPC method categories that need metadata.
+    pub grpc_restricted_protocol: crate::protocol::restricted::Restrictions,
 }
 
 impl ServerOptions {
@@ -135,6 +139,8 @@ impl ServerOptions {
             trace: crate::trace::TraceConfig::default(),
             grpc_tls: None,
             http_tls: None,
+            http_restricted_api: Default::default(),
+            grpc_restricted_protocol: Default::default(),
         }
     }
 

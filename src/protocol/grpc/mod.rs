@@ -7,6 +7,7 @@ mod repository_service;
 mod server;
 mod service;
 mod shm_service;
+mod size_limit;
 mod status;
 mod stream;
 

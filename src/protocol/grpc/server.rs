@@ -26,22 +26,26 @@ use super::{
     health::HealthService,
     raw_tail::{with_raw_tail, RawTail},
     service::InferenceService,
+    size_limit::{self, SizeLimitStatus},
 };
 use crate::{
     proto::{
         health::health_server::HealthServer,
         inference::grpc_inference_service_server::GrpcInferenceServiceServer,
     },
-    protocol::transport::{
-        self,
-        tls::{self, TlsAcceptor},
-        ActiveRequest, ConnIo, ConnSlot, ConnState, Decision, PacedBody, TrackedBody,
+    protocol::{
+        restricted::{self, Restrictions},
+        transport::{
+            self,
+            tls::{self, TlsAcceptor},
+            ActiveRequest, ConnIo, ConnSlot, ConnState, Decision, PacedBody, TrackedBody,
+        },
     },
     server::state,
     shard::{ConnectionGauge, InFlight, Shard},
 };
 
-type GrpcResponse = http::Response<TrackedBody<tonic::body::Body>>;
+type GrpcResponse = http::Response<TrackedBody<SizeLimitStatus>>;
 // Not `Send`: the connection's state is shard-local, and hyper's HTTP/2
 // server on `MonoioExecutor` spawns locally.
 type GrpcFuture = Pin<Box<dyn Future<Output = Result<GrpcResponse, Infallible>>>>;
@@ -55,6 +59,9 @@ struct GrpcRouter {
     inference: GrpcInferenceServiceServer<InferenceService>,
     health: HealthServer<HealthService>,
     conn: Rc<ConnState>,
+    /// `--grpc-restricted-protocol`, shared by the shard's connections;
+    /// `None` when nothing is restricted.
+    restricted: Option<Rc<Restrictions>>,
 }
 
 impl Service<http::Request<Incoming>> for GrpcRouter {
@@ -76,7 +83,15 @@ impl Service<http::Request<Incoming>> for GrpcRouter {
         let path = req.uri().path();
         let fut: Pin<
             Box<dyn Future<Output = Result<http::Response<tonic::body::Body>, Infallible>> + Send>,
-        > = if path.starts_with("/inference.GRPCInferenceService/") {
+        > = if let Some(refused) = self
+            .restricted
+            .as_deref()
+            .and_then(|r| r.refuses(restricted::grpc_category(path)?, req.headers()))
+        {
+            // Before the service, so a refused stream is not opened either.
+            let status = tonic::Status::unavailable(refused.message());
+            Box::pin(async move { Ok(status.into_http()) })
+        } else if path.starts_with("/inference.GRPCInferenceService/") {
             Box::pin(self.inference.call(req.map(PacedBody::new)))
         } else if path.starts_with("/grpc.health.v1.Health/") {
             Box::pin(self.health.call(req))
@@ -88,13 +103,14 @@ impl Service<http::Request<Incoming>> for GrpcRouter {
             let out = fut.await;
             drop(in_flight);
             out.map(|mut resp| {
+                size_limit::rewrite(resp.headers_mut());
                 let tail = resp.extensions_mut().remove::<RawTail>();
                 resp.map(|body| {
                     let body = match tail {
                         Some(tail) => with_raw_tail(body, tail),
                         None => body,
                     };
-                    TrackedBody::new(body, active)
+                    TrackedBody::new(SizeLimitStatus::new(body), active)
                 })
             })
         })
@@ -117,6 +133,12 @@ pub async fn serve(listener: TcpListener, shard: Rc<Shard>) {
         compress,
     );
     let health = HealthServer::new(HealthService);
+    // One copy per shard: connections share it by `Rc`, so a call writes
+    // no reference count another shard writes.
+    let restricted = state::current()
+        .map(|s| s.options.grpc_restricted_protocol.clone())
+        .filter(|r| !r.is_empty())
+        .map(Rc::new);
     let gauge_shard = shard.clone();
     transport::accept_loop(listener, shard, "grpc", move |stream, slot| {
         let _ = stream.set_nodelay(true);
@@ -125,6 +147,7 @@ pub async fn serve(listener: TcpListener, shard: Rc<Shard>) {
             inference: inference.clone(),
             health: health.clone(),
             conn: slot.state().clone(),
+            restricted: restricted.clone(),
         };
         monoio::spawn(serve_connection(stream, slot, gauge, router, tls.clone()));
     })

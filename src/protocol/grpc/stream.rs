@@ -303,8 +303,9 @@ impl InferStream {
         tracing::debug!(code = ?status.code(), message = status.message(), "grpc: stream inbound failed");
         self.in_flight = SelectAll::new();
         let status = match status.code() {
+            // gRPC's code for a message over the limit (tonic says OUT_OF_RANGE).
             Code::OutOfRange | Code::ResourceExhausted => Status::new(
-                status.code(),
+                Code::ResourceExhausted,
                 format!(
                     "{} (the server's --grpc-max-message-size)",
                     status.message()

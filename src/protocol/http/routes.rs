@@ -17,7 +17,7 @@ use crate::{
     model::{ModelTable, ModelVersion},
     protocol::{
         compression::{choose_response_encoding, compress},
-        transport,
+        restricted, transport,
     },
     scheduler,
     server::{state, ServerState},
@@ -85,6 +85,9 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
         .map(percent_decode)
         .collect::<InferResult<_>>()?;
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+    if let Some(refusal) = restricted_refusal(&req, &segs) {
+        return Ok(refusal);
+    }
     let method = req.method().clone();
     let not_allowed = || {
         InferError::invalid(format!(
@@ -141,6 +144,33 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
             crate::types::clip(&path)
         ))),
     }
+}
+
+/// Triton's restricted APIs (`--http-restricted-api`): one check at
+/// dispatch, before the endpoint looks at the method or the body, as
+/// Triton's handlers check first. Unrestricted servers pay one branch.
+fn restricted_refusal(req: &Request<Incoming>, segs: &[&str]) -> Option<HttpResponse> {
+    state::with_current(|s| {
+        let restrictions = &s.options.http_restricted_api;
+        if restrictions.is_empty() {
+            return None;
+        }
+        let refused = restrictions.refuses(restricted::http_category(segs)?, req.headers())?;
+        let mut resp = respond(
+            StatusCode::FORBIDDEN,
+            "application/json",
+            error_body(refused.message()),
+        );
+        if !hyper::body::Body::is_end_stream(req.body()) {
+            // The body stays unread: close after the answer, lingering
+            // (see `ConnState::set_linger`) so a client still sending it
+            // reads the 403 rather than a reset.
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        Some(resp)
+    })
+    .flatten()
 }
 
 fn expect_get(method: &Method) -> Option<()> {
