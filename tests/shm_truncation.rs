@@ -22,7 +22,6 @@ use serde_json::json;
 use shardserve::proto::inference::{
     infer_parameter::ParameterChoice, model_infer_request::InferInputTensor,
     model_infer_request::InferRequestedOutputTensor, InferParameter, ModelInferRequest,
-    SystemSharedMemoryRegisterRequest,
 };
 
 const PAGE: usize = 4096;
@@ -70,7 +69,8 @@ impl ShmObject {
     fn read(&self, offset: usize, len: usize) -> Vec<u8> {
         let mut buf = vec![0u8; len];
         // SAFETY: fd is open; buf is len bytes.
-        let n = unsafe { libc::pread(self.fd, buf.as_mut_ptr().cast(), len, offset as libc::off_t) };
+        let n =
+            unsafe { libc::pread(self.fd, buf.as_mut_ptr().cast(), len, offset as libc::off_t) };
         assert_eq!(n, len as isize);
         buf
     }
@@ -122,7 +122,8 @@ struct Setup {
 
 impl Setup {
     fn new(tag: &str) -> Self {
-        let base = std::env::temp_dir().join(format!("shardserve-trunc-{tag}-{}", std::process::id()));
+        let base =
+            std::env::temp_dir().join(format!("shardserve-trunc-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
         std::fs::create_dir_all(&base).expect("temp dir");
         let backends = base.join("backends");
@@ -265,7 +266,12 @@ fn shm_params(region: &str, offset: usize) -> std::collections::HashMap<String, 
     .collect()
 }
 
-fn grpc_request(model: &str, input: &str, output: Option<&str>, offset: usize) -> ModelInferRequest {
+fn grpc_request(
+    model: &str,
+    input: &str,
+    output: Option<&str>,
+    offset: usize,
+) -> ModelInferRequest {
     ModelInferRequest {
         model_name: model.into(),
         inputs: vec![InferInputTensor {
@@ -474,7 +480,10 @@ fn a_fault_in_a_region_is_absorbed_on_any_thread() {
         .join()
         .expect("the reading thread survives");
     assert_eq!(seen, vec![0u8; 64]);
-    let region = registry.find("inproc").expect("lookup").expect("registered");
+    let region = registry
+        .find("inproc")
+        .expect("lookup")
+        .expect("registered");
     assert_names(&region.check().expect_err("broken").message, "inproc");
     drop(region);
     registry.unregister("inproc").expect("unregister");
@@ -514,7 +523,12 @@ fn foreign_fault_child() {
 fn a_fault_outside_every_region_still_kills() {
     use std::os::unix::process::ExitStatusExt;
     let out = Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", "foreign_fault_child", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "foreign_fault_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("SHARDSERVE_FOREIGN_FAULT_CHILD", "1")
         .output()
         .expect("run the child");

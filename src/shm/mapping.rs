@@ -141,7 +141,9 @@ impl Mapping {
     /// True once an access faulted past the shm object's end (the
     /// mapping now holds private zero pages) or `mark_broken` ran.
     pub fn is_broken(&self) -> bool {
-        self.protected.as_ref().is_some_and(fault::Protected::is_broken)
+        self.protected
+            .as_ref()
+            .is_some_and(fault::Protected::is_broken)
     }
 
     /// Records that the object shrank below the mapping.

@@ -181,10 +181,9 @@ pub fn read_input(
     let (offset, len) = region.bounds(r.offset, r.byte_size.unwrap_or(0))?;
     let (data, system) = match region {
         Located::System(region) => {
-            // Fails fast, before the model runs, on a region already
-            // truncated (the common case); `RequestRegions` checks again
-            // after the run.
-            region.check()?;
+            // No system call before the model runs: a region truncated
+            // by now is caught by `finish` (one `fstat` per region).
+            region.check_known()?;
             let data = Bytes::from_owner(RegionSlice {
                 region: Arc::clone(&region),
                 offset,
@@ -197,8 +196,8 @@ pub fn read_input(
     let checked = check_input(&data, datatype, count, shape, what);
     // BYTES are parsed here, which reads the region: a truncation that
     // faulted meanwhile would otherwise surface as malformed data.
-    if let Some(region) = system.filter(|r| r.mapping.is_broken()) {
-        region.check()?;
+    if let Some(region) = system {
+        region.check_known()?;
     }
     checked.map(|()| data)
 }
@@ -282,9 +281,7 @@ pub fn finish(
         return result;
     };
     let mut response = result.map_err(|e| regions.blame(e))?;
-    regions
-        .write(&mut response)
-        .map_err(|e| regions.blame(e))?;
+    regions.write(&mut response).map_err(|e| regions.blame(e))?;
     regions.check()?;
     Ok(response)
 }
@@ -331,7 +328,7 @@ impl RequestRegions {
             }
             let region = Located::find(&shm.region)?;
             if let Located::System(r) = &region {
-                r.check()?;
+                r.check_known()?;
             }
             let byte_size = shm
                 .byte_size
@@ -350,14 +347,21 @@ impl RequestRegions {
         }))
     }
 
-    /// Fails naming the first region used that was truncated.
+    /// Fails naming the first region used that was truncated; one `fstat`
+    /// per region.
     pub fn check(&self) -> Result<(), InferError> {
-        let outputs = self.outputs.iter().filter_map(|t| match &t.region {
-            Located::System(r) => Some(r),
-            Located::Cuda(_) => None,
-        });
-        for r in self.inputs.iter().chain(outputs) {
-            r.check()?;
+        let all = || {
+            self.inputs
+                .iter()
+                .chain(self.outputs.iter().filter_map(|t| match &t.region {
+                    Located::System(r) => Some(r),
+                    Located::Cuda(_) => None,
+                }))
+        };
+        for (i, r) in all().enumerate() {
+            if !all().take(i).any(|seen| Arc::ptr_eq(seen, r)) {
+                r.check()?;
+            }
         }
         Ok(())
     }

@@ -38,38 +38,53 @@ impl Region {
     /// Fails, naming the region, when the client shrank its shm object
     /// below the region's end: either an access faulted on the missing
     /// pages (`fault` replaced them with zeros) or the object's size says
-    /// so. Once broken, a region stays broken until it is unregistered:
-    /// its pages are no longer the client's.
+    /// so (one `fstat`). Once broken, a region stays broken until it is
+    /// unregistered: its pages are no longer the client's.
     pub fn check(&self) -> Result<(), InferError> {
-        let end = self.offset.saturating_add(self.byte_size);
-        let size = if self.mapping.is_broken() {
-            None
-        } else {
-            match self.mapping.object_size() {
-                Ok(size) if size >= end => return Ok(()),
-                Ok(size) => {
-                    self.mapping.mark_broken();
-                    Some(size)
-                }
-                Err(e) => {
-                    return Err(InferError::internal(format!(
-                        "cannot check shared memory region '{}': fstat of its shm object failed: {e}",
-                        clip(&self.name)
-                    )))
-                }
+        if self.mapping.is_broken() {
+            return Err(self.broken(None));
+        }
+        let end = self.end();
+        match self.mapping.object_size() {
+            Ok(size) if size >= end => Ok(()),
+            Ok(size) => {
+                self.mapping.mark_broken();
+                Err(self.broken(Some(size)))
             }
-        };
+            Err(e) => Err(InferError::internal(format!(
+                "cannot check shared memory region '{}': fstat of its shm object failed: {e}",
+                clip(&self.name)
+            ))),
+        }
+    }
+
+    /// `check` without the system call: fails only when the region is
+    /// already known to be broken. For before the model runs, where a
+    /// region truncated meanwhile is caught by the `check` after.
+    pub fn check_known(&self) -> Result<(), InferError> {
+        if self.mapping.is_broken() {
+            return Err(self.broken(None));
+        }
+        Ok(())
+    }
+
+    fn end(&self) -> u64 {
+        self.offset.saturating_add(self.byte_size)
+    }
+
+    /// The error for a broken region; the first one logs a warning.
+    fn broken(&self, object_size: Option<u64>) -> InferError {
         if !self.reported.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 region = %self.name,
                 key = %self.key,
-                region_end = end,
-                object_size = ?size,
+                region_end = self.end(),
+                object_size = ?object_size,
                 "a client truncated the shm object of a registered region; \
                  requests naming it fail until it is unregistered"
             );
         }
-        Err(error_texts::shm_truncated(&self.name, &self.key, end))
+        error_texts::shm_truncated(&self.name, &self.key, self.end())
     }
 }
 

@@ -227,8 +227,8 @@ impl GrpcInferenceService for InferenceService {
             &request.model_name,
         )
         .map_err(to_status)?;
-        let mut response = crate::shm::finish(shm.as_ref(), scheduler::infer(request).await)
-            .map_err(to_status)?;
+        let mut response =
+            crate::shm::finish(shm.as_ref(), scheduler::infer(request).await).map_err(to_status)?;
         let mut trace = response.trace.take();
         // The send is the hand-over of the response to the gRPC library.
         trace.stamp(Event::GrpcSendStart);
