@@ -102,6 +102,18 @@ pub fn shm_invalid_key(name: &str, key: &str) -> InferError {
     ))
 }
 
+/// A region whose shm object the client shrank below the region's end
+/// after registering it (no Triton text: Triton dies of SIGBUS).
+pub fn shm_truncated(name: &str, key: &str, end: u64) -> InferError {
+    InferError::invalid(format!(
+        "shared memory region '{}' is unusable: its shm object '{}' was truncated below \
+         the region's end ({end} bytes) after registration; unregister the region and \
+         register it again",
+        clip(name),
+        clip(key)
+    ))
+}
+
 /// An inference offset at or past the end of the region.
 pub fn shm_invalid_offset(name: &str) -> InferError {
     InferError::invalid(format!(

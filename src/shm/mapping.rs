@@ -4,9 +4,21 @@
 //! and every tensor read from the region or request writing into it holds
 //! another, so unregistering a region while a request uses it only drops
 //! the registry's reference; `munmap` runs when the last user is done.
+//!
+//! Every mapping is protected against the client shrinking the object
+//! under it (`fault`), and keeps its descriptor open so that `object_size`
+//! can tell a shrink that no access has faulted on yet (within the last
+//! page, past the new end, reads give zeros and writes are lost rather than
+//! fault).
 
-use std::{ffi::CString, io, ptr::NonNull};
+use std::{
+    ffi::CString,
+    io,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    ptr::NonNull,
+};
 
+use super::fault;
 use crate::{error_texts, types::InferError};
 
 /// `mmap` of `[offset, offset + len)` of a shm object.
@@ -20,6 +32,11 @@ pub struct Mapping {
     lead: usize,
     /// The region's length.
     len: usize,
+    /// The shm object, for `object_size`.
+    fd: OwnedFd,
+    /// The fault table's slot for `[base, base + mapped_len)`; `None` only
+    /// while `drop` runs.
+    protected: Option<fault::Protected>,
 }
 
 // SAFETY: the mapping is plain shared memory with no thread affinity; all
@@ -40,18 +57,17 @@ impl Mapping {
             tracing::debug!(key, error = %io::Error::last_os_error(), "shm_open failed");
             return Err(error_texts::shm_cannot_open(key));
         }
-        let result = Self::map_fd(name, fd, offset, byte_size);
-        // SAFETY: fd was opened above and is closed exactly once; the
-        // mapping stays valid after close.
-        unsafe { libc::close(fd) };
-        result
+        // SAFETY: fd was just opened and nothing else owns it: the
+        // OwnedFd closes it exactly once, on every path.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Self::map_fd(name, fd, offset, byte_size)
     }
 
-    fn map_fd(name: &str, fd: i32, offset: u64, byte_size: u64) -> Result<Self, InferError> {
+    fn map_fd(name: &str, fd: OwnedFd, offset: u64, byte_size: u64) -> Result<Self, InferError> {
         // SAFETY: an all-zero `stat` is a valid out-parameter.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: fd is open; st is a valid out-pointer.
-        if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_size < 0 {
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 || st.st_size < 0 {
             return Err(InferError::internal(format!(
                 "Invalid shared memory region: '{}'",
                 crate::types::clip(name)
@@ -87,7 +103,7 @@ impl Mapping {
                 mapped_len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
-                fd,
+                fd.as_raw_fd(),
                 file_offset,
             )
         };
@@ -98,14 +114,62 @@ impl Mapping {
                 io::Error::last_os_error()
             )));
         }
-        let base = NonNull::new(ptr.cast::<u8>())
-            .ok_or_else(|| InferError::internal("mmap returned a null mapping"))?;
+        let Some(base) = NonNull::new(ptr.cast::<u8>()) else {
+            return Err(InferError::internal("mmap returned a null mapping"));
+        };
+        // Published before anyone can touch the mapping (see `fault`).
+        let Some(protected) = fault::protect(ptr as usize, mapped_len) else {
+            // SAFETY: ptr/mapped_len are what mmap just returned; nothing
+            // else has seen the mapping.
+            unsafe { libc::munmap(ptr, mapped_len) };
+            return Err(InferError::unavailable(format!(
+                "failed to register shared memory region '{}': {} regions are mapped, \
+                 the most this server protects; unregister some first",
+                crate::types::clip(name),
+                fault::CAPACITY
+            )));
+        };
         Ok(Self {
             base,
             mapped_len,
             lead,
             len,
+            fd,
+            protected: Some(protected),
         })
+    }
+
+    /// True once an access faulted past the shm object's end (the
+    /// mapping now holds private zero pages) or `mark_broken` ran.
+    pub fn is_broken(&self) -> bool {
+        self.protected
+            .as_ref()
+            .is_some_and(fault::Protected::is_broken)
+    }
+
+    /// Records that the object shrank below the mapping.
+    pub fn mark_broken(&self) {
+        if let Some(p) = &self.protected {
+            p.mark_broken();
+        }
+    }
+
+    /// True when `ptr` points into the region's bytes.
+    pub fn contains(&self, ptr: *const u8) -> bool {
+        let start = self.base.as_ptr() as usize + self.lead;
+        (ptr as usize).wrapping_sub(start) < self.len
+    }
+
+    /// The shm object's current size in bytes.
+    pub fn object_size(&self) -> io::Result<u64> {
+        // SAFETY: an all-zero `stat` is a valid out-parameter.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: self.fd is open for the mapping's lifetime; st is a
+        // valid out-pointer.
+        if unsafe { libc::fstat(self.fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(u64::try_from(st.st_size).unwrap_or(0))
     }
 
     pub fn len(&self) -> usize {
@@ -156,6 +220,11 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        // Before munmap: the SIGBUS handler must never remap an address
+        // range that may already belong to someone else.
+        if let Some(p) = self.protected.take() {
+            p.release();
+        }
         // SAFETY: base/mapped_len are exactly what mmap returned; nothing
         // references the mapping any more (we are its last owner).
         if unsafe { libc::munmap(self.base.as_ptr().cast(), self.mapped_len) } != 0 {

@@ -11,6 +11,12 @@
 //!   model ran (the backends write into their own buffers), and the
 //!   response carries the output's datatype and shape without its data.
 //!
+//! - A client that truncates a region's shm object while it is mapped
+//!   makes the request that uses it fail naming the region, never the
+//!   server crash: `fault` absorbs the SIGBUS such an access raises on
+//!   any thread, and `RequestRegions` checks each region the request read
+//!   or wrote once the model has run (`Region::check`).
+//!
 //! CUDA shared memory (`cuda`) shares the tensor parameters and the name
 //! space: a request's region name is looked up among system regions, then
 //! CUDA ones; CUDA inputs are copied to host memory and CUDA outputs to the
@@ -18,6 +24,7 @@
 //! mechanics.
 
 pub mod cuda;
+mod fault;
 mod mapping;
 pub mod registry;
 
@@ -31,7 +38,7 @@ use crate::{
     error_texts,
     types::{
         bytes_elements, clip, show_shape, DataType, InferError, InferResponse, ParamValue,
-        Parameters, RequestedOutput,
+        Parameters, RequestedOutput, Tensor,
     },
 };
 
@@ -172,14 +179,38 @@ pub fn read_input(
 ) -> Result<Bytes, InferError> {
     let region = Located::find(&r.region)?;
     let (offset, len) = region.bounds(r.offset, r.byte_size.unwrap_or(0))?;
-    let data = match region {
-        Located::System(region) => Bytes::from_owner(RegionSlice {
-            region,
-            offset,
-            len,
-        }),
-        Located::Cuda(region) => region.read(offset, len)?,
+    let (data, system) = match region {
+        Located::System(region) => {
+            // No system call before the model runs: a region truncated
+            // by now is caught by `finish` (one `fstat` per region).
+            region.check_known()?;
+            let data = Bytes::from_owner(RegionSlice {
+                region: Arc::clone(&region),
+                offset,
+                len,
+            });
+            (data, Some(region))
+        }
+        Located::Cuda(region) => (region.read(offset, len)?, None),
     };
+    let checked = check_input(&data, datatype, count, shape, what);
+    // BYTES are parsed here, which reads the region: a truncation that
+    // faulted meanwhile would otherwise surface as malformed data.
+    if let Some(region) = system {
+        region.check_known()?;
+    }
+    checked.map(|()| data)
+}
+
+/// Checks that `data` holds `count` elements of `datatype`.
+fn check_input(
+    data: &[u8],
+    datatype: DataType,
+    count: usize,
+    shape: &[i64],
+    what: &str,
+) -> Result<(), InferError> {
+    let len = data.len();
     match datatype.element_size() {
         Some(elem) => {
             if count.checked_mul(elem) != Some(len) {
@@ -194,7 +225,7 @@ pub fn read_input(
             }
         }
         None => {
-            let n = bytes_elements(&data)
+            let n = bytes_elements(data)
                 .map_err(|e| {
                     InferError::invalid(format!(
                         "{what}: malformed BYTES data in shared memory: {e}"
@@ -209,7 +240,7 @@ pub fn read_input(
             }
         }
     }
-    Ok(data)
+    Ok(())
 }
 
 /// True when the client asked for `output` in a region.
@@ -228,16 +259,50 @@ struct OutputTarget {
     len: usize,
 }
 
-/// The regions a request's outputs go to, resolved before the model runs
-/// (an unknown region fails the request without running it, and the
-/// `Arc`s keep the regions mapped until the outputs are written).
+/// The regions a request uses: those its inputs were read from, to be
+/// checked for truncation once the model has run, and those its outputs go
+/// to, resolved before the model runs (an unknown or truncated region fails
+/// the request without running it, and the `Arc`s keep the regions mapped
+/// until the outputs are written).
 #[derive(Debug)]
-pub struct OutputTargets(Vec<OutputTarget>);
+pub struct RequestRegions {
+    inputs: Vec<Arc<Region>>,
+    outputs: Vec<OutputTarget>,
+}
 
-impl OutputTargets {
-    /// `None` when no requested output names a region (no allocation).
-    pub fn resolve(requested: &[RequestedOutput], model: &str) -> Result<Option<Self>, InferError> {
-        if !requested.iter().any(|r| r.parameters.contains_key(REGION)) {
+/// The response to a request that used `regions`, once its outputs are
+/// written there and every region it used is checked: a region truncated
+/// meanwhile fails the request naming it, whatever the model answered.
+pub fn finish(
+    regions: Option<&RequestRegions>,
+    result: Result<InferResponse, InferError>,
+) -> Result<InferResponse, InferError> {
+    let Some(regions) = regions else {
+        return result;
+    };
+    let mut response = result.map_err(|e| regions.blame(e))?;
+    regions.write(&mut response).map_err(|e| regions.blame(e))?;
+    regions.check()?;
+    Ok(response)
+}
+
+impl RequestRegions {
+    /// `None` when no input was read from a system region and no requested
+    /// output names a region (no allocation).
+    pub fn resolve(
+        inputs: &[Tensor],
+        requested: &[RequestedOutput],
+        model: &str,
+    ) -> Result<Option<Self>, InferError> {
+        let mut regions = Vec::<Arc<Region>>::new();
+        for t in inputs {
+            if let Some(r) = global().containing(t.data.as_ptr())? {
+                if !regions.iter().any(|known| Arc::ptr_eq(known, &r)) {
+                    regions.push(r);
+                }
+            }
+        }
+        if regions.is_empty() && !requested.iter().any(|r| r.parameters.contains_key(REGION)) {
             return Ok(None);
         }
         let mut targets = Vec::new();
@@ -262,6 +327,9 @@ impl OutputTargets {
                 ));
             }
             let region = Located::find(&shm.region)?;
+            if let Located::System(r) = &region {
+                r.check_known()?;
+            }
             let byte_size = shm
                 .byte_size
                 .unwrap_or_else(|| region.byte_size().saturating_sub(shm.offset));
@@ -273,14 +341,42 @@ impl OutputTargets {
                 len,
             });
         }
-        Ok(Some(Self(targets)))
+        Ok(Some(Self {
+            inputs: regions,
+            outputs: targets,
+        }))
+    }
+
+    /// Fails naming the first region used that was truncated; one `fstat`
+    /// per region.
+    pub fn check(&self) -> Result<(), InferError> {
+        let all = || {
+            self.inputs
+                .iter()
+                .chain(self.outputs.iter().filter_map(|t| match &t.region {
+                    Located::System(r) => Some(r),
+                    Located::Cuda(_) => None,
+                }))
+        };
+        for (i, r) in all().enumerate() {
+            if !all().take(i).any(|seen| Arc::ptr_eq(seen, r)) {
+                r.check()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A failure of the request, or the truncated region behind it: a
+    /// model fed zero pages, or a write that faulted, fails because of it.
+    pub fn blame(&self, error: InferError) -> InferError {
+        self.check().err().unwrap_or(error)
     }
 
     /// Copies each target output into its region and leaves the response's
     /// tensor without data (the protocols then send datatype and shape
     /// only, as Triton does).
     pub fn write(&self, response: &mut InferResponse) -> Result<(), InferError> {
-        for t in &self.0 {
+        for t in &self.outputs {
             let Some(tensor) = response.outputs.iter_mut().find(|o| o.name == t.output) else {
                 continue;
             };

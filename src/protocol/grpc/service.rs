@@ -221,13 +221,15 @@ impl GrpcInferenceService for InferenceService {
             .await
             .map_err(to_status)?;
         request.trace = trace;
-        let shm_outputs = crate::shm::OutputTargets::resolve(&request.outputs, &request.model_name)
-            .map_err(to_status)?;
-        let mut response = scheduler::infer(request).await.map_err(to_status)?;
+        let shm = crate::shm::RequestRegions::resolve(
+            &request.inputs,
+            &request.outputs,
+            &request.model_name,
+        )
+        .map_err(to_status)?;
+        let mut response =
+            crate::shm::finish(shm.as_ref(), scheduler::infer(request).await).map_err(to_status)?;
         let mut trace = response.trace.take();
-        if let Some(targets) = &shm_outputs {
-            targets.write(&mut response).map_err(to_status)?;
-        }
         // The send is the hand-over of the response to the gRPC library.
         trace.stamp(Event::GrpcSendStart);
         let mut encoded = encode_model_infer_response(response);

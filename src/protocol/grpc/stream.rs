@@ -147,8 +147,12 @@ impl Ticket {
 /// shutdown waits for it) for as long as its responses flow.
 fn run(ticket: Ticket, request: InferRequest) -> Answer {
     // Outputs the client asked to receive in a shared-memory region are
-    // written there, as on unary ModelInfer.
-    let shm = match crate::shm::OutputTargets::resolve(&request.outputs, &request.model_name) {
+    // written there, and the regions used checked, as on unary ModelInfer.
+    let shm = match crate::shm::RequestRegions::resolve(
+        &request.inputs,
+        &request.outputs,
+        &request.model_name,
+    ) {
         Ok(targets) => targets,
         Err(e) => return Box::pin(futures::stream::iter(ticket.respond(Err(e)))),
     };
@@ -156,9 +160,11 @@ fn run(ticket: Ticket, request: InferRequest) -> Answer {
     Box::pin(scheduler::infer_stream(request).filter_map(move |item| {
         let _in_flight = &in_flight;
         let item = match (item, &shm) {
-            (Ok(Streamed::Response { mut response, last }), Some(targets)) => targets
-                .write(&mut response)
-                .map(|()| Streamed::Response { response, last }),
+            (Ok(Streamed::Response { response, last }), Some(regions)) => {
+                crate::shm::finish(Some(regions), Ok(response))
+                    .map(|response| Streamed::Response { response, last })
+            }
+            (Err(e), Some(regions)) => Err(regions.blame(e)),
             (item, _) => item,
         };
         std::future::ready(ticket.respond(item))

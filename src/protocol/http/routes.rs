@@ -317,12 +317,9 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
     request.trace = trace;
     let requested = request.outputs.clone();
     let parameters = request.parameters.clone();
-    let shm_outputs = crate::shm::OutputTargets::resolve(&requested, model)?;
-    let mut response = scheduler::infer(request).await?;
+    let shm = crate::shm::RequestRegions::resolve(&request.inputs, &requested, model)?;
+    let mut response = crate::shm::finish(shm.as_ref(), scheduler::infer(request).await)?;
     let mut trace = response.trace.take();
-    if let Some(targets) = &shm_outputs {
-        targets.write(&mut response)?;
-    }
     let accept = headers
         .get(header::ACCEPT_ENCODING)
         .and_then(|v| v.to_str().ok())
