@@ -22,6 +22,7 @@ use futures::channel::{mpsc::UnboundedSender, oneshot};
 use super::{
     load::{load_model_with, send_control, LoadOptions, Placement},
     scan::{scan_repositories, ModelDir},
+    uploads,
 };
 use crate::{
     config,
@@ -213,25 +214,28 @@ impl Manager {
     }
 
     fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
-        let mut names: BTreeMap<String, ()> = match scan_repositories(&self.repositories) {
-            Ok(found) => found.into_keys().map(|n| (n, ())).collect(),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot scan the model repositories for the index");
-                BTreeMap::new()
-            }
-        };
+        // Per name, why its folder cannot be used (a broken link, a
+        // duplicate), if it cannot.
+        let mut names: BTreeMap<String, Option<String>> =
+            match scan_repositories(&self.repositories) {
+                Ok(found) => found.into_iter().map(|(n, d)| (n, d.err())).collect(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot scan the model repositories for the index");
+                    BTreeMap::new()
+                }
+            };
         for name in self.table.models.keys() {
-            names.insert(name.clone(), ());
+            names.entry(name.clone()).or_default();
         }
         let mut rows = Vec::new();
-        for name in names.into_keys() {
+        for (name, unusable) in names {
             let Some(entry) = self.table.models.get(&name) else {
                 if !ready_only {
                     rows.push(IndexEntry {
                         name,
                         version: None,
-                        state: None,
-                        reason: None,
+                        state: unusable.is_some().then_some("UNAVAILABLE"),
+                        reason: unusable,
                     });
                 }
                 continue;
@@ -290,10 +294,17 @@ impl Manager {
         }
     }
 
-    fn load(&mut self, name: &str, load: LoadRequest) -> InferResult<()> {
+    fn load(&mut self, name: &str, mut load: LoadRequest) -> InferResult<()> {
         // Triton reports a failed load as INTERNAL (HTTP 500).
         let failed =
             |why: String| InferError::internal(format!("failed to load '{}', {why}", clip(name)));
+        // Uploads that would become code are the client's error (400 /
+        // INVALID_ARGUMENT), worded as a failed load for clients that
+        // look for that text.
+        let refused =
+            |why: String| InferError::invalid(format!("failed to load '{}', {why}", clip(name)));
+        let allow_python = self.load.allow_uploaded_python;
+        let with_files = !load.files.is_empty();
         validate_name(name).map_err(|e| failed(format!("{e:#}")))?;
         let override_config = match &load.config {
             None => None,
@@ -322,8 +333,12 @@ impl Manager {
                     "model files were sent without a 'config' parameter".into(),
                 ));
             }
+            uploads::check_files(&load.files, allow_python).map_err(refused)?;
             let tmp = OverrideDir::write(name, &load.files)
                 .map_err(|e| failed(format!("failed to poll from model repository: {e:#}")))?;
+            // Written: the request's copies (counted in the shard's body
+            // budget) are released now, not when the model has loaded.
+            load.files = Vec::new();
             (
                 ModelDir {
                     name: name.to_string(),
@@ -333,6 +348,9 @@ impl Manager {
             )
         };
         let override_config = override_config.map(|c| inherit_backend(c, &dir));
+        if let Some(config) = &override_config {
+            uploads::check_config(config, with_files, allow_python).map_err(refused)?;
+        }
         let Self {
             load: opts,
             placement,
@@ -590,8 +608,8 @@ impl OverrideDir {
             bail!("at most {MAX_OVERRIDE_FILES} files may be sent in one load request");
         }
         let id = OVERRIDE_DIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let root =
-            std::env::temp_dir().join(format!("shardserve-load-{}-{id}", std::process::id()));
+        let root = uploads::create_upload_root(id)
+            .context("creating a temporary folder for the uploaded files")?;
         let dir = Self {
             root,
             name: name.to_string(),
