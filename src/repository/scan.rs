@@ -38,9 +38,7 @@ pub fn scan_repositories(
             // A link that leads nowhere (dangling, or a loop) is reported
             // with the model's name rather than silently left out.
             if let Some(reason) = broken_link(&path) {
-                if !found.contains_key(&name) {
-                    found.insert(name, Err(reason));
-                }
+                found.entry(name).or_insert(Err(reason));
                 continue;
             }
             if !path.is_dir() {
