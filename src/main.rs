@@ -64,6 +64,12 @@ struct Cli {
     strict_model_config: bool,
     #[arg(long, value_enum, default_value = "none")]
     model_control_mode: ControlMode,
+    /// Let Python sent with a repository load request run (uploaded `.py`
+    /// or bytecode files, uploads for `python` models, an EXECUTION_ENV_PATH
+    /// inside the upload). Off: refused. Native code in an upload is always
+    /// refused.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    model_load_allow_uploaded_python: bool,
     /// Model to load at start-up in explicit mode (repeatable; `*` loads all).
     #[arg(long)]
     load_model: Vec<String>,
@@ -461,6 +467,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         strict_model_config: cli.strict_model_config,
         model_control_mode: mode,
         load_models: cli.load_model,
+        model_load_allow_uploaded_python: cli.model_load_allow_uploaded_python,
         repository_poll: Duration::from_secs(cli.repository_poll_secs.max(1)),
         exit_timeout: Duration::from_secs(cli.exit_timeout_secs),
         request_timeout: (cli.request_timeout_ms > 0)

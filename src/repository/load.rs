@@ -41,6 +41,9 @@ pub struct LoadOptions {
     pub strict: bool,
     /// Intra-op threads per instance for backends with a thread pool.
     pub intra_op_threads: usize,
+    /// `--model-load-allow-uploaded-python`: Python sent with a load
+    /// request may run (native code in an upload never does).
+    pub allow_uploaded_python: bool,
 }
 
 /// Chooses the owner shard of each model version's scheduler
@@ -277,7 +280,11 @@ pub fn load_model_with(
     };
     let mut entry = crate::model::ModelEntry::default();
     for version in versions {
-        let loaded = load_version(dir, &config, version, opts, placement, send);
+        let version_dir = dir.path.join(version.to_string());
+        let loaded = match super::scan::broken_link(&version_dir) {
+            Some(reason) => Err(anyhow::anyhow!(reason)),
+            None => load_version(dir, &config, version, opts, placement, send),
+        };
         if let Ok(model) = &loaded {
             tracing::info!(model = %dir.name, version, instances = model.instances.len(), "loaded");
         }
@@ -317,6 +324,9 @@ pub(crate) fn version_entry(
 /// model gets a minimal config that auto-complete fills in, as in Triton.
 pub(crate) fn read_config(dir: &ModelDir, opts: &LoadOptions) -> anyhow::Result<ModelConfig> {
     let path = dir.path.join("config.pbtxt");
+    if let Some(reason) = super::scan::broken_link(&path) {
+        bail!("{reason}");
+    }
     let config = if path.exists() {
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("cannot read {}", path.display()))?;

@@ -35,6 +35,7 @@ use super::{
     children,
     load::{load_model_with, send_control, LoadOptions, Placement},
     scan::{scan_repositories, ModelDir},
+    uploads,
 };
 use crate::{
     config,
@@ -762,25 +763,28 @@ impl Manager {
     }
 
     fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
-        let mut names: BTreeMap<String, ()> = match scan_repositories(&self.repositories) {
-            Ok(found) => found.into_keys().map(|n| (n, ())).collect(),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot scan the model repositories for the index");
-                BTreeMap::new()
-            }
-        };
+        // Per name, why its folder cannot be used (a broken link, a
+        // duplicate), if it cannot.
+        let mut names: BTreeMap<String, Option<String>> =
+            match scan_repositories(&self.repositories) {
+                Ok(found) => found.into_iter().map(|(n, d)| (n, d.err())).collect(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot scan the model repositories for the index");
+                    BTreeMap::new()
+                }
+            };
         for name in self.table.models.keys() {
-            names.insert(name.clone(), ());
+            names.entry(name.clone()).or_default();
         }
         let mut rows = Vec::new();
-        for name in names.into_keys() {
+        for (name, unusable) in names {
             let Some(entry) = self.table.models.get(&name) else {
                 if !ready_only {
                     rows.push(IndexEntry {
                         name,
                         version: None,
-                        state: None,
-                        reason: None,
+                        state: unusable.is_some().then_some("UNAVAILABLE"),
+                        reason: unusable,
                     });
                 }
                 continue;
@@ -856,8 +860,15 @@ impl Manager {
     }
 
     /// Checks a load request and finds (or writes) the model's folder.
-    fn prepare(&self, name: &str, load: LoadRequest) -> InferResult<Prepared> {
+    fn prepare(&self, name: &str, mut load: LoadRequest) -> InferResult<Prepared> {
         let failed = |why: String| load_failed(name, &why);
+        // Uploads that would become code are the client's error (400 /
+        // INVALID_ARGUMENT), worded as a failed load for clients that
+        // look for that text.
+        let refused =
+            |why: String| InferError::invalid(format!("failed to load '{}', {why}", clip(name)));
+        let allow_python = self.load.allow_uploaded_python;
+        let with_files = !load.files.is_empty();
         validate_name(name).map_err(|e| failed(format!("{e:#}")))?;
         let override_config = match &load.config {
             None => None,
@@ -886,8 +897,16 @@ impl Manager {
                     "model files were sent without a 'config' parameter".into(),
                 ));
             }
+            uploads::check_files(&load.files, allow_python).map_err(refused)?;
+            uploads::check_files(&load.files, allow_python).map_err(refused)?;
             let tmp = OverrideDir::write(name, &load.files)
                 .map_err(|e| failed(format!("failed to poll from model repository: {e:#}")))?;
+            // Written: the request's copies (counted in the shard's body
+            // budget) are released now, not when the model has loaded.
+            load.files = Vec::new();
+            // Written: the request's copies (counted in the shard's body
+            // budget) are released now, not when the model has loaded.
+            load.files = Vec::new();
             (
                 ModelDir {
                     name: name.to_string(),
@@ -897,6 +916,9 @@ impl Manager {
             )
         };
         let override_config = override_config.map(|c| inherit_backend(c, &dir));
+        if let Some(config) = &override_config {
+            uploads::check_config(config, with_files, allow_python).map_err(refused)?;
+        }
         if override_config.is_none() && ensemble::is_ensemble(&dir, &self.load) {
             return Ok(Prepared::Ensemble(dir));
         }
@@ -1115,8 +1137,8 @@ impl OverrideDir {
             bail!("at most {MAX_OVERRIDE_FILES} files may be sent in one load request");
         }
         let id = OVERRIDE_DIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let root =
-            std::env::temp_dir().join(format!("shardserve-load-{}-{id}", std::process::id()));
+        let root = uploads::create_upload_root(id)
+            .context("creating a temporary folder for the uploaded files")?;
         let dir = Self {
             root,
             name: name.to_string(),

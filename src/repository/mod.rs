@@ -6,10 +6,11 @@ mod children;
 mod load;
 pub mod manager;
 mod scan;
+pub mod uploads;
 mod versions;
 
 pub use load::{load_model_with, load_repository, send_control, LoadOptions, Placement};
 pub(crate) use load::{read_config, version_entry};
-pub(crate) use scan::version_folders;
+pub(crate) use scan::{broken_link, version_folders};
 pub use scan::{scan_repositories, ModelDir};
 pub use versions::select_versions;

@@ -25,9 +25,6 @@ pub fn scan_repositories(
         for entry in entries {
             let entry = entry.with_context(|| format!("cannot list {}", root.display()))?;
             let path = entry.path();
-            if !path.is_dir() {
-                continue;
-            }
             let Some(name) = path
                 .file_name()
                 .and_then(|n| n.to_str())
@@ -36,6 +33,15 @@ pub fn scan_repositories(
                 continue;
             };
             if name.starts_with('.') {
+                continue;
+            }
+            // A link that leads nowhere (dangling, or a loop) is reported
+            // with the model's name rather than silently left out.
+            if let Some(reason) = broken_link(&path) {
+                found.entry(name).or_insert(Err(reason));
+                continue;
+            }
+            if !path.is_dir() {
                 continue;
             }
             match found.get(&name) {
@@ -57,14 +63,34 @@ pub fn scan_repositories(
     Ok(found)
 }
 
-/// Numbered version folders of a model, ascending.
+/// Why `path` is a symbolic link that cannot be followed (dangling, or
+/// a loop such as a link to itself); `None` for anything else.
+pub fn broken_link(path: &Path) -> Option<String> {
+    let link = std::fs::symlink_metadata(path).ok()?;
+    if !link.file_type().is_symlink() {
+        return None;
+    }
+    let error = std::fs::metadata(path).err()?;
+    let target = std::fs::read_link(path)
+        .map(|t| format!(" -> {}", t.display()))
+        .unwrap_or_default();
+    Some(format!(
+        "{}{target} is a symbolic link that cannot be followed: {error}",
+        path.display()
+    ))
+}
+
+/// Numbered version folders of a model, ascending. A numbered entry that
+/// is a link that cannot be followed is listed too: loading that version
+/// fails with the reason ([`broken_link`]) instead of the version
+/// silently missing.
 pub fn version_folders(model_dir: &Path) -> anyhow::Result<Vec<i64>> {
     let mut versions = Vec::new();
     for entry in std::fs::read_dir(model_dir)
         .with_context(|| format!("cannot read {}", model_dir.display()))?
     {
         let path = entry?.path();
-        if !path.is_dir() {
+        if !path.is_dir() && broken_link(&path).is_none() {
             continue;
         }
         if let Some(v) = path

@@ -504,6 +504,7 @@ fn load_options(options: &ServerOptions) -> LoadOptions {
     LoadOptions {
         strict: options.strict_model_config,
         intra_op_threads: options.intra_op_threads,
+        allow_uploaded_python: options.model_load_allow_uploaded_python,
     }
 }
 

@@ -33,6 +33,10 @@ pub struct ServerOptions {
     pub strict_model_config: bool,
     pub model_control_mode: ModelControlMode,
     pub load_models: Vec<String>,
+    /// `--model-load-allow-uploaded-python`: Python files sent with a load
+    /// request (and uploads for `python` models) may run; off by default.
+    /// Native code in an upload is refused regardless.
+    pub model_load_allow_uploaded_python: bool,
     /// `--repository-poll-secs` in poll mode.
     pub repository_poll: Duration,
     pub exit_timeout: Duration,
@@ -115,6 +119,7 @@ impl ServerOptions {
             model_control_mode: ModelControlMode::None,
             repository_poll: Duration::from_secs(15),
             load_models: Vec::new(),
+            model_load_allow_uploaded_python: false,
             exit_timeout: Duration::from_secs(30),
             request_timeout: None,
             max_queue_size: crate::scheduler::DEFAULT_MAX_QUEUE_SIZE,

@@ -81,3 +81,59 @@ def test_load_unload_index_and_errors(explicit_server, protocol):
         c.load_model("escape", config='{"backend": "simple"}', files={"file:../x": b"a"})
     c.unload_model("simple_string")
     c.unload_model("never_loaded")
+
+
+PY_BACKEND = ROOT / ".backends" / "python" / "libtriton_python.so"
+PY_SIMPLE_CONFIG = {
+    "backend": "python",
+    "max_batch_size": 8,
+    "input": [{"name": n, "data_type": "TYPE_INT32", "dims": [16]} for n in ("INPUT0", "INPUT1")],
+    "output": [{"name": n, "data_type": "TYPE_INT32", "dims": [16]} for n in ("OUTPUT0", "OUTPUT1")],
+    "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
+}
+
+
+@pytest.mark.parametrize("allow", [False, True], ids=["default", "opt-in"])
+def test_uploaded_python_model_runs_only_with_the_opt_in(tmp_path, allow):
+    """A `model.py` sent with a load request: refused by default (the answer
+    names the file and the flag), loaded and run with
+    --model-load-allow-uploaded-python."""
+    import json
+
+    import numpy as np
+
+    if not PY_BACKEND.exists():
+        pytest.skip(f"Triton's Python backend is not installed ({PY_BACKEND}); scripts/setup.sh installs it")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    args = ["--model-control-mode", "explicit"]
+    if allow:
+        args.append("--model-load-allow-uploaded-python")
+    server = ServerProcess([repo], args, log="python-upload-server.log",
+                           ready_path="/v2/health/live")
+    try:
+        source = (ROOT / "models_python" / "py_simple" / "1" / "model.py").read_bytes()
+        config = json.dumps(PY_SIMPLE_CONFIG)
+        for client in (httpclient.InferenceServerClient(server.http_url),
+                       grpcclient.InferenceServerClient(server.grpc_url)):
+            if not allow:
+                with pytest.raises(InferenceServerException) as e:
+                    client.load_model("uploaded_py", config=config, files={"file:1/model.py": source})
+                assert "'1/model.py'" in str(e.value) and "--model-load-allow-uploaded-python" in str(e.value)
+                assert not client.is_model_ready("uploaded_py")
+                continue
+            client.load_model("uploaded_py", config=config, files={"file:1/model.py": source})
+            assert client.is_model_ready("uploaded_py")
+        if allow:
+            c = httpclient.InferenceServerClient(server.http_url)
+            a = np.arange(16, dtype=np.int32).reshape(1, 16)
+            b = np.ones((1, 16), dtype=np.int32)
+            inputs = [httpclient.InferInput("INPUT0", [1, 16], "INT32"),
+                      httpclient.InferInput("INPUT1", [1, 16], "INT32")]
+            inputs[0].set_data_from_numpy(a)
+            inputs[1].set_data_from_numpy(b)
+            result = c.infer("uploaded_py", inputs)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+    finally:
+        server.stop_expecting_success(timeout_s=30)

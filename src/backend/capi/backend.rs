@@ -133,7 +133,9 @@ pub fn finalize_all() -> Vec<String> {
 /// Where a model's backend library is, in Triton's order: the version
 /// folder, the model folder, then `<backend-directory>/<name>/`. The
 /// file name is `libtriton_<name>.so`, or the config's `runtime` when it
-/// names a `.so`.
+/// names a `.so`. A model folder made of uploaded files (a load request's
+/// `file:` parameters) is never searched: backend libraries come only
+/// from folders the operator filled.
 pub fn find_library(
     backend: &str,
     runtime: &str,
@@ -146,18 +148,27 @@ pub fn find_library(
         format!("libtriton_{backend}.so")
     };
     let global = settings::backend_directory().join(backend);
-    let candidates = [version_dir.to_path_buf(), model_dir.to_path_buf(), global];
+    let uploaded = crate::repository::uploads::is_upload_path(model_dir)
+        || crate::repository::uploads::is_upload_path(version_dir);
+    let candidates: Vec<PathBuf> = if uploaded {
+        vec![global]
+    } else {
+        vec![version_dir.to_path_buf(), model_dir.to_path_buf(), global]
+    };
     candidates
         .iter()
         .map(|dir| dir.join(&file))
         .find(|p| p.is_file())
         .with_context(|| {
+            let places: Vec<String> = candidates.iter().map(|d| d.display().to_string()).collect();
             format!(
-                "unable to find backend library '{file}' for backend '{backend}' \
-                 (looked in {}, {} and {})",
-                candidates[0].display(),
-                candidates[1].display(),
-                candidates[2].display()
+                "unable to find backend library '{file}' for backend '{backend}' (looked in {}{})",
+                places.join(", "),
+                if uploaded {
+                    "; never in a model folder sent with a load request"
+                } else {
+                    ""
+                }
             )
         })
 }

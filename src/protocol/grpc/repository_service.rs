@@ -1,7 +1,6 @@
 //! The model repository RPCs (`RepositoryIndex`, `RepositoryModelLoad`,
 //! `RepositoryModelUnload`), answered by the repository thread.
 
-use bytes::Bytes;
 use tonic::Status;
 
 use super::status::to_status;
@@ -54,7 +53,11 @@ pub async fn load(req: RepositoryModelLoadRequest) -> Result<RepositoryModelLoad
         } else if let Some(path) = key.strip_prefix("file:") {
             match choice {
                 Some(ParameterChoice::BytesParam(b)) => {
-                    load.files.push((path.to_string(), Bytes::from(b)))
+                    // Held until written, behind other loads: counted in
+                    // the shard's body budget as HTTP bodies are.
+                    let hold = crate::protocol::transport::reserve_buffered(b.len())
+                        .map_err(|e| Status::unavailable(e.message))?;
+                    load.files.push((path.to_string(), hold.into_bytes(b)))
                 }
                 _ => {
                     return Err(to_status(InferError::invalid(format!(

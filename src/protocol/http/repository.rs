@@ -2,10 +2,12 @@
 //! `.../models/{m}/load` (with `config` and `file:<path>` parameters) and
 //! `.../models/{m}/unload`. The work happens on the repository thread.
 
+use std::{borrow::Cow, collections::BTreeMap};
+
 use base64::Engine as _;
 use bytes::Bytes;
 use hyper::{body::Incoming, Request, StatusCode};
-use serde_json::{json, Value};
+use serde_json::{json, value::RawValue, Value};
 
 use super::{
     routes::{body_error_response, empty, json_ok},
@@ -36,13 +38,16 @@ pub async fn route(req: Request<Incoming>, rest: &[&str]) -> InferResult<HttpRes
         Ok(b) => b,
         Err(e) => return Ok(body_error_response(&e)),
     };
+    if let ["models", model, "load"] = rest {
+        // The body goes once its files are decoded (into the shard's body
+        // budget); the decoded files are released once written.
+        let load = load_request(body)?;
+        client.load(model.to_string(), load).await?;
+        return Ok(empty(StatusCode::OK));
+    }
     let json = parse_body(&body)?;
     match rest {
         ["index"] => index(&client, &json).await,
-        ["models", model, "load"] => {
-            client.load(model.to_string(), load_request(&json)?).await?;
-            Ok(empty(StatusCode::OK))
-        }
         ["models", model, "unload"] => {
             let unload_dependents = match json.pointer("/parameters/unload_dependents") {
                 None => false,
@@ -102,36 +107,67 @@ fn index_json(e: &IndexEntry) -> Value {
 }
 
 /// `config` (a JSON model configuration as a string) and `file:<path>`
-/// (base64 file contents) parameters.
-fn load_request(json: &Value) -> InferResult<LoadRequest> {
+/// (base64 file contents) parameters. The base64 text is read where it
+/// lies in the body (no copy of it is made), and each decoded file is
+/// counted in the shard's body budget before it is allocated: the
+/// request holds its body and its decoded files at once, and both count.
+fn load_request(body: Bytes) -> InferResult<LoadRequest> {
     let mut load = LoadRequest::default();
-    let Some(params) = json.get("parameters") else {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(load);
+    }
+    let bad_json = |e: serde_json::Error| {
+        InferError::invalid(format!("failed to parse the request JSON: {e}"))
+    };
+    let top: BTreeMap<Cow<'_, str>, &RawValue> = serde_json::from_slice(&body).map_err(|e| {
+        if e.is_data() {
+            InferError::invalid("the request body must be a JSON object")
+        } else {
+            bad_json(e)
+        }
+    })?;
+    let Some(params) = top.get("parameters") else {
         return Ok(load);
     };
-    let params = params
-        .as_object()
-        .ok_or_else(|| InferError::invalid("'parameters' must be a JSON object"))?;
-    for (key, value) in params {
+    let params: BTreeMap<Cow<'_, str>, &RawValue> = serde_json::from_str(params.get())
+        .map_err(|_| InferError::invalid("'parameters' must be a JSON object"))?;
+    for (key, value) in &params {
         if key == "config" {
-            let text = value.as_str().ok_or_else(|| {
+            let text: String = serde_json::from_str(value.get()).map_err(|_| {
                 InferError::invalid(
                     "parameter 'config' must be a string holding the model configuration as JSON",
                 )
             })?;
-            load.config = Some(text.to_string());
+            load.config = Some(text);
         } else if let Some(path) = key.strip_prefix("file:") {
-            let encoded = value.as_str().ok_or_else(|| {
+            let not_string = || {
                 InferError::invalid(format!("parameter '{}' must be a base64 string", clip(key)))
-            })?;
-            let data = base64::engine::general_purpose::STANDARD
-                .decode(encoded)
+            };
+            let raw = value.get();
+            // Base64 needs no JSON escapes: the text between the quotes is
+            // the string, unless the client escaped something anyway.
+            let encoded: Cow<'_, str> =
+                match raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+                    Some(inner) if !inner.contains('\\') => Cow::Borrowed(inner),
+                    Some(_) => {
+                        Cow::Owned(serde_json::from_str::<String>(raw).map_err(|_| not_string())?)
+                    }
+                    None => return Err(not_string()),
+                };
+            let engine = &base64::engine::general_purpose::STANDARD;
+            let estimate = base64::decoded_len_estimate(encoded.len());
+            let hold = transport::reserve_buffered(estimate)
+                .map_err(|e| InferError::unavailable(e.message))?;
+            let mut data = Vec::with_capacity(estimate);
+            engine
+                .decode_vec(encoded.as_bytes(), &mut data)
                 .map_err(|e| {
                     InferError::invalid(format!(
                         "parameter '{}' is not valid base64: {e}",
                         clip(key)
                     ))
                 })?;
-            load.files.push((path.to_string(), Bytes::from(data)));
+            load.files.push((path.to_string(), hold.into_bytes(data)));
         }
     }
     Ok(load)

@@ -134,6 +134,42 @@ fn too_large(limit: usize) -> BodyError {
     )
 }
 
+/// Room in this shard's body budget for bytes a request holds besides its
+/// body (the decoded files of a repository load, a gRPC message's
+/// payload): taken before the bytes are allocated where possible, and
+/// held by the [`Bytes`] they become.
+#[derive(Debug)]
+pub struct BufferedHold {
+    reservation: Reservation,
+}
+
+impl BufferedHold {
+    /// `data` as `Bytes` that keep the reservation until the last slice of
+    /// them is dropped, on whichever thread.
+    pub fn into_bytes(self, data: Vec<u8>) -> Bytes {
+        Bytes::from_owner(BufferedBody {
+            data,
+            _reservation: self.reservation,
+        })
+    }
+}
+
+/// Reserves `bytes` of this shard's share of `--max-buffered-request-bytes`
+/// (503 / UNAVAILABLE over it). Must run on a shard.
+pub fn reserve_buffered(bytes: usize) -> Result<BufferedHold, BodyError> {
+    let transport = ShardTransport::current().ok_or_else(|| {
+        BodyError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "request buffer reserved outside a server shard",
+        )
+    })?;
+    let mut reservation = Reservation::new(&transport);
+    if !reservation.grow_to(bytes) {
+        return Err(over_budget(&transport));
+    }
+    Ok(BufferedHold { reservation })
+}
+
 /// Reads a whole request body under the size, time and memory bounds
 /// above. Must run on a shard (it reads the shard's transport context).
 pub async fn read_body<B>(body: B, limit: usize) -> Result<Bytes, BodyError>

@@ -29,7 +29,7 @@ use std::{
     time::Duration,
 };
 
-pub use body::{read_body, BodyError};
+pub use body::{read_body, reserve_buffered, BodyError, BufferedHold};
 pub use conn::{drive, ActiveRequest, ConnIo, ConnState, Decision, TrackedBody};
 pub use listener::{accept_loop, ConnSlot};
 pub use paced::{PacedBody, Pacer, PAUSE_EVERY_BYTES};

@@ -125,7 +125,11 @@ fn load_ensemble(
     config.instance_group.clear();
     let mut entry = ModelEntry::default();
     for version in versions {
-        let loaded = load_version(dir, &config, version, table, placement);
+        let version_dir = dir.path.join(version.to_string());
+        let loaded = match crate::repository::broken_link(&version_dir) {
+            Some(reason) => Err(anyhow::anyhow!(reason)),
+            None => load_version(dir, &config, version, table, placement),
+        };
         if let Ok(model) = &loaded {
             tracing::info!(model = %dir.name, version, steps = model.ensemble.as_ref().map_or(0, |p| p.steps.len()), "loaded ensemble");
         }
