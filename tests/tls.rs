@@ -572,3 +572,40 @@ fn bench_https_client_certificates_and_verification_switches() {
     assert_served(&run(with(&unnamed, &["--ssl-https-verify-peer", "0"])));
     server.shutdown().expect("clean shutdown");
 }
+
+#[test]
+fn idle_tls_connections_close_after_the_idle_timeout() {
+    let certs = Certs::make("idle");
+    let server = start(&certs, false, |o| o.idle_timeout = Duration::from_secs(1));
+    let addr = server.http_addr();
+    let tcp = TcpStream::connect(addr).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let conn = ClientConnection::new(
+        client_config(&certs, None),
+        ServerName::IpAddress(addr.ip().into()),
+    )
+    .expect("client connection");
+    let mut tls = StreamOwned::new(conn, tcp);
+    while tls.conn.is_handshaking() {
+        tls.conn.complete_io(&mut tls.sock).expect("handshake");
+    }
+    // Handshake done, no request: the keep-alive idle timeout closes it
+    // (with a TLS close_notify), as it would a plaintext connection.
+    let t0 = Instant::now();
+    let mut buf = [0u8; 64];
+    match tls.read(&mut buf) {
+        Ok(0) => {}
+        other => panic!("expected a clean close, got {other:?}"),
+    }
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_secs(15),
+        "closed after {took:?}"
+    );
+    assert_eq!(
+        https_get(addr, client_config(&certs, None), "/v2/health/live"),
+        Ok(200)
+    );
+    server.shutdown().expect("clean shutdown");
+}
