@@ -510,3 +510,102 @@ fn bench_server_names_come_from_the_target_authority() {
     );
     assert!(server_name("bad name:1").is_err());
 }
+
+#[test]
+fn bench_https_client_certificates_and_verification_switches() {
+    let certs = Certs::make("bench");
+    let server = start(&certs, true, |o| {
+        o.host = std::net::IpAddr::from([0, 0, 0, 0])
+    });
+    let port = server.http_addr().port();
+    let named = format!("https://127.0.0.1:{port}");
+    // Loopback too, but not an address the certificate names.
+    let unnamed = format!("https://127.0.0.2:{port}");
+    let ca = certs.arg("ca.crt");
+    let (crt, key) = (certs.arg("client.crt"), certs.arg("client.key"));
+    let with = |url: &str, extra: &[&str]| {
+        let mut v = vec![
+            "-m".to_string(),
+            "simple".to_string(),
+            "-u".to_string(),
+            url.to_string(),
+            "--ssl-https-client-certificate-file".to_string(),
+            crt.clone(),
+            "--ssl-https-private-key-file".to_string(),
+            key.clone(),
+        ];
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let run = |args: Vec<String>| {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        bench_run(&refs)
+    };
+    assert_served(&run(with(
+        &named,
+        &["--ssl-https-ca-certificates-file", &ca],
+    )));
+
+    let mut args = vec![
+        "shardserve-bench".to_string(),
+        "-q".into(),
+        "--no-progress".into(),
+    ];
+    args.extend(with(&unnamed, &["--ssl-https-ca-certificates-file", &ca]));
+    let opts = Options::try_parse_from(args).expect("arguments parse");
+    let err = bench::run(&opts).expect_err("a certificate for another name is refused");
+    assert!(
+        format!("{err:#}").contains("TLS handshake failed"),
+        "{err:#}"
+    );
+
+    assert_served(&run(with(
+        &unnamed,
+        &[
+            "--ssl-https-ca-certificates-file",
+            &ca,
+            "--ssl-https-verify-host",
+            "0",
+        ],
+    )));
+    // No CA file and no check of the chain at all.
+    assert_served(&run(with(&unnamed, &["--ssl-https-verify-peer", "0"])));
+    server.shutdown().expect("clean shutdown");
+}
+
+#[test]
+fn idle_tls_connections_close_after_the_idle_timeout() {
+    let certs = Certs::make("idle");
+    let server = start(&certs, false, |o| o.idle_timeout = Duration::from_secs(1));
+    let addr = server.http_addr();
+    let tcp = TcpStream::connect(addr).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let conn = ClientConnection::new(
+        client_config(&certs, None),
+        ServerName::IpAddress(addr.ip().into()),
+    )
+    .expect("client connection");
+    let mut tls = StreamOwned::new(conn, tcp);
+    while tls.conn.is_handshaking() {
+        tls.conn.complete_io(&mut tls.sock).expect("handshake");
+    }
+    // Handshake done, no request: the keep-alive idle timeout closes it
+    // (with a TLS close_notify), as it would a plaintext connection.
+    let t0 = Instant::now();
+    let mut buf = [0u8; 64];
+    match tls.read(&mut buf) {
+        Ok(0) => {}
+        other => panic!("expected a clean close, got {other:?}"),
+    }
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_secs(15),
+        "closed after {took:?}"
+    );
+    assert_eq!(
+        https_get(addr, client_config(&certs, None), "/v2/health/live"),
+        Ok(200)
+    );
+    server.shutdown().expect("clean shutdown");
+}
