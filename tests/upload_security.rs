@@ -153,7 +153,9 @@ fn uploaded_native_code_never_runs() {
         });
         for file in ["libtriton_x.so", "1/libtriton_x.so", "1/model.onnx"] {
             let config = json!({"backend": "x"});
-            let r = http_load(&server, "x", config.clone(), &[(file, &library)]);
+            // A version folder, so that the library search would run.
+            let upload: &[(&str, &[u8])] = &[("1/config.txt", b"v"), (file, &library)];
+            let r = http_load(&server, "x", config.clone(), upload);
             assert_eq!(r.status, 400, "{file}: {}", r.error());
             let e = r.error();
             assert!(e.starts_with("failed to load 'x'"), "{e}");
@@ -161,7 +163,7 @@ fn uploaded_native_code_never_runs() {
                 e.contains(&format!("'{file}'")),
                 "the answer names the file: {e}"
             );
-            let e = grpc_load(&server, "x", config, &[(file, &library)]).unwrap_err();
+            let e = grpc_load(&server, "x", config, upload).unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
             assert!(e.message().contains(&format!("'{file}'")), "{e:?}");
             assert!(

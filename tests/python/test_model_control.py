@@ -109,8 +109,8 @@ def test_uploaded_python_model_runs_only_with_the_opt_in(tmp_path, allow):
     args = ["--model-control-mode", "explicit"]
     if allow:
         args.append("--model-load-allow-uploaded-python")
-    server = ServerProcess([repo], args, log="python-upload-server.log",
-                           ready_path="/v2/health/live")
+    # Ready (not just live): the repository API answers once start-up is done.
+    server = ServerProcess([repo], args, log="python-upload-server.log")
     try:
         source = (ROOT / "models_python" / "py_simple" / "1" / "model.py").read_bytes()
         config = json.dumps(PY_SIMPLE_CONFIG)
