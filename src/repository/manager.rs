@@ -422,8 +422,9 @@ impl Repository {
             Err(e) => answer(name, reply, Err(e)),
             Ok(Prepared::Ensemble(dir)) => {
                 let done = self.m.load_ensemble(&dir);
-                answer(name, reply, done);
+                // Dependents load here too: they are back when this answers.
                 self.reload_dependents(name);
+                answer(name, reply, done);
             }
             Ok(Prepared::Model { dir, config, files }) => {
                 self.spawn_load(dir, config.map(|c| *c), files, reply, initial)
@@ -503,8 +504,9 @@ impl Repository {
         };
         let f = self.in_flight.swap_remove(at);
         let done = self.m.install(&f.name, entry);
-        answer(&f.name, f.reply, done);
+        // Ensembles reload here, synchronously: back when this answers.
         self.reload_dependents(&f.name);
+        answer(&f.name, f.reply, done);
         if f.initial {
             self.pump_initial();
         }
