@@ -900,12 +900,8 @@ impl Manager {
                 ));
             }
             uploads::check_files(&load.files, allow_python).map_err(refused)?;
-            uploads::check_files(&load.files, allow_python).map_err(refused)?;
             let tmp = OverrideDir::write(name, &load.files)
                 .map_err(|e| failed(format!("failed to poll from model repository: {e:#}")))?;
-            // Written: the request's copies (counted in the shard's body
-            // budget) are released now, not when the model has loaded.
-            load.files = Vec::new();
             // Written: the request's copies (counted in the shard's body
             // budget) are released now, not when the model has loaded.
             load.files = Vec::new();
