@@ -447,6 +447,11 @@ async fn grpc_every_category_needs_its_metadata_and_value() {
             &what("right metadata"),
         );
     }
+    // Triton does not serve Watch: UNIMPLEMENTED, restricted or not.
+    let watch = HealthClient::new(ch.clone())
+        .watch(HealthCheckRequest::default())
+        .await;
+    assert_eq!(watch.expect_err("no Watch").code(), Code::Unimplemented);
     // HTTP is not restricted by the gRPC flag.
     assert_eq!(
         common::get(server.http_addr(), "/v2/health/live").status,

@@ -268,8 +268,10 @@ pub fn http_category(segs: &[&str]) -> Option<Category> {
 }
 
 /// The category of a gRPC method, from its path. Unknown methods are in
-/// none (UNIMPLEMENTED follows). `grpc.health.v1.Health` is `health`, as
-/// Triton's documentation says.
+/// none (UNIMPLEMENTED follows). `grpc.health.v1.Health/Check` is
+/// `health`, as Triton's documentation says; `Watch`, which Triton does
+/// not serve (UNIMPLEMENTED with or without the metadata, seen on
+/// tritonserver 2.51) and neither do we, is in none, so it answers the same.
 pub fn grpc_category(path: &str) -> Option<Category> {
     use Category::*;
     if let Some(method) = path.strip_prefix("/inference.GRPCInferenceService/") {
@@ -292,7 +294,7 @@ pub fn grpc_category(path: &str) -> Option<Category> {
         });
     }
     match path {
-        "/grpc.health.v1.Health/Check" | "/grpc.health.v1.Health/Watch" => Some(Health),
+        "/grpc.health.v1.Health/Check" => Some(Health),
         _ => None,
     }
 }
@@ -513,6 +515,7 @@ mod tests {
             );
         }
         assert_eq!(grpc_category("/grpc.health.v1.Health/Check"), Some(Health));
+        assert_eq!(grpc_category("/grpc.health.v1.Health/Watch"), None);
         assert_eq!(grpc_category(&format!("{svc}Nope")), None);
         assert_eq!(grpc_category("/other.Service/Check"), None);
     }
