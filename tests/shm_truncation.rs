@@ -285,7 +285,6 @@ fn grpc_request(
             .map(|out| InferRequestedOutputTensor {
                 name: "OUTPUT0".into(),
                 parameters: shm_params(out, offset),
-                ..Default::default()
             })
             .into_iter()
             .collect(),

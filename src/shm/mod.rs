@@ -195,9 +195,14 @@ pub fn read_input(
     };
     let checked = check_input(&data, datatype, count, shape, what);
     // BYTES are parsed here, which reads the region: a truncation that
-    // faulted meanwhile would otherwise surface as malformed data.
+    // faulted meanwhile, or one within the last page (zeros, no fault),
+    // would otherwise surface as malformed data.
     if let Some(region) = system {
-        region.check_known()?;
+        if checked.is_err() {
+            region.check()?;
+        } else {
+            region.check_known()?;
+        }
     }
     checked.map(|()| data)
 }

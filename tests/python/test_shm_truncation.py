@@ -12,7 +12,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from tritonclient.utils import InferenceServerException
+from tritonclient.utils import InferenceServerException, serialize_byte_tensor, serialized_byte_size
 
 PAGE = 4096
 A = np.arange(16, dtype=np.int32).reshape(1, 16)
@@ -180,3 +180,25 @@ def test_truncated_output_region_on_the_grpc_stream(server, regions):
         c.stop_stream()
         for r in (source, broken):
             c.unregister_system_shared_memory(r.name)
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_truncated_bytes_input_within_the_last_page(server, regions, proto):
+    # BYTES are parsed when the request is decoded: a shrink that cuts the
+    # serialized strings (zeros past the new end, no fault) names the
+    # region rather than reporting malformed data.
+    module, c = client(server, proto)
+    data = np.array([[b"x" * 100, b"y" * 100]], dtype=np.object_)
+    ser = serialize_byte_tensor(data)
+    size = serialized_byte_size(ser)
+    r = regions(size)
+    shm.set_shared_memory_region(r.handle, [ser])
+    c.register_system_shared_memory(r.name, r.key, size)
+    try:
+        i = module.InferInput("INPUT0", [1, 2], "BYTES")
+        i.set_shared_memory(r.name, size)
+        c.infer("simple_identity", [i])
+        r.truncate(size // 2)
+        assert_fails_naming(lambda: c.infer("simple_identity", [i]), r)
+    finally:
+        c.unregister_system_shared_memory(r.name)
