@@ -8,11 +8,11 @@ use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use serde_json::json;
 use shardserve::{
-    proto::inference::{model_infer_request::InferInputTensor, ModelInferRequest},
-    protocol::{
+    frontend::{
         grpc::codec::decode_model_infer_request,
         http::codec::{decode_infer_request, encode_infer_response},
     },
+    proto::inference::{model_infer_request::InferInputTensor, ModelInferRequest},
     types::{DataType, InferResponse, ParamValue, Parameters, RequestedOutput, Tensor},
 };
 

@@ -5,8 +5,8 @@ use std::{net::IpAddr, path::PathBuf, process::ExitCode, time::Duration};
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use shardserve::{
+    frontend::restricted::{Protocol, Restrictions},
     gpu::GpuInventory,
-    protocol::restricted::{Protocol, Restrictions},
     server::{self, ModelControlMode, ServerOptions},
     tuning::{IoDriver, MachineTopology, ShardPlan, TuningProfile},
 };
@@ -162,7 +162,7 @@ struct Cli {
     #[arg(long)]
     pinned_memory_pool_byte_size: Option<usize>,
     /// The name server metadata reports (clients written for Triton expect "triton").
-    #[arg(long, default_value = shardserve::protocol::identity::DEFAULT_SERVER_NAME)]
+    #[arg(long, default_value = shardserve::frontend::identity::DEFAULT_SERVER_NAME)]
     server_name: String,
     /// Trace settings as tritonserver takes them, repeatable:
     /// `triton,file=PATH`, `triton,log-frequency=N`, `level=OFF|TIMESTAMPS`,
@@ -250,14 +250,14 @@ fn tls_files(
     cert: &Option<PathBuf>,
     key: &Option<PathBuf>,
     root: &Option<PathBuf>,
-) -> anyhow::Result<Option<shardserve::protocol::transport::TlsFiles>> {
+) -> anyhow::Result<Option<shardserve::frontend::transport::TlsFiles>> {
     if !use_ssl && mutual.is_none() {
         return Ok(None);
     }
     let (Some(cert), Some(key)) = (cert, key) else {
         anyhow::bail!("{prefix}-use-ssl needs {prefix}-server-cert and {prefix}-server-key");
     };
-    Ok(Some(shardserve::protocol::transport::TlsFiles {
+    Ok(Some(shardserve::frontend::transport::TlsFiles {
         cert: cert.clone(),
         key: key.clone(),
         root: root.clone(),
@@ -266,7 +266,7 @@ fn tls_files(
 }
 
 impl TlsArgs {
-    fn grpc(&self) -> anyhow::Result<Option<shardserve::protocol::transport::TlsFiles>> {
+    fn grpc(&self) -> anyhow::Result<Option<shardserve::frontend::transport::TlsFiles>> {
         tls_files(
             "--grpc",
             self.grpc_use_ssl,
@@ -276,7 +276,7 @@ impl TlsArgs {
             &self.grpc_root_cert,
         )
     }
-    fn http(&self) -> anyhow::Result<Option<shardserve::protocol::transport::TlsFiles>> {
+    fn http(&self) -> anyhow::Result<Option<shardserve::frontend::transport::TlsFiles>> {
         tls_files(
             "--http",
             self.http_use_ssl,
@@ -360,7 +360,7 @@ fn init_logging(verbose: u8) {
     // The logging extension (`/v2/logging`, gRPC LogSettings) swaps the filter at run time.
     let handle = builder.reload_handle();
     builder.init();
-    shardserve::protocol::logging::install(u32::from(verbose), move |directive| {
+    shardserve::frontend::logging::install(u32::from(verbose), move |directive| {
         handle
             .reload(EnvFilter::new(directive))
             .map_err(|e| e.to_string())
@@ -509,7 +509,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         signal_hook::consts::SIGTERM,
     ])?;
     tracing::info!(
-        version = shardserve::protocol::identity::VERSION,
+        version = shardserve::frontend::identity::VERSION,
         server_name = %options.server_name,
         "starting shardserve"
     );

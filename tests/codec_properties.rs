@@ -12,13 +12,13 @@ use prost::Message;
 use serde_json::{json, Value};
 use shardserve::{
     config::{parse_model_config, validate},
+    frontend::{
+        grpc::codec::decode_model_infer_request,
+        http::codec::{decode_infer_request, decode_infer_request_for},
+    },
     model::{validate_request, IoSpec},
     proto::inference::{
         model_infer_request::InferInputTensor, InferTensorContents, ModelInferRequest,
-    },
-    protocol::{
-        grpc::codec::decode_model_infer_request,
-        http::codec::{decode_infer_request, decode_infer_request_for},
     },
     types::{ErrorKind, InferError, InferRequest, MESSAGE_BYTES},
 };

@@ -7,9 +7,9 @@ use bytes::Bytes;
 use prost::Message;
 use shardserve::{
     config::parse_model_config,
+    frontend::{grpc::codec::decode_model_infer_request, http::codec::decode_infer_request},
     model::{validate_request, IoSpec},
     proto::inference::ModelInferRequest,
-    protocol::{grpc::codec::decode_model_infer_request, http::codec::decode_infer_request},
 };
 
 /// xorshift64*: deterministic, so a failure reproduces.

@@ -13,6 +13,7 @@ use std::{
 
 use common::{request, simple_json_request, start_with, HttpReply};
 use shardserve::{
+    frontend::restricted::{Category, Protocol, Restrictions},
     proto::{
         health::{health_client::HealthClient, HealthCheckRequest},
         inference::{
@@ -24,7 +25,6 @@ use shardserve::{
             TraceSettingRequest,
         },
     },
-    protocol::restricted::{Category, Protocol, Restrictions},
     server::ServerOptions,
 };
 use tonic::{codec::CompressionEncoding, transport::Channel, Code, Status};

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use proptest::{prelude::*, test_runner::Config};
 use shardserve::{
-    protocol::restricted::{
+    frontend::restricted::{
         grpc_category, http_category, Category, Protocol, Restrictions, GRPC_HEADER_PREFIX,
     },
     repository::uploads::check_files,

@@ -23,7 +23,7 @@ use rustls::{
 };
 use shardserve::{
     bench::{self, cli::Options, measure::StepResult},
-    protocol::transport::TlsFiles,
+    frontend::transport::TlsFiles,
     server::{ServerHandle, ServerOptions},
 };
 

@@ -212,7 +212,7 @@ pub struct Manager {
     pub control: Vec<UnboundedSender<ShardControl>>,
     pub table: ModelTable,
     /// Told of every table published (C API backends read it).
-    pub capi_server: Arc<crate::backend::capi::server_api::TRITONSERVER_Server>,
+    pub capi_server: Arc<crate::frontend::inprocess::TRITONSERVER_Server>,
 }
 
 /// How an ensemble's unavailability names a missing composing model.

@@ -9,6 +9,7 @@
 //! `ensemble` runs its steps from the receiving shard.
 
 mod batch;
+pub mod classification;
 pub mod decoupled;
 mod dispatch;
 pub mod dynamic_batcher;

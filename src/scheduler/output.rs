@@ -5,7 +5,7 @@
 
 use crate::{
     model::ModelVersion,
-    protocol::classification::classify,
+    scheduler::classification::classify,
     types::{InferError, InferRequest, InferResponse, InferResult, Tensor},
 };
 

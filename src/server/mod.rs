@@ -22,10 +22,10 @@ pub use options::{ModelControlMode, ServerOptions};
 pub use state::{ServerState, EXTENSIONS};
 
 use crate::{
-    backend::capi::server_api::TRITONSERVER_Server,
+    frontend::inprocess::TRITONSERVER_Server,
+    frontend::transport::{self, TransportLimits, TransportStats},
     gpu::GpuInventory,
     model::ModelTable,
-    protocol::transport::{self, TransportLimits, TransportStats},
     repository::{manager::Manager, LoadOptions, Placement},
     shard::{ring, ShardControl, ShardId},
     tuning::{MachineTopology, ShardPlan},
@@ -267,7 +267,7 @@ pub fn start_interruptible(
         bail!("at least one --model-repository is required");
     }
     // Before anything starts: a bad certificate stops the start.
-    let tls = crate::protocol::transport::ServerTls::load(
+    let tls = crate::frontend::transport::ServerTls::load(
         options.http_tls.as_ref().filter(|_| options.allow_http),
         options.grpc_tls.as_ref().filter(|_| options.allow_grpc),
     )?;

@@ -93,13 +93,13 @@ pub struct ServerOptions {
     /// `--trace-config`: the trace settings in force at start.
     pub trace: crate::trace::TraceConfig,
     /// `--grpc-use-ssl[-mutual]`: TLS on the gRPC port.
-    pub grpc_tls: Option<crate::protocol::transport::TlsFiles>,
+    pub grpc_tls: Option<crate::frontend::transport::TlsFiles>,
     /// `--http-use-ssl[-mutual]`: TLS on the HTTP port (not in Triton).
-    pub http_tls: Option<crate::protocol::transport::TlsFiles>,
+    pub http_tls: Option<crate::frontend::transport::TlsFiles>,
     /// `--http-restricted-api`: HTTP endpoint categories that need a header.
-    pub http_restricted_api: crate::protocol::restricted::Restrictions,
+    pub http_restricted_api: crate::frontend::restricted::Restrictions,
     /// `--grpc-restricted-protocol`: gRPC method categories that need metadata.
-    pub grpc_restricted_protocol: crate::protocol::restricted::Restrictions,
+    pub grpc_restricted_protocol: crate::frontend::restricted::Restrictions,
 }
 
 impl ServerOptions {
@@ -140,7 +140,7 @@ impl ServerOptions {
             io_driver: IoDriver::Auto,
             tuning: TuningProfile::default(),
             metrics_interval: Duration::from_millis(2000),
-            server_name: crate::protocol::identity::DEFAULT_SERVER_NAME.to_string(),
+            server_name: crate::frontend::identity::DEFAULT_SERVER_NAME.to_string(),
             trace: crate::trace::TraceConfig::default(),
             grpc_tls: None,
             http_tls: None,

@@ -17,7 +17,7 @@ use monoio::{
 
 use super::{state, Addresses, ServerState};
 use crate::{
-    protocol::{
+    frontend::{
         self,
         transport::{ShardTransport, TransportStats},
     },
@@ -162,13 +162,13 @@ async fn shard_main(boot: ShardBoot) -> Vec<String> {
     monoio::spawn(shard.clone().drain_rings(links.inbox));
     monoio::spawn(shard.clone().run_control(control));
     if let Some(l) = http {
-        monoio::spawn(protocol::http::serve(l, shard.clone()));
+        monoio::spawn(frontend::http::serve(l, shard.clone()));
     }
     if let Some(l) = grpc {
-        monoio::spawn(protocol::grpc::serve(l, shard.clone()));
+        monoio::spawn(frontend::grpc::serve(l, shard.clone()));
     }
     if let Some(l) = metrics {
-        monoio::spawn(protocol::http::serve_metrics(l, shard.clone()));
+        monoio::spawn(frontend::http::serve_metrics(l, shard.clone()));
     }
     let _ = ready.send(Ok(()));
 

@@ -29,7 +29,7 @@ pub struct ServerState {
     /// The trace extension's settings, sampling and writer thread.
     pub trace: crate::trace::Tracer,
     /// The listeners' TLS, loaded at start before any shard accepts.
-    pub tls: std::sync::OnceLock<crate::protocol::transport::ServerTls>,
+    pub tls: std::sync::OnceLock<crate::frontend::transport::ServerTls>,
 }
 
 /// Extensions advertised by `GET /v2` and ServerMetadata: only those that work.

@@ -20,31 +20,27 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 // First, so that `ffi_entry!` is in scope in every module below.
-#[macro_use]
-pub mod ffi;
+// Moved to `triton_abi`; re-exported while the paths below still name
+// them here (removed by the triton_abi split).
+pub use crate::triton_abi::{error, ffi, message, parameter, types};
 
 pub mod backend;
-pub mod error;
 pub mod finalizing;
 pub mod instance;
 pub mod log;
 pub mod memory;
-pub mod message;
 pub mod model;
-pub mod parameter;
 pub mod request;
 pub mod response;
-pub mod server_api;
 pub mod settings;
 pub mod state;
-pub mod types;
 
 pub use model::CapiBackend;
 
 /// Every exported function, referenced so that none is dropped by the
 /// linker (see the module's doc). New exported functions go here too.
 #[used]
-static EXPORTED: Exported = Exported(&[
+static EXPORTED: crate::triton_abi::ffi::Exported = crate::triton_abi::ffi::Exported(&[
     error::TRITONSERVER_ErrorNew as *const (),
     error::TRITONSERVER_ErrorDelete as *const (),
     error::TRITONSERVER_ErrorCode as *const (),
@@ -158,14 +154,9 @@ static EXPORTED: Exported = Exported(&[
     state::TRITONBACKEND_StateUpdate as *const (),
 ]);
 
-struct Exported(&'static [*const ()]);
-
-// SAFETY: code addresses, never written or dereferenced.
-unsafe impl Sync for Exported {}
-
 /// Keeps every exported C function in the executable; `main` calls it
 /// once. Returns the number of functions, which makes the table's use
 /// observable to the optimizer.
 pub fn keep_exported() -> usize {
-    std::hint::black_box(&EXPORTED).0.len() + server_api::keep_exported()
+    std::hint::black_box(&EXPORTED).0.len() + crate::frontend::inprocess::keep_exported()
 }

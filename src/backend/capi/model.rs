@@ -415,7 +415,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelSetConfig(
 #[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_ModelServer(
     m: *mut TRITONBACKEND_Model,
-    server: *mut *mut super::server_api::server::TRITONSERVER_Server,
+    server: *mut *mut crate::frontend::inprocess::TRITONSERVER_Server,
 ) -> ErrorPtr {
     ffi_entry!({
         // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's

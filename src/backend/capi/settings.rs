@@ -11,7 +11,7 @@ use std::{
     },
 };
 
-use super::server_api::server::TRITONSERVER_Server;
+use crate::frontend::inprocess::TRITONSERVER_Server;
 
 #[derive(Debug, Clone, Default)]
 pub struct Settings {

@@ -39,8 +39,8 @@ use serde_json::{Map, Number, Value};
 
 use super::{codec::error_body, server::HttpResponse, status::status_for};
 use crate::{
+    frontend::transport::{read_body, ActiveRequest, TrackedBody},
     model::ModelVersion,
-    protocol::transport::{read_body, ActiveRequest, TrackedBody},
     scheduler::{self, ResponseStream, Streamed},
     server::state,
     shard,

@@ -2,11 +2,10 @@
 //! extension or protobuf. Decodes into `types::InferRequest`, encodes
 //! `types::InferResponse`.
 
-pub mod classification;
-pub mod compression;
 pub mod grpc;
 pub mod http;
 pub mod identity;
+pub mod inprocess;
 pub mod logging;
 pub mod restricted;
 pub mod trace_api;

@@ -1,5 +1,6 @@
 //! HTTP/REST (KServe v2 + Triton extensions).
 pub mod codec;
+pub mod compression;
 mod generate;
 mod metrics;
 mod repository;

@@ -9,7 +9,7 @@ use std::{
     ptr,
 };
 
-use super::super::{
+use crate::triton_abi::{
     error::{non_null, ErrorPtr},
     types::MemoryType,
 };
@@ -82,7 +82,7 @@ pub unsafe extern "C" fn TRITONSERVER_ResponseAllocatorNew(
     ffi_entry!({
         non_null(allocator, "allocator")?;
         let (Some(alloc_fn), Some(release_fn)) = (alloc_fn, release_fn) else {
-            return Err(super::super::error::invalid_arg(
+            return Err(crate::triton_abi::error::invalid_arg(
                 "a response allocator needs an alloc function and a release function",
             ));
         };

@@ -29,7 +29,7 @@ use std::{
 use bytes::{BufMut, Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 
-use crate::protocol::transport::{Pacer, PAUSE_EVERY_BYTES};
+use crate::frontend::transport::{Pacer, PAUSE_EVERY_BYTES};
 
 /// Responses whose raw outputs are smaller go through tonic whole: one
 /// frame is cheaper than several for small answers.

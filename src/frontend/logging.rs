@@ -20,10 +20,10 @@ use hyper::{body::Incoming, Request, Response};
 use serde_json::{json, Value};
 
 use crate::{
+    frontend::transport,
     proto::inference::{
         log_settings_request, log_settings_response, LogSettingsRequest, LogSettingsResponse,
     },
-    protocol::transport,
     types::{clip, InferError, InferResult},
 };
 

@@ -6,7 +6,7 @@ use http_body_util::Full;
 use hyper::{body::Incoming, Request, Response};
 
 use super::server::HttpResponse;
-use crate::{metrics::prometheus, protocol::transport::ShardTransport, server::state, shard};
+use crate::{frontend::transport::ShardTransport, metrics::prometheus, server::state, shard};
 
 pub async fn handle(req: Request<Incoming>) -> HttpResponse {
     let (status, body) = if req.uri().path() == "/metrics" {

@@ -14,7 +14,7 @@ use super::{
     server::HttpResponse,
 };
 use crate::{
-    protocol::transport,
+    frontend::transport,
     repository::manager::{IndexEntry, LoadRequest, RepositoryClient},
     types::{clip, InferError, InferResult},
 };

@@ -5,7 +5,7 @@
 
 use std::ffi::{c_char, c_void};
 
-use super::super::{
+use crate::triton_abi::{
     error::{invalid_arg, ErrorPtr, TRITONSERVER_Error},
     types::ERROR_UNSUPPORTED,
 };

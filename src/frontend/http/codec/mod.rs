@@ -25,9 +25,9 @@ pub use request::{decode_infer_request, decode_infer_request_for};
 pub use response::{encode_infer_response, EncodedResponse};
 
 use crate::{
+    frontend::http::compression::decompress,
     model::{IoSpec, ModelVersion},
     offload,
-    protocol::compression::decompress,
     types::{clip, clip_to, InferRequest, InferResult, ParamValue, Parameters, MESSAGE_BYTES},
 };
 

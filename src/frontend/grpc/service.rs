@@ -148,9 +148,9 @@ impl GrpcInferenceService for InferenceService {
         _: Request<ServerMetadataRequest>,
     ) -> Result<Response<ServerMetadataResponse>, Status> {
         Ok(Response::new(ServerMetadataResponse {
-            name: crate::protocol::identity::server_name(),
-            version: crate::protocol::identity::VERSION.into(),
-            extensions: crate::protocol::identity::extensions()
+            name: crate::frontend::identity::server_name(),
+            version: crate::frontend::identity::VERSION.into(),
+            extensions: crate::frontend::identity::extensions()
                 .iter()
                 .map(|e| (*e).to_string())
                 .collect(),
@@ -246,7 +246,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         req: Request<crate::proto::inference::TraceSettingRequest>,
     ) -> Result<Response<crate::proto::inference::TraceSettingResponse>, Status> {
-        crate::protocol::trace_api::grpc(req.into_inner())
+        crate::frontend::trace_api::grpc(req.into_inner())
             .map(Response::new)
             .map_err(to_status)
     }
@@ -282,7 +282,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         req: Request<crate::proto::inference::LogSettingsRequest>,
     ) -> Result<Response<crate::proto::inference::LogSettingsResponse>, Status> {
-        crate::protocol::logging::grpc(req.into_inner())
+        crate::frontend::logging::grpc(req.into_inner())
             .map(Response::new)
             .map_err(to_status)
     }

@@ -8,17 +8,14 @@ use std::{
     ptr,
 };
 
-use super::{
-    super::{
-        error::{non_null, status, ErrorPtr, TRITONSERVER_Error},
-        parameter::{lossy_cstring, ParamValue as CParam, TRITONSERVER_Parameter},
-        types::{
-            datatype_to_c, error_kind_to_code, ErrorCode, MemoryType, ParameterType,
-            TritonDataType, ERROR_INTERNAL, ERROR_INVALID_ARG, MEMORY_CPU, MEMORY_CPU_PINNED,
-        },
+use super::{allocator::TRITONSERVER_ResponseAllocator, request::ResponseCallback};
+use crate::triton_abi::{
+    error::{non_null, status, ErrorPtr, TRITONSERVER_Error},
+    parameter::{lossy_cstring, ParamValue as CParam, TRITONSERVER_Parameter},
+    types::{
+        datatype_to_c, error_kind_to_code, ErrorCode, MemoryType, ParameterType, TritonDataType,
+        ERROR_INTERNAL, ERROR_INVALID_ARG, MEMORY_CPU, MEMORY_CPU_PINNED,
     },
-    allocator::TRITONSERVER_ResponseAllocator,
-    request::ResponseCallback,
 };
 use crate::types::{InferError, InferResponse, ParamValue};
 
@@ -207,7 +204,7 @@ impl TRITONSERVER_InferenceResponse {
             };
             // SAFETY: the release callback returns null or an error from `TRITONSERVER_ErrorNew`
             // that becomes ours.
-            if let Some(e) = unsafe { super::super::error::take(err) } {
+            if let Some(e) = unsafe { crate::triton_abi::error::take(err) } {
                 tracing::warn!(output = ?o.name, error = %e.message, "response allocator failed to release an output buffer");
             }
         }
@@ -236,7 +233,7 @@ unsafe fn with_response(
     f: impl FnOnce(&TRITONSERVER_InferenceResponse) -> Result<(), ErrorPtr>,
 ) -> ErrorPtr {
     if response.is_null() {
-        return super::super::error::invalid_arg("inference_response is null");
+        return crate::triton_abi::error::invalid_arg("inference_response is null");
     }
     // SAFETY: checked non-null above; callers pass a response the C caller got in its response
     // callback and has not deleted (tritonserver.h); only shared references are made from it.
@@ -274,7 +271,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseError(
 ) -> ErrorPtr {
     ffi_entry!({
         if inference_response.is_null() {
-            return super::super::error::invalid_arg("inference_response is null");
+            return crate::triton_abi::error::invalid_arg("inference_response is null");
         }
         // SAFETY: `inference_response` is checked non-null above and is a response the caller got
         // in its response callback and has not deleted yet (tritonserver.h).
@@ -357,7 +354,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseParameter(
         unsafe {
             with_response(inference_response, |r| {
                 let p = r.parameters.get(index as usize).ok_or_else(|| {
-                    super::super::error::invalid_arg(format!(
+                    crate::triton_abi::error::invalid_arg(format!(
                         "out of bounds index {index}: response has {} parameters",
                         r.parameters.len()
                     ))
@@ -412,7 +409,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseOutput(
         unsafe {
             with_response(inference_response, |r| {
                 let o = r.outputs.get(index as usize).ok_or_else(|| {
-                    super::super::error::invalid_arg(format!(
+                    crate::triton_abi::error::invalid_arg(format!(
                         "out of bounds index {index}: response has {} outputs",
                         r.outputs.len()
                     ))
@@ -511,7 +508,7 @@ mod tests {
         _actual_memory_type: *mut MemoryType,
         _actual_memory_type_id: *mut i64,
     ) -> ErrorPtr {
-        super::super::super::error::internal("out of memory")
+        crate::triton_abi::error::internal("out of memory")
     }
 
     unsafe extern "C" fn ignore(
@@ -579,7 +576,7 @@ mod tests {
             )
             .is_null());
             assert_eq!(std::ffi::CStr::from_ptr(name).to_str(), Ok("OUTPUT0"));
-            assert_eq!(dt, super::super::super::types::TYPE_INT32);
+            assert_eq!(dt, crate::triton_abi::types::TYPE_INT32);
             assert_eq!(std::slice::from_raw_parts(shape, dims as usize), &[1, 2]);
             assert_eq!(
                 std::slice::from_raw_parts(base.cast::<u8>(), size),
@@ -596,14 +593,14 @@ mod tests {
                 &mut pvalue
             )
             .is_null());
-            assert_eq!(pkind, super::super::super::types::PARAMETER_INT);
+            assert_eq!(pkind, crate::triton_abi::types::PARAMETER_INT);
             assert_eq!(*pvalue.cast::<i64>(), 7);
             let out_of_range = TRITONSERVER_InferenceResponseOutput(
                 r, 1, &mut name, &mut dt, &mut shape, &mut dims, &mut base, &mut size, &mut mt,
                 &mut mid, &mut userp,
             );
             assert!(!out_of_range.is_null());
-            super::super::super::error::TRITONSERVER_ErrorDelete(out_of_range);
+            crate::triton_abi::error::TRITONSERVER_ErrorDelete(out_of_range);
             let before = RELEASED.load(Ordering::SeqCst);
             assert!(TRITONSERVER_InferenceResponseDelete(r).is_null());
             assert_eq!(RELEASED.load(Ordering::SeqCst), before + 1);
@@ -630,7 +627,7 @@ mod tests {
             let e = TRITONSERVER_InferenceResponseError(r);
             assert!(!e.is_null());
             assert_eq!((*e).message_str(), "out of memory");
-            super::super::super::error::TRITONSERVER_ErrorDelete(e);
+            crate::triton_abi::error::TRITONSERVER_ErrorDelete(e);
             let mut count = 9;
             TRITONSERVER_InferenceResponseOutputCount(r, &mut count);
             assert_eq!(count, 0);

@@ -13,12 +13,12 @@ use super::{
     status::status_for,
 };
 use crate::{
-    metrics::statistics,
-    model::{ModelTable, ModelVersion},
-    protocol::{
-        compression::{choose_response_encoding, compress},
+    frontend::{
+        http::compression::{choose_response_encoding, compress},
         restricted, transport,
     },
+    metrics::statistics,
+    model::{ModelTable, ModelVersion},
     scheduler,
     server::{state, ServerState},
     shard::{self, InFlight},
@@ -99,9 +99,9 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
         ["v2"] | ["v2", ""] => {
             expect_get(&method).ok_or_else(not_allowed)?;
             Ok(json_ok(&json!({
-                "name": crate::protocol::identity::server_name(),
-                "version": crate::protocol::identity::VERSION,
-                "extensions": crate::protocol::identity::extensions(),
+                "name": crate::frontend::identity::server_name(),
+                "version": crate::frontend::identity::VERSION,
+                "extensions": crate::frontend::identity::extensions(),
             })))
         }
         ["v2", "health", "live"] => {
@@ -122,8 +122,8 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
                 StatusCode::SERVICE_UNAVAILABLE
             }))
         }
-        ["v2", "logging"] => crate::protocol::logging::http(req).await,
-        ["v2", "trace", "setting"] => crate::protocol::trace_api::http(req, None).await,
+        ["v2", "logging"] => crate::frontend::logging::http(req).await,
+        ["v2", "trace", "setting"] => crate::frontend::trace_api::http(req, None).await,
         ["v2", "systemsharedmemory" | "cudasharedmemory", ..] => {
             super::shm_routes::handle(req, &segs[1..]).await
         }
@@ -185,7 +185,7 @@ async fn model_route(
 ) -> InferResult<HttpResponse> {
     let method = req.method().clone();
     if let ["trace", "setting"] = action {
-        return crate::protocol::trace_api::http(req, Some(model)).await;
+        return crate::frontend::trace_api::http(req, Some(model)).await;
     }
     match (action, &method) {
         (["infer"], &Method::POST) => return infer(req, model, version).await,
@@ -423,7 +423,7 @@ fn content_encoding(headers: &HeaderMap) -> InferResult<Option<String>> {
 }
 
 /// Reads the request body within `--http-max-input-size`, the body
-/// timeouts and the shard's body budget (see `protocol::transport::body`).
+/// timeouts and the shard's body budget (see `frontend::transport::body`).
 async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, transport::BodyError> {
     transport::read_body(body, limit).await
 }

@@ -12,8 +12,8 @@ use hyper::{body::Incoming, Request, Response};
 use serde_json::Value;
 
 use crate::{
+    frontend::transport,
     proto::inference::{trace_setting_response, TraceSettingRequest, TraceSettingResponse},
-    protocol::transport,
     server::state,
     shard,
     trace::{SettingUpdate, TraceView},

@@ -17,17 +17,16 @@ use bytes::{Bytes, BytesMut};
 use futures::task::AtomicWaker;
 
 use super::{
-    super::{
-        error::{c_str, invalid_arg, non_null, not_found, status, unsupported, ErrorPtr},
-        parameter::{lossy_cstring, ParamValue as CParam, TRITONSERVER_Parameter},
-        types::{
-            datatype_from_c, MemoryType, TritonDataType, MEMORY_CPU, MEMORY_CPU_PINNED,
-            REQUEST_FLAG_SEQUENCE_END, REQUEST_FLAG_SEQUENCE_START,
-        },
-    },
-    allocator::TRITONSERVER_ResponseAllocator,
-    response::TRITONSERVER_InferenceResponse,
+    allocator::TRITONSERVER_ResponseAllocator, response::TRITONSERVER_InferenceResponse,
     server::TRITONSERVER_Server,
+};
+use crate::triton_abi::{
+    error::{c_str, invalid_arg, non_null, not_found, status, unsupported, ErrorPtr},
+    parameter::{lossy_cstring, ParamValue as CParam, TRITONSERVER_Parameter},
+    types::{
+        datatype_from_c, MemoryType, TritonDataType, MEMORY_CPU, MEMORY_CPU_PINNED,
+        REQUEST_FLAG_SEQUENCE_END, REQUEST_FLAG_SEQUENCE_START,
+    },
 };
 use crate::types::{DataType, InferRequest, ParamValue, RequestedOutput, Tensor};
 
@@ -1054,7 +1053,7 @@ mod tests {
             assert!(TRITONSERVER_InferenceRequestAddInput(
                 r,
                 c"INPUT0".as_ptr(),
-                super::super::super::types::TYPE_INT32,
+                crate::triton_abi::types::TYPE_INT32,
                 shape.as_ptr(),
                 2
             )
@@ -1062,12 +1061,12 @@ mod tests {
             let duplicate = TRITONSERVER_InferenceRequestAddInput(
                 r,
                 c"INPUT0".as_ptr(),
-                super::super::super::types::TYPE_INT32,
+                crate::triton_abi::types::TYPE_INT32,
                 shape.as_ptr(),
                 2,
             );
             assert!(!duplicate.is_null());
-            super::super::super::error::TRITONSERVER_ErrorDelete(duplicate);
+            crate::triton_abi::error::TRITONSERVER_ErrorDelete(duplicate);
             // Two appended chunks become one tensor; the caller's buffers
             // are copied at once.
             let first = [1u8, 0, 0, 0];
@@ -1088,11 +1087,11 @@ mod tests {
                 c"INPUT0".as_ptr(),
                 first.as_ptr().cast(),
                 4,
-                super::super::super::types::MEMORY_GPU,
+                crate::triton_abi::types::MEMORY_GPU,
                 0,
             );
             assert!(!gpu.is_null());
-            super::super::super::error::TRITONSERVER_ErrorDelete(gpu);
+            crate::triton_abi::error::TRITONSERVER_ErrorDelete(gpu);
             assert!(
                 TRITONSERVER_InferenceRequestAddRequestedOutput(r, c"OUTPUT1".as_ptr()).is_null()
             );
@@ -1121,7 +1120,7 @@ mod tests {
             let mut id: u64 = 0;
             let not_uint = TRITONSERVER_InferenceRequestCorrelationId(r, &mut id);
             assert!(!not_uint.is_null());
-            super::super::super::error::TRITONSERVER_ErrorDelete(not_uint);
+            crate::triton_abi::error::TRITONSERVER_ErrorDelete(not_uint);
             assert!(TRITONSERVER_InferenceRequestSetCorrelationId(r, 42).is_null());
             assert!(TRITONSERVER_InferenceRequestCorrelationId(r, &mut id).is_null());
             assert_eq!(id, 42);

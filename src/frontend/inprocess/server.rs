@@ -16,7 +16,7 @@ use std::{
 use futures::channel::mpsc::UnboundedSender;
 use serde_json::json;
 
-use super::super::{
+use crate::triton_abi::{
     error::{c_str, invalid_arg, non_null, status, ErrorPtr, TRITONSERVER_Error},
     message::TRITONSERVER_Message,
     parameter::TRITONSERVER_Parameter,
@@ -322,8 +322,8 @@ pub unsafe extern "C" fn TRITONSERVER_ServerMetadata(
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
         let doc = json!({
             "name": server.state.options.server_name,
-            "version": crate::protocol::identity::VERSION,
-            "extensions": crate::protocol::identity::extensions(),
+            "version": crate::frontend::identity::VERSION,
+            "extensions": crate::frontend::identity::extensions(),
         });
         // SAFETY: `server_metadata` is null (refused by `out`) or the caller's
         // out-parameter, valid for writing one pointer (tritonserver.h).
@@ -535,7 +535,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerLoadModelWithParameters(
             let p = unsafe { &*p };
             let key = p.name.to_string_lossy();
             match (key.as_ref(), &p.value) {
-                ("config", super::super::parameter::ParamValue::String(s)) => {
+                ("config", crate::triton_abi::parameter::ParamValue::String(s)) => {
                     load.config = Some(s.to_string_lossy().into_owned());
                 }
                 (k, _) if k.starts_with("file:") => {

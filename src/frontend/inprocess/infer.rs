@@ -30,15 +30,13 @@ use futures::{
 };
 
 use super::{
-    super::{
-        error::{invalid_arg, ErrorPtr, TRITONSERVER_Error},
-        types::{
-            error_kind_to_code, ERROR_UNAVAILABLE, REQUEST_RELEASE_ALL, RESPONSE_COMPLETE_FINAL,
-        },
-    },
     request::{Cancel, RequestReleaseFn, ResponseCallback, TRITONSERVER_InferenceRequest},
     response::TRITONSERVER_InferenceResponse,
     server::TRITONSERVER_Server,
+};
+use crate::triton_abi::{
+    error::{invalid_arg, ErrorPtr, TRITONSERVER_Error},
+    types::{error_kind_to_code, ERROR_UNAVAILABLE, REQUEST_RELEASE_ALL, RESPONSE_COMPLETE_FINAL},
 };
 use crate::{
     model::validate_request,

@@ -12,7 +12,9 @@
 // Every exported function takes C pointers under the contract Triton's
 // `tritonserver.h` states for it (valid, not freed, used as documented);
 // repeating that on each one would say nothing more.
-#![allow(clippy::missing_safety_doc)]
+#![allow(non_camel_case_types, clippy::missing_safety_doc)]
+// Every unsafe operation sits in its own block that says why it is sound.
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod allocator;
 pub mod infer;
@@ -27,7 +29,7 @@ pub use server::TRITONSERVER_Server;
 /// Every function exported here, referenced so the linker keeps them (see
 /// `capi::keep_exported`).
 #[used]
-static EXPORTED: super::Exported = super::Exported(&[
+static EXPORTED: crate::triton_abi::ffi::Exported = crate::triton_abi::ffi::Exported(&[
     allocator::TRITONSERVER_ResponseAllocatorNew as *const (),
     allocator::TRITONSERVER_ResponseAllocatorSetQueryFunction as *const (),
     allocator::TRITONSERVER_ResponseAllocatorSetBufferAttributesFunction as *const (),

@@ -27,6 +27,13 @@ use std::{
 
 use super::error::{internal, ErrorPtr};
 
+/// A table of exported functions' addresses, kept `#[used]` so the linker
+/// keeps the objects that define them (see `backend::capi::keep_exported`).
+pub struct Exported(pub &'static [*const ()]);
+
+// SAFETY: code addresses, never written or dereferenced.
+unsafe impl Sync for Exported {}
+
 /// Runs the body of an exported function under the guard:
 /// `ffi_entry!({ .. })` for a function returning `TRITONSERVER_Error*`
 /// (the body yields `Result<(), ErrorPtr>` or `ErrorPtr`; a panic becomes
@@ -40,12 +47,12 @@ macro_rules! ffi_entry {
         // Names the enclosing function in the panic's error (see
         // `ffi::function_name`); never called.
         fn here() {}
-        $crate::backend::capi::ffi::guard(here, || $body)
+        $crate::triton_abi::ffi::guard(here, || $body)
     }};
     ($fallback:expr, $body:block) => {{
         // As above.
         fn here() {}
-        $crate::backend::capi::ffi::guard_or(here, $fallback, || $body)
+        $crate::triton_abi::ffi::guard_or(here, $fallback, || $body)
     }};
 }
 

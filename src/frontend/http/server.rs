@@ -1,7 +1,7 @@
 //! Accept loop and per-connection HTTP/1.1 serving on a shard (hyper over
 //! monoio). Each connection lives on the shard that accepted it.
 //!
-//! Timeouts (see `protocol::transport`): hyper's own header read timeout
+//! Timeouts (see `frontend::transport`): hyper's own header read timeout
 //! is turned off, because hyper (1.x) arms it as soon as it starts waiting
 //! for a request head — keep-alive idle time included — and on expiry
 //! closes the connection without a response. Instead the connection's
@@ -30,7 +30,7 @@ use monoio::{
 use monoio_compat::hyper::{MonoioIo, MonoioTimer};
 
 use crate::{
-    protocol::transport::{
+    frontend::transport::{
         self,
         tls::{self, TlsAcceptor},
         ActiveRequest, ConnIo, ConnSlot, ConnState, Decision, TransportLimits,
@@ -157,7 +157,7 @@ async fn serve_http1<T, H, F>(
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             resp.headers_mut()
-                .insert(header::SERVER, crate::protocol::identity::server_header());
+                .insert(header::SERVER, crate::frontend::identity::server_header());
             // A `/generate_stream` response streams its events and stays
             // active until the last one; any other response ends here.
             Ok::<_, std::convert::Infallible>(super::generate::into_wire(resp, active))

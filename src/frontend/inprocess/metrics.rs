@@ -4,12 +4,12 @@
 
 use std::{ffi::c_char, ptr, sync::Arc};
 
-use super::super::{
+use crate::metrics::custom::{self, Kind};
+use crate::triton_abi::{
     error::{c_str, invalid_arg, non_null, ErrorPtr, TRITONSERVER_Error},
     parameter::{ParamValue as CParam, TRITONSERVER_Parameter},
     types::{ERROR_ALREADY_EXISTS, ERROR_UNSUPPORTED},
 };
-use crate::metrics::custom::{self, Kind};
 
 /// `TRITONSERVER_MetricKind`.
 pub const METRIC_KIND_COUNTER: u32 = 0;

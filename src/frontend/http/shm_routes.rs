@@ -12,7 +12,7 @@ use serde_json::json;
 use super::server::HttpResponse;
 use crate::{
     error_texts,
-    protocol::transport,
+    frontend::transport,
     shm,
     types::{clip, InferError, InferResult},
 };

@@ -29,17 +29,17 @@ use super::{
     size_limit::{self, SizeLimitStatus},
 };
 use crate::{
-    proto::{
-        health::health_server::HealthServer,
-        inference::grpc_inference_service_server::GrpcInferenceServiceServer,
-    },
-    protocol::{
+    frontend::{
         restricted::{self, Restrictions},
         transport::{
             self,
             tls::{self, TlsAcceptor},
             ActiveRequest, ConnIo, ConnSlot, ConnState, Decision, PacedBody, TrackedBody,
         },
+    },
+    proto::{
+        health::health_server::HealthServer,
+        inference::grpc_inference_service_server::GrpcInferenceServiceServer,
     },
     server::state,
     shard::{ConnectionGauge, InFlight, Shard},

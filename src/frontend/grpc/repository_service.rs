@@ -55,7 +55,7 @@ pub async fn load(req: RepositoryModelLoadRequest) -> Result<RepositoryModelLoad
                 Some(ParameterChoice::BytesParam(b)) => {
                     // Held until written, behind other loads: counted in
                     // the shard's body budget as HTTP bodies are.
-                    let hold = crate::protocol::transport::reserve_buffered(b.len())
+                    let hold = crate::frontend::transport::reserve_buffered(b.len())
                         .map_err(|e| Status::unavailable(e.message))?;
                     load.files.push((path.to_string(), hold.into_bytes(b)))
                 }
