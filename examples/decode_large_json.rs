@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use bytes::Bytes;
-use shardserve::protocol::http::codec::decode_infer_request;
+use shardserve::frontend::http::codec::decode_infer_request;
 
 /// `VmHWM` (peak resident set) from /proc, in KiB; 0 where unavailable.
 fn peak_rss_kib() -> u64 {
