@@ -565,3 +565,37 @@ unsafe fn unload_model(
         block_on_repository(repository.unload(name, unload_dependents))
     })())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The in-process API renders the same typed value HTTP does.
+    #[test]
+    fn server_metadata_is_the_core_value() {
+        let mut env = FrontendEnv::new(crate::trace::Tracer::new(&Default::default()));
+        env.server_name = "inprocess".into();
+        let env = Arc::new(env);
+        let server = TRITONSERVER_Server::new(env.clone(), Vec::new());
+        let mut message: *mut TRITONSERVER_Message = ptr::null_mut();
+        // SAFETY: a live server and a valid out-parameter.
+        let err =
+            unsafe { TRITONSERVER_ServerMetadata(Arc::as_ptr(&server).cast_mut(), &mut message) };
+        assert!(err.is_null());
+        assert!(!message.is_null());
+        // SAFETY: the server just wrote a boxed message here; it is
+        // reclaimed once, below.
+        let message = unsafe { Box::from_raw(message) };
+        let json: serde_json::Value = serde_json::from_str(message.json()).unwrap();
+        assert_eq!(json, ServerMetadata::of(&env).to_json());
+        assert_eq!(json["name"], "inprocess");
+        // A null out-parameter is an error, not a crash.
+        // SAFETY: a live server; the null out-parameter is refused.
+        let err = unsafe {
+            TRITONSERVER_ServerMetadata(Arc::as_ptr(&server).cast_mut(), ptr::null_mut())
+        };
+        assert!(!err.is_null());
+        // SAFETY: the error was just returned boxed and is reclaimed once.
+        drop(unsafe { Box::from_raw(err) });
+    }
+}
