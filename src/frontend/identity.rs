@@ -8,8 +8,6 @@ use std::sync::OnceLock;
 
 use http::HeaderValue;
 
-use crate::server::{state, EXTENSIONS};
-
 /// The server metadata name when `--server-name` is not given.
 pub const DEFAULT_SERVER_NAME: &str = "triton";
 
@@ -19,11 +17,19 @@ pub const VERSION: &str = concat!("shardserve-", env!("CARGO_PKG_VERSION"));
 /// The HTTP `Server` header value (product/version, RFC 9110).
 pub const SERVER_HEADER: &str = concat!("shardserve/", env!("CARGO_PKG_VERSION"));
 
-/// The configured server name (the default outside a running server).
-pub fn server_name() -> String {
-    state::with_current(|s| s.options.server_name.clone())
-        .unwrap_or_else(|| DEFAULT_SERVER_NAME.to_string())
-}
+/// Extensions advertised by `GET /v2` and ServerMetadata: only those that work.
+pub const EXTENSIONS: &[&str] = &[
+    "classification",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "system_shared_memory",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "logging",
+    "trace",
+];
 
 /// The extensions `GET /v2` and ServerMetadata list: `EXTENSIONS`, and
 /// `cuda_shared_memory` when this process can use a GPU (clients such as
@@ -50,7 +56,8 @@ mod tests {
 
     #[test]
     fn identity_strings() {
-        assert_eq!(server_name(), "triton");
+        assert_eq!(DEFAULT_SERVER_NAME, "triton");
+        assert!(extensions().starts_with(EXTENSIONS));
         assert!(VERSION.starts_with("shardserve-"));
         assert!(SERVER_HEADER.starts_with("shardserve/"));
         assert!(server_header().to_str().is_ok());

@@ -2,6 +2,8 @@
 //! extension or protobuf. Decodes into `types::InferRequest`, encodes
 //! `types::InferResponse`.
 
+pub mod core;
+pub mod env;
 pub mod grpc;
 pub mod http;
 pub mod identity;

@@ -12,9 +12,8 @@ use hyper::{body::Incoming, Request, Response};
 use serde_json::Value;
 
 use crate::{
-    frontend::transport,
+    frontend::{env, transport},
     proto::inference::{trace_setting_response, TraceSettingRequest, TraceSettingResponse},
-    server::state,
     shard,
     trace::{SettingUpdate, TraceView},
     types::{clip, InferError, InferResult},
@@ -42,11 +41,11 @@ fn outside() -> InferError {
 }
 
 fn read(model: Option<&str>) -> InferResult<TraceView> {
-    state::with_current(|s| s.trace.settings(model)).ok_or_else(outside)?
+    env::with_current(|e| e.trace.settings(model)).ok_or_else(outside)?
 }
 
 fn write(model: Option<&str>, update: &SettingUpdate) -> InferResult<TraceView> {
-    state::with_current(|s| s.trace.update(model, update)).ok_or_else(outside)?
+    env::with_current(|e| e.trace.update(model, update)).ok_or_else(outside)?
 }
 
 /// A JSON request's settings: `null` clears, a string or a list of

@@ -19,7 +19,7 @@ use futures::channel::mpsc;
 
 pub use fdlimit::{derived_connection_cap, raise_nofile_limit, FdLimit};
 pub use options::{ModelControlMode, ServerOptions};
-pub use state::{ServerState, EXTENSIONS};
+pub use state::ServerState;
 
 use crate::{
     frontend::inprocess::TRITONSERVER_Server,
@@ -117,7 +117,7 @@ impl ServerHandle {
     pub fn shutdown(self) -> anyhow::Result<()> {
         self.state.begin_shutdown();
         let deadline = self.state.shutdown_deadline();
-        if let Some(repository) = self.state.repository.get() {
+        if let Some(repository) = self.state.env.repository.get() {
             repository.stop();
         }
         if let Some(s) = &self.capi_server {
@@ -146,10 +146,10 @@ impl ServerHandle {
             }
         }
         // After the shards: every request's trace has been handed over.
-        self.state.trace.shutdown();
+        self.state.env.trace.shutdown();
         // A load still running may yet create instances (and their
         // threads); one stuck in a backend is named like an execution.
-        if let Some(repository) = self.state.repository.get() {
+        if let Some(repository) = self.state.env.repository.get() {
             unfinished.extend(
                 repository
                     .wait_loads(deadline)
@@ -307,7 +307,7 @@ pub fn start_interruptible(
         metrics: reserve("metrics", options.allow_metrics, options.metrics_port)?,
     };
     let state = ServerState::new(options.clone(), shard_count);
-    let _ = state.tls.set(tls);
+    let _ = state.env.tls.set(tls);
     let transport = TransportStats::new(shard_count, transport_limits(&options, plan.accept.len()));
 
     let links = ring::mesh(shard_count, options.ring_capacity);
@@ -371,7 +371,7 @@ pub fn start_interruptible(
     // the initial load, as backends may ask for it while loading. Kept
     // alive for the process (a backend may hold the pointer), and emptied
     // at shutdown so it keeps no model alive.
-    let capi_server = TRITONSERVER_Server::new(handle.state.clone(), handle.control.clone());
+    let capi_server = TRITONSERVER_Server::new(handle.state.env.clone(), handle.control.clone());
     crate::backend::capi::settings::set_server(Arc::as_ptr(&capi_server).cast_mut());
     std::mem::forget(capi_server.clone());
     handle.capi_server = Some(capi_server.clone());
@@ -401,7 +401,7 @@ pub fn start_interruptible(
             _ => None,
         };
         let table = client.load_initial(only);
-        let _ = handle.state.repository.set(client);
+        let _ = handle.state.env.repository.set(client);
         table
     });
     let initial = match initial {
@@ -418,6 +418,7 @@ pub fn start_interruptible(
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 let loading = handle
                     .state
+                    .env
                     .repository
                     .get()
                     .map(|r| r.loading())
@@ -473,7 +474,18 @@ fn transport_limits(options: &ServerOptions, accepting: usize) -> TransportLimit
     let buffered = options
         .max_buffered_request_bytes
         .unwrap_or_else(transport::default_buffered_request_bytes);
-    let limits = TransportLimits::new(options, max_connections, buffered, accepting);
+    let limits = TransportLimits {
+        max_connections: max_connections.max(1),
+        // Split evenly so that no shard writes another's counter.
+        buffered_bytes_per_shard: buffered / accepting.max(1),
+        http_header_timeout: options.http_header_timeout,
+        http_body_timeout: options.http_body_timeout,
+        http_body_total_timeout: options.http_body_total_timeout,
+        idle_timeout: options.idle_timeout,
+        grpc_handshake_timeout: options.grpc_handshake_timeout,
+        grpc_keepalive_time: options.grpc_keepalive_time,
+        grpc_keepalive_timeout: options.grpc_keepalive_timeout,
+    };
     let total = (max_connections as u64).saturating_mul(accepting.max(1) as u64);
     if total > soft {
         tracing::warn!(

@@ -15,7 +15,7 @@ use monoio::{
     FusionDriver, FusionRuntime, IoUringDriver, LegacyDriver, RuntimeBuilder,
 };
 
-use super::{state, Addresses, ServerState};
+use super::{Addresses, ServerState};
 use crate::{
     frontend::{
         self,
@@ -157,7 +157,7 @@ async fn shard_main(boot: ShardBoot) -> Vec<String> {
         state.options.max_queue_size,
     );
     Shard::install_current(shard.clone());
-    state::install(state.clone());
+    frontend::env::install(state.env.clone());
     let transport = ShardTransport::install(id, transport);
     monoio::spawn(shard.clone().drain_rings(links.inbox));
     monoio::spawn(shard.clone().run_control(control));

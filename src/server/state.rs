@@ -1,79 +1,62 @@
 use std::{
-    cell::RefCell,
     sync::{
-        atomic::{AtomicBool, AtomicUsize, Ordering},
+        atomic::{AtomicUsize, Ordering},
         Arc,
     },
     time::Instant,
 };
 
 use super::ServerOptions;
-use crate::metrics::ShardGauges;
+use crate::{
+    frontend::env::{FrontendEnv, FrontendLimits},
+    metrics::ShardGauges,
+};
 
-/// Server-wide facts every shard reads: set rarely by the control plane,
-/// read with plain atomic loads on the request path.
+/// What only the bootstrap needs: the options, the shards' gauges and the
+/// shutdown drain. What the front ends read lives in `env`, which every
+/// shard thread gets installed.
 #[derive(Debug)]
 pub struct ServerState {
     pub options: ServerOptions,
-    /// Per-shard gauges, indexed by shard id.
+    /// Per-shard gauges, indexed by shard id (handed to each shard).
     pub gauges: Arc<[ShardGauges]>,
-    ready: AtomicBool,
-    shutting_down: AtomicBool,
+    /// The front ends' environment, built from `options`.
+    pub env: Arc<FrontendEnv>,
     shards: usize,
     /// Shards whose own requests are all answered (shutdown only).
     drained_shards: AtomicUsize,
     /// Set by `begin_shutdown`.
     shutdown_deadline: std::sync::OnceLock<Instant>,
-    /// The repository thread (load, unload, index), once started.
-    pub repository: std::sync::OnceLock<crate::repository::manager::RepositoryClient>,
-    /// The trace extension's settings, sampling and writer thread.
-    pub trace: crate::trace::Tracer,
-    /// The listeners' TLS, loaded at start before any shard accepts.
-    pub tls: std::sync::OnceLock<crate::frontend::transport::ServerTls>,
 }
 
-/// Extensions advertised by `GET /v2` and ServerMetadata: only those that work.
-pub const EXTENSIONS: &[&str] = &[
-    "classification",
-    "model_configuration",
-    "binary_tensor_data",
-    "parameters",
-    "statistics",
-    "system_shared_memory",
-    "model_repository",
-    "model_repository(unload_dependents)",
-    "logging",
-    "trace",
-];
+/// The front ends' environment as `options` configure it.
+pub fn frontend_env(options: &ServerOptions) -> FrontendEnv {
+    let mut env = FrontendEnv::new(crate::trace::Tracer::new(&options.trace));
+    env.server_name = options.server_name.clone();
+    env.limits = FrontendLimits {
+        http_max_input_size: options.http_max_input_size,
+        grpc_max_message_size: options.grpc_max_message_size,
+        grpc_compress_responses: options.grpc_compress_responses,
+    };
+    env.http_restricted_api = options.http_restricted_api.clone();
+    env.grpc_restricted_protocol = options.grpc_restricted_protocol.clone();
+    env
+}
 
 impl ServerState {
     pub fn new(options: ServerOptions, shards: usize) -> Arc<Self> {
-        let trace = crate::trace::Tracer::new(&options.trace);
         Arc::new(Self {
-            trace,
+            env: Arc::new(frontend_env(&options)),
             options,
             gauges: (0..shards).map(|_| ShardGauges::new(shards)).collect(),
-            ready: AtomicBool::new(false),
-            shutting_down: AtomicBool::new(false),
             shards,
             drained_shards: AtomicUsize::new(0),
             shutdown_deadline: std::sync::OnceLock::new(),
-            repository: std::sync::OnceLock::new(),
-            tls: std::sync::OnceLock::new(),
         })
     }
 
-    pub fn live(&self) -> bool {
-        true
-    }
-
-    /// Ready: initial load finished and not shutting down.
-    pub fn ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire) && !self.shutting_down.load(Ordering::Acquire)
-    }
-
     pub fn set_ready(&self, ready: bool) {
-        self.ready.store(ready, Ordering::Release);
+        self.env.lifecycle.set_ready(ready);
     }
 
     /// Starts shutdown; the exit timeout runs from here (the signal).
@@ -81,7 +64,7 @@ impl ServerState {
         let _ = self
             .shutdown_deadline
             .set(Instant::now() + self.options.exit_timeout);
-        self.shutting_down.store(true, Ordering::Release);
+        self.env.lifecycle.begin_shutdown();
     }
 
     /// When drain and teardown must be over: the exit timeout after
@@ -90,10 +73,6 @@ impl ServerState {
         *self
             .shutdown_deadline
             .get_or_init(|| Instant::now() + self.options.exit_timeout)
-    }
-
-    pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Ordering::Acquire)
     }
 
     /// Called once by each shard when its own requests are answered.
@@ -106,28 +85,30 @@ impl ServerState {
     }
 }
 
-thread_local! {
-    static STATE: RefCell<Option<Arc<ServerState>>> = const { RefCell::new(None) };
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// The server this shard thread belongs to.
-pub fn current() -> Option<Arc<ServerState>> {
-    STATE.with(|s| s.borrow().clone())
-}
-
-/// Runs `f` on the server this shard thread belongs to without touching
-/// the `Arc`'s count, which every shard shares (the request path).
-pub fn with_current<R>(f: impl FnOnce(&ServerState) -> R) -> Option<R> {
-    STATE.with(|s| s.borrow().as_deref().map(f))
-}
-
-/// Samples a request to `model` for tracing (an empty slot off a shard
-/// or when tracing is off).
-#[inline]
-pub fn sample_trace(model: &str) -> crate::trace::TraceSlot {
-    with_current(|s| s.trace.sample(model)).unwrap_or_default()
-}
-
-pub(super) fn install(state: Arc<ServerState>) {
-    STATE.with(|s| *s.borrow_mut() = Some(state));
+    #[test]
+    fn env_follows_options() {
+        let mut options = ServerOptions::for_tests("models");
+        options.server_name = "custom".into();
+        options.http_max_input_size = 123;
+        options.grpc_max_message_size = 456;
+        options.grpc_compress_responses = true;
+        let state = ServerState::new(options, 1);
+        assert_eq!(state.env.server_name, "custom");
+        assert_eq!(
+            state.env.limits,
+            FrontendLimits {
+                http_max_input_size: 123,
+                grpc_max_message_size: 456,
+                grpc_compress_responses: true,
+            }
+        );
+        state.set_ready(true);
+        assert!(state.env.lifecycle.ready());
+        state.begin_shutdown();
+        assert!(!state.env.lifecycle.ready() && state.env.lifecycle.is_shutting_down());
+    }
 }

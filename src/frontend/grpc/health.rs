@@ -1,11 +1,11 @@
 //! `grpc.health.v1.Health`: SERVING while the server is ready.
 
 use crate::{
+    frontend::env,
     proto::health::{
         health_check_response::ServingStatus, health_server::Health, HealthCheckRequest,
         HealthCheckResponse,
     },
-    server::state,
 };
 
 /// Padded for the reason `InferenceService` is: tonic clones its `Arc`
@@ -20,7 +20,7 @@ impl Health for HealthService {
         &self,
         _request: tonic::Request<HealthCheckRequest>,
     ) -> Result<tonic::Response<HealthCheckResponse>, tonic::Status> {
-        let ready = state::with_current(|s| s.ready()).unwrap_or(false);
+        let ready = env::with_current(|e| e.lifecycle.ready()).unwrap_or(false);
         let status = if ready {
             ServingStatus::Serving
         } else {

@@ -14,10 +14,10 @@ use crate::{
     types::{clip, InferError},
 };
 
-/// The repository thread's client, cloned out of the borrowed server state
+/// The repository thread's client, cloned out of the borrowed environment
 /// (the request awaits the answer, so it cannot hold the borrow).
 fn client() -> Result<RepositoryClient, Status> {
-    crate::server::state::with_current(|s| s.repository.get().cloned())
+    crate::frontend::env::with_current(|e| e.repository.get().cloned())
         .flatten()
         .ok_or_else(|| Status::unavailable("the model repository is not started yet"))
 }

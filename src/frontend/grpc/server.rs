@@ -30,6 +30,7 @@ use super::{
 };
 use crate::{
     frontend::{
+        env,
         restricted::{self, Restrictions},
         transport::{
             self,
@@ -41,7 +42,6 @@ use crate::{
         health::health_server::HealthServer,
         inference::grpc_inference_service_server::GrpcInferenceServiceServer,
     },
-    server::state,
     shard::{ConnectionGauge, InFlight, Shard},
 };
 
@@ -75,7 +75,7 @@ impl Service<http::Request<Incoming>> for GrpcRouter {
 
     fn call(&mut self, mut req: http::Request<Incoming>) -> GrpcFuture {
         let in_flight = InFlight::enter();
-        if state::with_current(|s| s.trace.enabled()).unwrap_or(false) {
+        if env::with_current(|e| e.trace.enabled()).unwrap_or(false) {
             req.extensions_mut()
                 .insert(crate::trace::HeadersAt(crate::trace::now_ns()));
         }
@@ -119,13 +119,14 @@ impl Service<http::Request<Incoming>> for GrpcRouter {
 
 /// Serves gRPC on this shard until shutdown.
 pub async fn serve(listener: TcpListener, shard: Rc<Shard>) {
-    let (max, compress, tls) = state::current().map_or((64 << 20, false, None), |s| {
+    let (max, compress, tls) = env::with_current(|e| {
         (
-            s.options.grpc_max_message_size,
-            s.options.grpc_compress_responses,
-            s.tls.get().and_then(|t| t.grpc.clone()),
+            e.limits.grpc_max_message_size,
+            e.limits.grpc_compress_responses,
+            e.tls.get().and_then(|t| t.grpc.clone()),
         )
-    });
+    })
+    .unwrap_or((64 << 20, false, None));
     let inference = super::compression::with_compression(
         GrpcInferenceServiceServer::new(InferenceService)
             .max_decoding_message_size(max)
@@ -135,8 +136,7 @@ pub async fn serve(listener: TcpListener, shard: Rc<Shard>) {
     let health = HealthServer::new(HealthService);
     // One copy per shard: connections share it by `Rc`, so a call writes
     // no reference count another shard writes.
-    let restricted = state::current()
-        .map(|s| s.options.grpc_restricted_protocol.clone())
+    let restricted = env::with_current(|e| e.grpc_restricted_protocol.clone())
         .filter(|r| !r.is_empty())
         .map(Rc::new);
     let gauge_shard = shard.clone();

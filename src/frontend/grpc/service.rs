@@ -11,6 +11,10 @@ use super::{
     stream::InferStream,
 };
 use crate::{
+    frontend::{
+        core::metadata::{ModelMetadata, ServerMetadata},
+        env,
+    },
     metrics::statistics,
     model::{metadata::TensorMetadata, ModelTable},
     offload,
@@ -30,9 +34,7 @@ use crate::{
         SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse,
         SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse,
     },
-    scheduler,
-    server::state,
-    shard,
+    scheduler, shard,
     trace::Event,
     types::{clip, InferError, InferRequest},
 };
@@ -104,6 +106,26 @@ fn with_table<R>(f: impl FnOnce(&ModelTable) -> R) -> Result<R, Status> {
         .ok_or_else(|| Status::internal("gRPC call outside a shard"))
 }
 
+/// `ServerMetadata` in its protobuf form.
+fn server_metadata_response(v: ServerMetadata) -> ServerMetadataResponse {
+    ServerMetadataResponse {
+        name: v.name,
+        version: v.version.into(),
+        extensions: v.extensions.iter().map(|e| (*e).to_string()).collect(),
+    }
+}
+
+/// `ModelMetadata` in its protobuf form.
+fn model_metadata_response(v: &ModelMetadata<'_>) -> ModelMetadataResponse {
+    ModelMetadataResponse {
+        name: v.name.to_string(),
+        versions: v.version_strings(),
+        platform: v.platform.to_string(),
+        inputs: tensors(v.inputs),
+        outputs: tensors(v.outputs),
+    }
+}
+
 fn tensors(list: &[TensorMetadata]) -> Vec<model_metadata_response::TensorMetadata> {
     list.iter()
         .map(|t| model_metadata_response::TensorMetadata {
@@ -120,7 +142,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         _: Request<ServerLiveRequest>,
     ) -> Result<Response<ServerLiveResponse>, Status> {
-        let live = state::with_current(|s| s.live()).unwrap_or(false);
+        let live = env::with_current(|e| e.lifecycle.live()).unwrap_or(false);
         Ok(Response::new(ServerLiveResponse { live }))
     }
 
@@ -128,7 +150,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         _: Request<ServerReadyRequest>,
     ) -> Result<Response<ServerReadyResponse>, Status> {
-        let ready = state::with_current(|s| s.ready()).unwrap_or(false);
+        let ready = env::with_current(|e| e.lifecycle.ready()).unwrap_or(false);
         Ok(Response::new(ServerReadyResponse { ready }))
     }
 
@@ -147,14 +169,9 @@ impl GrpcInferenceService for InferenceService {
         &self,
         _: Request<ServerMetadataRequest>,
     ) -> Result<Response<ServerMetadataResponse>, Status> {
-        Ok(Response::new(ServerMetadataResponse {
-            name: crate::frontend::identity::server_name(),
-            version: crate::frontend::identity::VERSION.into(),
-            extensions: crate::frontend::identity::extensions()
-                .iter()
-                .map(|e| (*e).to_string())
-                .collect(),
-        }))
+        Ok(Response::new(server_metadata_response(
+            ServerMetadata::current(),
+        )))
     }
 
     async fn model_metadata(
@@ -165,17 +182,7 @@ impl GrpcInferenceService for InferenceService {
         check_name_length(&req.name)?;
         let response = with_table(|table| {
             let m = table.resolve(&req.name, &req.version).map_err(to_status)?;
-            Ok::<_, Status>(ModelMetadataResponse {
-                name: m.name.clone(),
-                versions: table
-                    .ready_versions(&m.name)
-                    .iter()
-                    .map(i64::to_string)
-                    .collect(),
-                platform: m.metadata.platform.clone(),
-                inputs: tensors(&m.metadata.inputs),
-                outputs: tensors(&m.metadata.outputs),
-            })
+            Ok::<_, Status>(model_metadata_response(&ModelMetadata::new(table, m)))
         })??;
         Ok(Response::new(response))
     }
@@ -210,7 +217,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         req: Request<ModelInferRequest>,
     ) -> Result<Response<ModelInferResponse>, Status> {
-        let mut trace = state::sample_trace(&req.get_ref().model_name);
+        let mut trace = env::sample_trace(&req.get_ref().model_name);
         if trace.is_traced() {
             if let Some(at) = req.extensions().get::<crate::trace::HeadersAt>() {
                 trace.stamp_at(Event::GrpcWaitreadStart, at.0);
@@ -346,10 +353,10 @@ fn take_raw_tail(message: &mut ModelInferResponse) -> Option<RawTail> {
     if raw < MIN_TAIL_BYTES {
         return None;
     }
-    let (limit, compressing) = state::with_current(|s| {
+    let (limit, compressing) = env::with_current(|e| {
         (
-            s.options.grpc_max_message_size,
-            s.options.grpc_compress_responses,
+            e.limits.grpc_max_message_size,
+            e.limits.grpc_compress_responses,
         )
     })
     .unwrap_or((64 << 20, true));
@@ -357,4 +364,63 @@ fn take_raw_tail(message: &mut ModelInferResponse) -> Option<RawTail> {
         return None;
     }
     Some(RawTail(std::mem::take(&mut message.raw_output_contents)))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn proto_tensors(list: &[model_metadata_response::TensorMetadata]) -> serde_json::Value {
+        list.iter()
+            .map(|t| json!({"name": t.name, "datatype": t.datatype, "shape": t.shape}))
+            .collect()
+    }
+
+    /// The protobuf renderings carry exactly what the JSON ones (HTTP and
+    /// the in-process API) carry.
+    #[test]
+    fn json_and_protobuf_renderings_agree() {
+        let server = ServerMetadata {
+            name: "custom".into(),
+            version: crate::frontend::identity::VERSION,
+            extensions: crate::frontend::identity::EXTENSIONS,
+        };
+        let proto = server_metadata_response(server.clone());
+        assert_eq!(
+            server.to_json(),
+            json!({"name": proto.name, "version": proto.version, "extensions": proto.extensions})
+        );
+
+        let tensor = |name: &str, datatype, shape: Vec<i64>| TensorMetadata {
+            name: name.into(),
+            datatype,
+            shape,
+        };
+        let inputs = [
+            tensor("INPUT0", "INT32", vec![-1, 16]),
+            tensor("IN1", "BYTES", vec![]),
+        ];
+        let outputs = [tensor("OUTPUT0", "FP32", vec![3])];
+        let model = ModelMetadata {
+            name: "simple",
+            versions: vec![1, 3],
+            platform: "onnxruntime_onnx",
+            inputs: &inputs,
+            outputs: &outputs,
+        };
+        let proto = model_metadata_response(&model);
+        assert_eq!(
+            model.to_json(),
+            json!({
+                "name": proto.name,
+                "versions": proto.versions,
+                "platform": proto.platform,
+                "inputs": proto_tensors(&proto.inputs),
+                "outputs": proto_tensors(&proto.outputs),
+            })
+        );
+        assert_eq!(proto.versions, ["1", "3"]);
+    }
 }

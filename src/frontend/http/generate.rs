@@ -42,7 +42,6 @@ use crate::{
     frontend::transport::{read_body, ActiveRequest, TrackedBody},
     model::ModelVersion,
     scheduler::{self, ResponseStream, Streamed},
-    server::state,
     shard,
     types::{
         bytes_elements, encode_bytes_elements, DataType, InferError, InferRequest, InferResponse,
@@ -61,7 +60,7 @@ pub async fn generate(
     version: &str,
     streaming: bool,
 ) -> InferResult<HttpResponse> {
-    let limit = state::with_current(|s| s.options.http_max_input_size)
+    let limit = crate::frontend::env::with_current(|e| e.limits.http_max_input_size)
         .ok_or_else(|| InferError::internal("HTTP request outside a server shard"))?;
     let body = match read_body(req.into_body(), limit).await {
         Ok(body) => body,

@@ -6,19 +6,15 @@ use http_body_util::Full;
 use hyper::{body::Incoming, Request, Response};
 
 use super::server::HttpResponse;
-use crate::{frontend::transport::ShardTransport, metrics::prometheus, server::state, shard};
+use crate::{frontend::transport::ShardTransport, metrics::prometheus, shard};
 
 pub async fn handle(req: Request<Incoming>) -> HttpResponse {
     let (status, body) = if req.uri().path() == "/metrics" {
-        // Table and server state borrowed, not cloned: their `Arc`s are
-        // shared by every shard.
-        let mut text = shard::with_current(|s| {
-            s.with_table(|table| {
-                state::with_current(|st| prometheus::render(table, &st.gauges))
-                    .unwrap_or_else(|| prometheus::render(table, &[]))
-            })
-        })
-        .unwrap_or_else(|| prometheus::render(&Default::default(), &[]));
+        // Table and gauges borrowed, not cloned: their `Arc`s are shared
+        // by every shard.
+        let mut text =
+            shard::with_current(|s| s.with_table(|table| prometheus::render(table, &s.gauges)))
+                .unwrap_or_else(|| prometheus::render(&Default::default(), &[]));
         if let Some(t) = ShardTransport::current() {
             text.push_str(&t.stats().render_prometheus());
         }

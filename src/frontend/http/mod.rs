@@ -18,7 +18,7 @@ use crate::shard::Shard;
 /// Serves the KServe v2 REST API on this shard until shutdown.
 pub async fn serve(listener: TcpListener, shard: Rc<Shard>) {
     let tls =
-        crate::server::state::with_current(|s| s.tls.get().and_then(|t| t.http.clone())).flatten();
+        crate::frontend::env::with_current(|e| e.tls.get().and_then(|t| t.http.clone())).flatten();
     server::accept_loop(listener, shard, "http", tls, routes::handle).await;
 }
 

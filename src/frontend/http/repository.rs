@@ -14,8 +14,8 @@ use super::{
     server::HttpResponse,
 };
 use crate::{
-    frontend::transport,
-    repository::manager::{IndexEntry, LoadRequest, RepositoryClient},
+    frontend::{core, transport},
+    repository::manager::{LoadRequest, RepositoryClient},
     types::{clip, InferError, InferResult},
 };
 
@@ -26,10 +26,10 @@ pub async fn route(req: Request<Incoming>, rest: &[&str]) -> InferResult<HttpRes
             req.method()
         )));
     }
-    // The server state is borrowed; the client (a channel sender) is
+    // The environment is borrowed; the client (a channel sender) is
     // cloned, as it must outlive the borrow across the awaits below.
-    let (limit, client) = crate::server::state::with_current(|s| {
-        (s.options.http_max_input_size, s.repository.get().cloned())
+    let (limit, client) = crate::frontend::env::with_current(|e| {
+        (e.limits.http_max_input_size, e.repository.get().cloned())
     })
     .ok_or_else(|| InferError::internal("request handled outside a shard thread"))?;
     let client =
@@ -86,24 +86,7 @@ async fn index(client: &RepositoryClient, json: &Value) -> InferResult<HttpRespo
         Some(_) => return Err(InferError::invalid("'ready' must be a boolean")),
     };
     let rows = client.index(ready).await?;
-    Ok(json_ok(&Value::Array(
-        rows.iter().map(index_json).collect(),
-    )))
-}
-
-fn index_json(e: &IndexEntry) -> Value {
-    let mut o = serde_json::Map::new();
-    o.insert("name".into(), json!(e.name));
-    if let Some(v) = &e.version {
-        o.insert("version".into(), json!(v));
-    }
-    if let Some(s) = e.state {
-        o.insert("state".into(), json!(s));
-    }
-    if let Some(r) = &e.reason {
-        o.insert("reason".into(), json!(r));
-    }
-    Value::Object(o)
+    Ok(json_ok(&core::index::to_json(&rows)))
 }
 
 /// `config` (a JSON model configuration as a string) and `file:<path>`

@@ -5,7 +5,6 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use http_body_util::Full;
 use hyper::{body::Incoming, Request, Response};
-use serde_json::json;
 
 use super::{
     codec::{decode_body, decode_request_body, decodes_inline, encode_infer_response, error_body},
@@ -14,13 +13,14 @@ use super::{
 };
 use crate::{
     frontend::{
+        core::metadata::{ModelMetadata, ServerMetadata},
+        env::{self, FrontendEnv},
         http::compression::{choose_response_encoding, compress},
         restricted, transport,
     },
     metrics::statistics,
-    model::{ModelTable, ModelVersion},
+    model::ModelTable,
     scheduler,
-    server::{state, ServerState},
     shard::{self, InFlight},
     trace::Event,
     types::{InferError, InferResponse, InferResult, Parameters, RequestedOutput},
@@ -64,12 +64,11 @@ pub(super) fn empty(status: StatusCode) -> HttpResponse {
     resp
 }
 
-// The server state and the model table are shared by every shard: they are
-// borrowed here, never cloned, so a request writes no reference count that
-// other cores write too.
-fn with_server_state<R>(f: impl FnOnce(&ServerState) -> R) -> InferResult<R> {
-    state::with_current(f)
-        .ok_or_else(|| InferError::internal("HTTP request outside a server shard"))
+// The front ends' environment and the model table are shared by every
+// shard: they are borrowed here, never cloned, so a request writes no
+// reference count that other cores write too.
+fn with_env<R>(f: impl FnOnce(&FrontendEnv) -> R) -> InferResult<R> {
+    env::with_current(f).ok_or_else(|| InferError::internal("HTTP request outside a server shard"))
 }
 
 fn with_model_table<R>(f: impl FnOnce(&ModelTable) -> R) -> InferResult<R> {
@@ -98,15 +97,11 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
     match segs.as_slice() {
         ["v2"] | ["v2", ""] => {
             expect_get(&method).ok_or_else(not_allowed)?;
-            Ok(json_ok(&json!({
-                "name": crate::frontend::identity::server_name(),
-                "version": crate::frontend::identity::VERSION,
-                "extensions": crate::frontend::identity::extensions(),
-            })))
+            Ok(json_ok(&ServerMetadata::current().to_json()))
         }
         ["v2", "health", "live"] => {
             expect_get(&method).ok_or_else(not_allowed)?;
-            let live = with_server_state(ServerState::live)?;
+            let live = with_env(|e| e.lifecycle.live())?;
             Ok(empty(if live {
                 StatusCode::OK
             } else {
@@ -115,7 +110,7 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
         }
         ["v2", "health", "ready"] => {
             expect_get(&method).ok_or_else(not_allowed)?;
-            let ready = with_server_state(ServerState::ready)?;
+            let ready = with_env(|e| e.lifecycle.ready())?;
             Ok(empty(if ready {
                 StatusCode::OK
             } else {
@@ -150,8 +145,8 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
 /// dispatch, before the endpoint looks at the method or the body, as
 /// Triton's handlers check first. Unrestricted servers pay one branch.
 fn restricted_refusal(req: &Request<Incoming>, segs: &[&str]) -> Option<HttpResponse> {
-    state::with_current(|s| {
-        let restrictions = &s.options.http_restricted_api;
+    env::with_current(|e| {
+        let restrictions = &e.http_restricted_api;
         if restrictions.is_empty() {
             return None;
         }
@@ -200,7 +195,7 @@ async fn model_route(
     with_model_table(|table| match (action, &method) {
         ([], &Method::GET) => {
             let m = table.resolve(model, version)?;
-            Ok(json_ok(&metadata_json(table, m)))
+            Ok(json_ok(&ModelMetadata::new(table, m).to_json()))
         }
         (["ready"], &Method::GET) => {
             let ready = table.resolve(model, version).is_ok();
@@ -237,25 +232,10 @@ fn stats_response(table: &ModelTable, model: &str, version: &str) -> InferResult
     Ok(json_ok(&statistics::to_json(&stats)))
 }
 
-fn metadata_json(table: &ModelTable, m: &ModelVersion) -> serde_json::Value {
-    let tensors = |list: &[crate::model::metadata::TensorMetadata]| {
-        list.iter()
-            .map(|t| json!({"name": t.name, "datatype": t.datatype, "shape": t.shape}))
-            .collect::<Vec<_>>()
-    };
-    json!({
-        "name": m.name,
-        "versions": table.ready_versions(&m.name).iter().map(i64::to_string).collect::<Vec<_>>(),
-        "platform": m.metadata.platform,
-        "inputs": tensors(&m.metadata.inputs),
-        "outputs": tensors(&m.metadata.outputs),
-    })
-}
-
 async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResult<HttpResponse> {
-    let mut trace = state::sample_trace(model);
+    let mut trace = env::sample_trace(model);
     trace.stamp(Event::HttpRecvStart);
-    let limit = with_server_state(|s| s.options.http_max_input_size)?;
+    let limit = with_env(|e| e.limits.http_max_input_size)?;
     let headers = req.headers().clone();
     let header_length = parse_header_length(&headers)?;
     let body = match read_body(req.into_body(), limit).await {

@@ -1008,12 +1008,13 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetDoubleParameter(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::{ServerOptions, ServerState};
 
     fn request() -> Box<TRITONSERVER_InferenceRequest> {
-        let state = ServerState::new(ServerOptions::for_tests("models"), 1);
         Box::new(TRITONSERVER_InferenceRequest {
-            server: TRITONSERVER_Server::new(state, Vec::new()),
+            server: TRITONSERVER_Server::new(
+                crate::frontend::env::FrontendEnv::for_tests(),
+                Vec::new(),
+            ),
             model_name: "simple".into(),
             model_version: -1,
             id: CString::default(),

@@ -13,9 +13,6 @@ use std::{
     },
 };
 
-use futures::channel::mpsc::UnboundedSender;
-use serde_json::json;
-
 use crate::triton_abi::{
     error::{c_str, invalid_arg, non_null, status, ErrorPtr, TRITONSERVER_Error},
     message::TRITONSERVER_Message,
@@ -23,12 +20,19 @@ use crate::triton_abi::{
     types::{error_kind_to_code, ERROR_UNAVAILABLE, ERROR_UNSUPPORTED},
 };
 use crate::{
+    frontend::{
+        core::{
+            self,
+            metadata::{ModelMetadata, ServerMetadata},
+        },
+        env::FrontendEnv,
+    },
     model::{ModelTable, ModelVersion},
     scheduler::is_decoupled,
-    server::ServerState,
     shard::{ShardControl, ShardId, ShardTask},
     types::{InferError, InferResult},
 };
+use futures::channel::mpsc::UnboundedSender;
 
 /// `TRITONSERVER_ModelBatchFlag`.
 pub const BATCH_UNKNOWN: u32 = 1;
@@ -44,7 +48,9 @@ pub struct TRITONSERVER_Server {
     control: Vec<UnboundedSender<ShardControl>>,
     /// The table the shards serve from, as last published.
     table: RwLock<Arc<ModelTable>>,
-    state: Arc<ServerState>,
+    /// The front ends' environment of the server (the in-process API runs
+    /// on backend threads, where none is installed).
+    env: Arc<FrontendEnv>,
     /// Round-robin over shards for requests with no owner shard.
     next: AtomicUsize,
 }
@@ -58,11 +64,11 @@ impl std::fmt::Debug for TRITONSERVER_Server {
 }
 
 impl TRITONSERVER_Server {
-    pub fn new(state: Arc<ServerState>, control: Vec<UnboundedSender<ShardControl>>) -> Arc<Self> {
+    pub fn new(env: Arc<FrontendEnv>, control: Vec<UnboundedSender<ShardControl>>) -> Arc<Self> {
         Arc::new(Self {
             control,
             table: RwLock::new(Arc::new(ModelTable::default())),
-            state,
+            env,
             next: AtomicUsize::new(0),
         })
     }
@@ -136,8 +142,8 @@ impl TRITONSERVER_Server {
             })
     }
 
-    pub fn state(&self) -> &Arc<ServerState> {
-        &self.state
+    pub fn env(&self) -> &Arc<FrontendEnv> {
+        &self.env
     }
 }
 
@@ -198,7 +204,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerIsLive(
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
         // SAFETY: `live` is null (refused by `out`) or the caller's out-parameter, valid for
         // writing one value (tritonserver.h).
-        unsafe { out(live, "live", server.state.live()) }
+        unsafe { out(live, "live", server.env.lifecycle.live()) }
     })
 }
 
@@ -214,7 +220,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerIsReady(
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
         // SAFETY: `ready` is null (refused by `out`) or the caller's out-parameter, valid for
         // writing one value (tritonserver.h).
-        unsafe { out(ready, "ready", server.state.ready()) }
+        unsafe { out(ready, "ready", server.env.lifecycle.ready()) }
     })
 }
 
@@ -239,7 +245,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelIsReady(
         let name = unsafe { c_str(model_name, "model_name") }?;
         let table = server.table();
         let is_ready = match table.resolve(name, &version_str(model_version)) {
-            Ok(_) => !server.state.is_shutting_down(),
+            Ok(_) => !server.env.lifecycle.is_shutting_down(),
             Err(e) if table.models.contains_key(name) => {
                 tracing::debug!(model = name, error = %e.message, "model is not ready");
                 false
@@ -320,11 +326,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerMetadata(
         // handed out, which a backend may use while its model lives; `from_c` takes a reference of
         // its own.
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
-        let doc = json!({
-            "name": server.state.options.server_name,
-            "version": crate::frontend::identity::VERSION,
-            "extensions": crate::frontend::identity::extensions(),
-        });
+        let doc = ServerMetadata::of(&server.env).to_json();
         // SAFETY: `server_metadata` is null (refused by `out`) or the caller's
         // out-parameter, valid for writing one pointer (tritonserver.h).
         unsafe {
@@ -349,24 +351,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelMetadata(
         // `TRITONBACKEND_ModelServer` and a NUL-terminated name the caller keeps valid for the
         // call.
         let (server, m) = unsafe { model_of(server, model_name, model_version) }?;
-        let tensors = |list: &[crate::model::metadata::TensorMetadata]| {
-            list.iter()
-                .map(|t| json!({"name": t.name, "datatype": t.datatype, "shape": t.shape}))
-                .collect::<Vec<_>>()
-        };
-        let versions: Vec<String> = server
-            .table()
-            .ready_versions(&m.name)
-            .iter()
-            .map(i64::to_string)
-            .collect();
-        let doc = json!({
-            "name": m.name,
-            "versions": versions,
-            "platform": m.metadata.platform,
-            "inputs": tensors(&m.metadata.inputs),
-            "outputs": tensors(&m.metadata.outputs),
-        });
+        let doc = ModelMetadata::new(&server.table(), &m).to_json();
         // SAFETY: `model_metadata` is null (refused by `out`) or the caller's
         // out-parameter, valid for writing one pointer (tritonserver.h).
         unsafe {
@@ -427,23 +412,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelIndex(
         let server = unsafe { TRITONSERVER_Server::from_c(server) }?;
         let repository = repository(&server)?;
         let rows = block_on_repository(repository.index(flags & INDEX_FLAG_READY != 0))?;
-        let doc: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|r| {
-                let mut row = json!({"name": r.name});
-                if let Some(v) = &r.version {
-                    row["version"] = json!(v);
-                }
-                if let Some(s) = r.state {
-                    row["state"] = json!(s);
-                }
-                if let Some(why) = &r.reason {
-                    row["reason"] = json!(why);
-                }
-                row
-            })
-            .collect();
-        let json = serde_json::Value::Array(doc).to_string();
+        let json = core::index::to_json(&rows).to_string();
         // SAFETY: `model_index` is null (refused by `out`) or the caller's
         // out-parameter, valid for writing one pointer (tritonserver.h).
         unsafe {
@@ -459,7 +428,7 @@ pub unsafe extern "C" fn TRITONSERVER_ServerModelIndex(
 fn repository(
     server: &TRITONSERVER_Server,
 ) -> Result<crate::repository::manager::RepositoryClient, ErrorPtr> {
-    server.state.repository.get().cloned().ok_or_else(|| {
+    server.env.repository.get().cloned().ok_or_else(|| {
         TRITONSERVER_Error::boxed(
             ERROR_UNAVAILABLE,
             "the model repository is not started yet (the server is still loading its initial models)",
@@ -595,4 +564,38 @@ unsafe fn unload_model(
         let repository = repository(&server)?;
         block_on_repository(repository.unload(name, unload_dependents))
     })())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The in-process API renders the same typed value HTTP does.
+    #[test]
+    fn server_metadata_is_the_core_value() {
+        let mut env = FrontendEnv::new(crate::trace::Tracer::new(&Default::default()));
+        env.server_name = "inprocess".into();
+        let env = Arc::new(env);
+        let server = TRITONSERVER_Server::new(env.clone(), Vec::new());
+        let mut message: *mut TRITONSERVER_Message = ptr::null_mut();
+        // SAFETY: a live server and a valid out-parameter.
+        let err =
+            unsafe { TRITONSERVER_ServerMetadata(Arc::as_ptr(&server).cast_mut(), &mut message) };
+        assert!(err.is_null());
+        assert!(!message.is_null());
+        // SAFETY: the server just wrote a boxed message here; it is
+        // reclaimed once, below.
+        let message = unsafe { Box::from_raw(message) };
+        let json: serde_json::Value = serde_json::from_str(message.json()).unwrap();
+        assert_eq!(json, ServerMetadata::of(&env).to_json());
+        assert_eq!(json["name"], "inprocess");
+        // A null out-parameter is an error, not a crash.
+        // SAFETY: a live server; the null out-parameter is refused.
+        let err = unsafe {
+            TRITONSERVER_ServerMetadata(Arc::as_ptr(&server).cast_mut(), ptr::null_mut())
+        };
+        assert!(!err.is_null());
+        // SAFETY: the error was just returned boxed and is reclaimed once.
+        drop(unsafe { Box::from_raw(err) });
+    }
 }

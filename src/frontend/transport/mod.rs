@@ -35,8 +35,6 @@ pub use listener::{accept_loop, ConnSlot};
 pub use paced::{PacedBody, Pacer, PAUSE_EVERY_BYTES};
 pub use tls::{ServerTls, TlsFiles};
 
-use crate::server::ServerOptions;
-
 /// Request-body bytes buffered at once when `--max-buffered-request-bytes`
 /// is not given: a quarter of physical memory, at most 1 GiB.
 pub fn default_buffered_request_bytes() -> usize {
@@ -56,14 +54,17 @@ pub fn default_buffered_request_bytes() -> usize {
     }
 }
 
-/// The limits every accepting shard applies, resolved once at start-up.
+/// The connection-level limits every accepting shard applies, resolved
+/// once at start-up by the server from its options. The per-request size
+/// limits are the front ends' own (`frontend::env::FrontendLimits`).
 #[derive(Debug, Clone, Copy)]
 pub struct TransportLimits {
     /// Open connections per shard (all listeners together).
     pub max_connections: usize,
-    /// Buffered request-body bytes per shard.
+    /// Buffered request-body bytes per shard: the process budget split
+    /// evenly over the accepting shards, so that no shard writes
+    /// another's counter.
     pub buffered_bytes_per_shard: usize,
-    pub http_max_input_size: usize,
     pub http_header_timeout: Duration,
     pub http_body_timeout: Duration,
     pub http_body_total_timeout: Duration,
@@ -71,31 +72,6 @@ pub struct TransportLimits {
     pub grpc_handshake_timeout: Duration,
     pub grpc_keepalive_time: Option<Duration>,
     pub grpc_keepalive_timeout: Duration,
-}
-
-impl TransportLimits {
-    /// `max_connections` and `buffered_total` are the resolved values
-    /// (options or derived defaults); the buffered budget is split evenly
-    /// over the `accepting` shards so that no shard writes another's counter.
-    pub fn new(
-        options: &ServerOptions,
-        max_connections: usize,
-        buffered_total: usize,
-        accepting: usize,
-    ) -> Self {
-        Self {
-            max_connections: max_connections.max(1),
-            buffered_bytes_per_shard: buffered_total / accepting.max(1),
-            http_max_input_size: options.http_max_input_size,
-            http_header_timeout: options.http_header_timeout,
-            http_body_timeout: options.http_body_timeout,
-            http_body_total_timeout: options.http_body_total_timeout,
-            idle_timeout: options.idle_timeout,
-            grpc_handshake_timeout: options.grpc_handshake_timeout,
-            grpc_keepalive_time: options.grpc_keepalive_time,
-            grpc_keepalive_timeout: options.grpc_keepalive_timeout,
-        }
-    }
 }
 
 /// One shard's transport counters. Written by that shard only, except
@@ -382,7 +358,18 @@ mod tests {
         // The block's `Arc` count (cloned per buffered body) and counters
         // sit on lines of their own.
         assert!(std::mem::align_of::<ShardTransportStats>() >= crate::padded::LINE);
-        let limits = TransportLimits::new(&ServerOptions::for_tests("/nonexistent"), 8, 1 << 20, 2);
+        let second = Duration::from_secs(1);
+        let limits = TransportLimits {
+            max_connections: 8,
+            buffered_bytes_per_shard: 1 << 19,
+            http_header_timeout: second,
+            http_body_timeout: second,
+            http_body_total_timeout: second,
+            idle_timeout: second,
+            grpc_handshake_timeout: second,
+            grpc_keepalive_time: None,
+            grpc_keepalive_timeout: second,
+        };
         let stats = TransportStats::new(2, limits);
         let blocks: Vec<usize> = (0..2)
             .filter_map(|i| stats.shard(i))
