@@ -63,8 +63,8 @@ impl Region {
     }
 
     /// Fails, naming the region, when a system region's shm object was
-    /// truncated (`SystemRegion::check`). A client cannot shrink device
-    /// memory under an open IPC handle, so CUDA regions always pass.
+    /// truncated (`SystemRegion::check`). CUDA regions have no such
+    /// check: a failed device copy reports itself (`CudaRegion::read`).
     pub fn check(&self) -> Result<(), InferError> {
         match self {
             Self::System(r) => r.check(),
