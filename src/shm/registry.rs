@@ -283,7 +283,7 @@ mod tests {
     fn one_name_is_registered_once_whatever_the_kinds_racing() {
         const THREADS: usize = 8;
         let object = Object::new("race", 4096);
-        for round in 0..50 {
+        for round in 0..100 {
             let registry = Registry::default();
             let start = Barrier::new(THREADS);
             let results: Vec<(Kind, Result<(), InferError>)> = std::thread::scope(|s| {
