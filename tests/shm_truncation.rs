@@ -464,7 +464,7 @@ fn a_fault_in_a_region_is_absorbed_on_any_thread() {
     object.write(2 * PAGE, &[7u8; 64]);
     let registry = shardserve::shm::global();
     registry
-        .register("inproc", &object.key, 0, (4 * PAGE) as u64)
+        .register_system("inproc", &object.key, 0, (4 * PAGE) as u64)
         .expect("register");
     let r = shardserve::shm::ShmRef {
         region: "inproc".into(),
@@ -485,7 +485,9 @@ fn a_fault_in_a_region_is_absorbed_on_any_thread() {
         .expect("registered");
     assert_names(&region.check().expect_err("broken").message, "inproc");
     drop(region);
-    registry.unregister("inproc").expect("unregister");
+    registry
+        .unregister("inproc", shardserve::shm::Kind::System)
+        .expect("unregister");
 }
 
 /// Runs in a child of this test binary (see below): a SIGBUS outside any
@@ -497,7 +499,7 @@ fn foreign_fault_child() {
     }
     let object = ShmObject::new("foreign_reg", PAGE);
     shardserve::shm::global()
-        .register("foreign", &object.key, 0, PAGE as u64)
+        .register_system("foreign", &object.key, 0, PAGE as u64)
         .expect("register installs the handler");
     let other = ShmObject::new("foreign_other", 2 * PAGE);
     // SAFETY: a fresh shared mapping of the object, checked below.

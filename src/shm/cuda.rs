@@ -26,13 +26,11 @@
 //! Never run against a real GPU on this project's machines: the device
 //! side (`gpu::IpcMemory`) is written from the CUDA driver API docs.
 
-use std::{
-    collections::BTreeMap,
-    sync::{Arc, OnceLock, RwLock},
-};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::registry::{Region, Registry};
 use crate::{
     error_texts,
     gpu::{pinned, GpuInventory, IpcMemory},
@@ -48,12 +46,65 @@ pub struct CudaRegion {
     pub name: String,
     pub device_id: i64,
     pub byte_size: u64,
-    memory: IpcMemory,
+    memory: DeviceMemory,
     /// The GPU's NUMA node: where its staging buffers live.
     numa_node: Option<usize>,
 }
 
+/// Where a CUDA region's bytes are.
+#[derive(Debug)]
+enum DeviceMemory {
+    Ipc(IpcMemory),
+    /// Host bytes standing in for device memory, so that unit tests on
+    /// machines without a GPU can register CUDA regions.
+    #[cfg(test)]
+    Fake(std::sync::Mutex<Vec<u8>>),
+}
+
+impl DeviceMemory {
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), String> {
+        match self {
+            Self::Ipc(m) => m.read(offset, dst),
+            #[cfg(test)]
+            Self::Fake(m) => {
+                let m = m.lock().map_err(|e| e.to_string())?;
+                let src = m
+                    .get(offset..offset + dst.len())
+                    .ok_or_else(|| "out of range".to_string())?;
+                dst.copy_from_slice(src);
+                Ok(())
+            }
+        }
+    }
+
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), String> {
+        match self {
+            Self::Ipc(m) => m.write(offset, src),
+            #[cfg(test)]
+            Self::Fake(m) => {
+                let mut m = m.lock().map_err(|e| e.to_string())?;
+                m.get_mut(offset..offset + src.len())
+                    .ok_or_else(|| "out of range".to_string())?
+                    .copy_from_slice(src);
+                Ok(())
+            }
+        }
+    }
+}
+
 impl CudaRegion {
+    /// A region over `byte_size` bytes of host memory, for unit tests.
+    #[cfg(test)]
+    pub(super) fn fake(name: &str, byte_size: usize) -> Self {
+        Self {
+            name: name.to_string(),
+            device_id: 0,
+            byte_size: byte_size as u64,
+            memory: DeviceMemory::Fake(std::sync::Mutex::new(vec![0; byte_size])),
+            numa_node: None,
+        }
+    }
+
     /// `len` bytes at `offset` (checked against `byte_size` by the caller),
     /// copied to host memory.
     pub fn read(&self, offset: usize, len: usize) -> Result<Bytes, InferError> {
@@ -85,21 +136,6 @@ impl CudaRegion {
     }
 }
 
-#[derive(Debug, Default)]
-pub struct CudaRegistry {
-    regions: RwLock<BTreeMap<String, Arc<CudaRegion>>>,
-}
-
-/// The process's CUDA registry.
-pub fn global() -> &'static CudaRegistry {
-    static REGISTRY: OnceLock<CudaRegistry> = OnceLock::new();
-    REGISTRY.get_or_init(CudaRegistry::default)
-}
-
-fn poisoned() -> InferError {
-    InferError::internal("the CUDA shared memory registry is unusable after a panic")
-}
-
 /// Why this server cannot use CUDA shared memory, or `None` when it can.
 pub fn unavailable() -> Option<String> {
     if !cfg!(feature = "cuda") {
@@ -119,11 +155,11 @@ fn cannot_open() -> InferError {
     InferError::invalid("failed to register shared memory region: invalid args")
 }
 
-impl CudaRegistry {
+impl Registry {
     /// Registers `name` → the device memory `raw_handle` names on
     /// `device_id`, of `byte_size` bytes. Errors are Triton's texts, in
     /// Triton's order of checks.
-    pub fn register(
+    pub fn register_cuda(
         &self,
         name: &str,
         raw_handle: &[u8],
@@ -140,7 +176,9 @@ impl CudaRegistry {
         let handle: &[u8; IPC_HANDLE_SIZE] = raw_handle
             .try_into()
             .map_err(|_| error_texts::cuda_shm_bad_handle())?;
-        if self.contains(name)? || super::global().find(name)?.is_some() {
+        // Cheap refusal before the driver; `insert` decides, since the
+        // handle is opened outside the lock.
+        if self.contains(name)? {
             return Err(error_texts::shm_already_registered(name));
         }
         let gpu = i32::try_from(device_id)
@@ -164,74 +202,23 @@ impl CudaRegistry {
             );
             return Err(error_texts::shm_register_invalid_args(name));
         }
-        let mut regions = self.regions.write().map_err(|_| poisoned())?;
-        if regions.contains_key(name) {
-            return Err(error_texts::shm_already_registered(name));
-        }
-        regions.insert(
-            name.to_string(),
-            Arc::new(CudaRegion {
-                name: name.to_string(),
-                device_id,
-                byte_size,
-                memory,
-                numa_node: gpu.numa_node,
-            }),
-        );
+        // Refused here, the handle is closed on return.
+        self.insert(Region::Cuda(Arc::new(CudaRegion {
+            name: name.to_string(),
+            device_id,
+            byte_size,
+            memory: DeviceMemory::Ipc(memory),
+            numa_node: gpu.numa_node,
+        })))?;
         tracing::debug!(name, device_id, byte_size, "registered CUDA shared memory");
         Ok(())
-    }
-
-    pub fn contains(&self, name: &str) -> Result<bool, InferError> {
-        Ok(self
-            .regions
-            .read()
-            .map_err(|_| poisoned())?
-            .contains_key(name))
-    }
-
-    /// `name`'s region, if registered (inference inputs and outputs).
-    pub fn find(&self, name: &str) -> Result<Option<Arc<CudaRegion>>, InferError> {
-        Ok(self
-            .regions
-            .read()
-            .map_err(|_| poisoned())?
-            .get(name)
-            .cloned())
-    }
-
-    /// Forgets `name` (no error when it is not registered, as in Triton).
-    /// The handle is closed when the last request using it finishes.
-    pub fn unregister(&self, name: &str) -> Result<(), InferError> {
-        self.regions.write().map_err(|_| poisoned())?.remove(name);
-        Ok(())
-    }
-
-    pub fn unregister_all(&self) -> Result<(), InferError> {
-        self.regions.write().map_err(|_| poisoned())?.clear();
-        Ok(())
-    }
-
-    /// Every region (empty `name`) or the one named.
-    pub fn status(&self, name: &str) -> Result<Vec<Arc<CudaRegion>>, InferError> {
-        let regions = self.regions.read().map_err(|_| poisoned())?;
-        if name.is_empty() {
-            return Ok(regions.values().cloned().collect());
-        }
-        if let Some(r) = regions.get(name) {
-            return Ok(vec![Arc::clone(r)]);
-        }
-        if super::global().find(name)?.is_some() {
-            return Err(error_texts::shm_wrong_kind(name, "system", "CUDA"));
-        }
-        Err(error_texts::cuda_shm_unknown_region(name))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::ErrorKind;
+    use crate::{shm::Kind, types::ErrorKind};
 
     #[test]
     fn without_a_gpu_register_answers_tritons_no_gpu_error_first() {
@@ -239,21 +226,21 @@ mod tests {
             println!("SKIPPED: this machine has a GPU; the no-GPU answer does not apply");
             return;
         }
-        let reg = CudaRegistry::default();
+        let reg = Registry::default();
         // Even a malformed handle gets the no-GPU answer, as from Triton
         // built without GPU support.
-        let e = reg.register("c", b"short", 0, 64).unwrap_err();
+        let e = reg.register_cuda("c", b"short", 0, 64).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidArgument);
         assert_eq!(
             e.message,
             "failed to register CUDA shared memory region: 'c', GPUs not supported"
         );
-        assert!(reg.status("").unwrap().is_empty());
-        let e = reg.status("c").unwrap_err();
+        assert!(reg.cuda_status("").unwrap().is_empty());
+        let e = reg.cuda_status("c").unwrap_err();
         assert_eq!(e.kind, ErrorKind::NotFound);
         assert_eq!(e.message, "Unable to find cuda shared memory region: 'c'");
-        reg.unregister("c").unwrap();
-        reg.unregister_all().unwrap();
+        reg.unregister("c", Kind::Cuda).unwrap();
+        reg.unregister_all(Kind::Cuda).unwrap();
     }
 
     #[test]
@@ -262,18 +249,74 @@ mod tests {
             println!("SKIPPED: no usable GPU ({reason})");
             return;
         }
-        let reg = CudaRegistry::default();
-        let e = reg.register("c", &[0u8; 10], 0, 64).unwrap_err();
+        let reg = Registry::default();
+        let e = reg.register_cuda("c", &[0u8; 10], 0, 64).unwrap_err();
         assert_eq!(
             e.message,
             "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"
         );
         // 64 zero bytes are no handle the driver knows.
-        let e = reg.register("c", &[0u8; 64], 0, 64).unwrap_err();
+        let e = reg.register_cuda("c", &[0u8; 64], 0, 64).unwrap_err();
         assert_eq!(
             e.message,
             "failed to register shared memory region: invalid args"
         );
         assert!(!reg.contains("c").unwrap());
+    }
+
+    /// The request path over a CUDA region (host memory standing in for
+    /// the device): an input is found by the one lookup and copied out,
+    /// an output is copied in and leaves the response without data.
+    #[test]
+    fn requests_read_and_write_a_cuda_region() {
+        use crate::{
+            shm::{finish, read_input, RequestRegions, ShmRef, BYTE_SIZE, OFFSET, REGION},
+            types::{DataType, InferResponse, ParamValue, RequestedOutput, Tensor},
+        };
+        let name = "cuda-unit-request-path";
+        let region = Arc::new(CudaRegion::fake(name, 64));
+        region.write(0, &[1, 2, 3, 4, 5, 6, 7, 8]).unwrap();
+        let registry = crate::shm::global();
+        registry.insert(Region::Cuda(Arc::clone(&region))).unwrap();
+
+        let input = ShmRef {
+            region: name.into(),
+            offset: 0,
+            byte_size: Some(8),
+        };
+        let data = read_input(&input, DataType::Uint8, 8, &[8], "input 'X'").unwrap();
+        assert_eq!(&data[..], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        let e = read_input(&input, DataType::Int32, 1, &[1], "input 'X'").unwrap_err();
+        assert!(e.message.contains("unexpected size"), "{}", e.message);
+
+        let requested = [RequestedOutput {
+            name: "Y".into(),
+            parameters: [
+                (REGION.to_string(), ParamValue::String(name.into())),
+                (OFFSET.to_string(), ParamValue::Int(16)),
+                (BYTE_SIZE.to_string(), ParamValue::Int(4)),
+            ]
+            .into_iter()
+            .collect(),
+        }];
+        let regions = RequestRegions::resolve(&[], &requested, "m")
+            .unwrap()
+            .expect("an output goes to a region");
+        let response = InferResponse {
+            outputs: vec![Tensor::new(
+                "Y",
+                DataType::Uint8,
+                vec![4],
+                Bytes::from_static(&[9, 9, 9, 9]),
+            )],
+            ..Default::default()
+        };
+        let response = finish(Some(&regions), Ok(response)).unwrap();
+        assert!(response.outputs[0].data.is_empty());
+        assert_eq!(&region.read(16, 4).unwrap()[..], &[9, 9, 9, 9]);
+
+        registry.unregister(name, Kind::Cuda).unwrap();
+        let e = read_input(&input, DataType::Uint8, 8, &[8], "input 'X'").unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotFound);
     }
 }

@@ -15,24 +15,28 @@
 //!   makes the request that uses it fail naming the region, never the
 //!   server crash: `fault` absorbs the SIGBUS such an access raises on
 //!   any thread, and `RequestRegions` checks each region the request read
-//!   or wrote once the model has run (`Region::check`).
+//!   or wrote once the model has run (`SystemRegion::check`).
 //!
 //! CUDA shared memory (`cuda`) shares the tensor parameters and the name
-//! space: a request's region name is looked up among system regions, then
-//! CUDA ones; CUDA inputs are copied to host memory and CUDA outputs to the
-//! device (see `cuda.rs`). `mapping` and `registry` hold the system
+//! space: `registry` holds both kinds in one map under one lock, so a
+//! request's region name is one lookup, and a name is taken by either
+//! kind. CUDA inputs are copied to host memory and CUDA outputs to the
+//! device (see `cuda.rs`). `system`, `mapping` and `fault` hold the system
 //! mechanics.
 
 pub mod cuda;
 mod fault;
 mod mapping;
 pub mod registry;
+mod system;
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-pub use registry::{global, Region, Registry};
+pub use cuda::CudaRegion;
+pub use registry::{global, Kind, Region, Registry};
+pub use system::SystemRegion;
 
 use crate::{
     error_texts,
@@ -97,62 +101,16 @@ pub fn shm_ref(params: &Parameters, what: &str) -> Result<Option<ShmRef>, InferE
     }))
 }
 
-/// A region a request names, of either kind.
-#[derive(Debug, Clone)]
-enum Located {
-    System(Arc<Region>),
-    Cuda(Arc<cuda::CudaRegion>),
-}
-
-impl Located {
-    /// System regions first: they are the common case and the lookup
-    /// Triton-era clients pay for.
-    fn find(name: &str) -> Result<Self, InferError> {
-        if let Some(r) = global().find(name)? {
-            return Ok(Self::System(r));
-        }
-        cuda::global()
-            .find(name)?
-            .map(Self::Cuda)
-            .ok_or_else(|| error_texts::shm_unknown_region(name))
-    }
-
-    fn name(&self) -> &str {
-        match self {
-            Self::System(r) => &r.name,
-            Self::Cuda(r) => &r.name,
-        }
-    }
-
-    fn byte_size(&self) -> u64 {
-        match self {
-            Self::System(r) => r.byte_size,
-            Self::Cuda(r) => r.byte_size,
-        }
-    }
-
-    /// `[offset, offset + byte_size)` of the region, checked as Triton
-    /// checks it.
-    fn bounds(&self, offset: u64, byte_size: u64) -> Result<(usize, usize), InferError> {
-        let name = self.name();
-        if offset >= self.byte_size() {
-            return Err(error_texts::shm_invalid_offset(name));
-        }
-        let end = offset
-            .checked_add(byte_size)
-            .filter(|&e| e <= self.byte_size())
-            .ok_or_else(|| error_texts::shm_invalid_range(name))?;
-        // Both fit in usize: the mapping's length (system) or the device
-        // allocation's (CUDA) was checked at registration.
-        let offset = usize::try_from(offset).map_err(|_| error_texts::shm_invalid_range(name))?;
-        let len = usize::try_from(end).map_err(|_| error_texts::shm_invalid_range(name))? - offset;
-        Ok((offset, len))
-    }
+/// The region `name`, of either kind, or Triton's error for an unknown one.
+fn find(name: &str) -> Result<Region, InferError> {
+    global()
+        .find(name)?
+        .ok_or_else(|| error_texts::shm_unknown_region(name))
 }
 
 /// A tensor's bytes inside a region; keeps the region mapped.
 struct RegionSlice {
-    region: Arc<Region>,
+    region: Arc<SystemRegion>,
     offset: usize,
     len: usize,
 }
@@ -177,10 +135,10 @@ pub fn read_input(
     shape: &[i64],
     what: &str,
 ) -> Result<Bytes, InferError> {
-    let region = Located::find(&r.region)?;
+    let region = find(&r.region)?;
     let (offset, len) = region.bounds(r.offset, r.byte_size.unwrap_or(0))?;
     let (data, system) = match region {
-        Located::System(region) => {
+        Region::System(region) => {
             // No system call before the model runs: a region truncated
             // by now is caught by `finish` (one `fstat` per region).
             region.check_known()?;
@@ -191,7 +149,7 @@ pub fn read_input(
             });
             (data, Some(region))
         }
-        Located::Cuda(region) => (region.read(offset, len)?, None),
+        Region::Cuda(region) => (region.read(offset, len)?, None),
     };
     let checked = check_input(&data, datatype, count, shape, what);
     // BYTES are parsed here, which reads the region: a truncation that
@@ -259,7 +217,7 @@ pub fn output_in_shm(requested: &[RequestedOutput], output: &str) -> bool {
 #[derive(Debug)]
 struct OutputTarget {
     output: String,
-    region: Located,
+    region: Region,
     offset: usize,
     len: usize,
 }
@@ -271,7 +229,7 @@ struct OutputTarget {
 /// until the outputs are written).
 #[derive(Debug)]
 pub struct RequestRegions {
-    inputs: Vec<Arc<Region>>,
+    inputs: Vec<Arc<SystemRegion>>,
     outputs: Vec<OutputTarget>,
 }
 
@@ -299,7 +257,7 @@ impl RequestRegions {
         requested: &[RequestedOutput],
         model: &str,
     ) -> Result<Option<Self>, InferError> {
-        let mut regions = Vec::<Arc<Region>>::new();
+        let mut regions = Vec::<Arc<SystemRegion>>::new();
         for t in inputs {
             if let Some(r) = global().containing(t.data.as_ptr())? {
                 if !regions.iter().any(|known| Arc::ptr_eq(known, &r)) {
@@ -331,8 +289,8 @@ impl RequestRegions {
                     "Output can't set both 'shared_memory_region' and 'binary_data'",
                 ));
             }
-            let region = Located::find(&shm.region)?;
-            if let Located::System(r) = &region {
+            let region = find(&shm.region)?;
+            if let Region::System(r) = &region {
                 r.check_known()?;
             }
             let byte_size = shm
@@ -359,8 +317,8 @@ impl RequestRegions {
             self.inputs
                 .iter()
                 .chain(self.outputs.iter().filter_map(|t| match &t.region {
-                    Located::System(r) => Some(r),
-                    Located::Cuda(_) => None,
+                    Region::System(r) => Some(r),
+                    Region::Cuda(_) => None,
                 }))
         };
         for (i, r) in all().enumerate() {
@@ -387,8 +345,8 @@ impl RequestRegions {
             };
             let written = tensor.data.len() <= t.len
                 && match &t.region {
-                    Located::System(r) => r.mapping.write(t.offset, &tensor.data),
-                    Located::Cuda(r) => {
+                    Region::System(r) => r.mapping.write(t.offset, &tensor.data),
+                    Region::Cuda(r) => {
                         r.write(t.offset, &tensor.data)?;
                         true
                     }

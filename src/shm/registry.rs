@@ -1,99 +1,103 @@
-//! The system shared memory registry: region name → mapped region.
+//! The shared memory registry: one name space for system and CUDA regions,
+//! as Triton's `SharedMemoryManager` keeps one map, so a name is taken by
+//! either kind.
 //!
 //! One per process (Triton has one per server; in-process test servers
-//! share it). A `std::sync::RwLock` guards the map: registration is rare,
-//! and only requests that name a region take the read lock, for one hash
-//! lookup and an `Arc` clone. Requests without shared memory never touch
-//! it, so the lock-free request path stays lock-free.
+//! share it). One `std::sync::RwLock` guards the one map: registration is
+//! rare, and only requests that name a region take the read lock, for one
+//! lookup and an `Arc` clone whatever the region's kind. Requests without
+//! shared memory never touch it (`containing` reads an atomic count
+//! first), so the lock-free request path stays lock-free.
+//!
+//! A name is claimed in one place, `insert`, under the write lock: two
+//! registrations of one name racing, of whichever kinds, cannot both
+//! succeed. The per-kind work before it (mapping a shm object, opening an
+//! IPC handle) happens outside the lock, in `system` and `cuda`.
 
 use std::{
-    collections::BTreeMap,
+    collections::{btree_map::Entry, BTreeMap},
     sync::{
-        atomic::{AtomicBool, AtomicUsize, Ordering},
+        atomic::{AtomicUsize, Ordering},
         Arc, OnceLock, RwLock,
     },
 };
 
-use super::{fault, mapping::Mapping};
-use crate::{
-    error_texts,
-    types::{clip, InferError},
-};
+use super::{cuda::CudaRegion, system::SystemRegion};
+use crate::{error_texts, types::InferError};
 
-/// A registered region.
-#[derive(Debug)]
-pub struct Region {
-    pub name: String,
-    pub key: String,
-    /// Offset of the region inside the shm object.
-    pub offset: u64,
-    pub byte_size: u64,
-    pub mapping: Mapping,
-    /// Set by the first `check` that found the region broken, so the
-    /// warning is logged once.
-    reported: AtomicBool,
+/// The two kinds of region, as the register, status and unregister
+/// endpoints name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    System,
+    Cuda,
+}
+
+/// A registered region of either kind.
+#[derive(Debug, Clone)]
+pub enum Region {
+    System(Arc<SystemRegion>),
+    Cuda(Arc<CudaRegion>),
 }
 
 impl Region {
-    /// Fails, naming the region, when the client shrank its shm object
-    /// below the region's end: either an access faulted on the missing
-    /// pages (`fault` replaced them with zeros) or the object's size says
-    /// so (one `fstat`). Once broken, a region stays broken until it is
-    /// unregistered: its pages are no longer the client's.
+    pub fn name(&self) -> &str {
+        match self {
+            Self::System(r) => &r.name,
+            Self::Cuda(r) => &r.name,
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            Self::System(_) => Kind::System,
+            Self::Cuda(_) => Kind::Cuda,
+        }
+    }
+
+    pub fn byte_size(&self) -> u64 {
+        match self {
+            Self::System(r) => r.byte_size,
+            Self::Cuda(r) => r.byte_size,
+        }
+    }
+
+    /// Fails, naming the region, when a system region's shm object was
+    /// truncated (`SystemRegion::check`). CUDA regions have no such
+    /// check: a failed device copy reports itself (`CudaRegion::read`).
     pub fn check(&self) -> Result<(), InferError> {
-        if self.mapping.is_broken() {
-            return Err(self.broken(None));
-        }
-        let end = self.end();
-        match self.mapping.object_size() {
-            Ok(size) if size >= end => Ok(()),
-            Ok(size) => {
-                self.mapping.mark_broken();
-                Err(self.broken(Some(size)))
-            }
-            Err(e) => Err(InferError::internal(format!(
-                "cannot check shared memory region '{}': fstat of its shm object failed: {e}",
-                clip(&self.name)
-            ))),
+        match self {
+            Self::System(r) => r.check(),
+            Self::Cuda(_) => Ok(()),
         }
     }
 
-    /// `check` without the system call: fails only when the region is
-    /// already known to be broken. For before the model runs, where a
-    /// region truncated meanwhile is caught by the `check` after.
-    pub fn check_known(&self) -> Result<(), InferError> {
-        if self.mapping.is_broken() {
-            return Err(self.broken(None));
+    /// `[offset, offset + byte_size)` of the region, checked as Triton
+    /// checks it.
+    pub fn bounds(&self, offset: u64, byte_size: u64) -> Result<(usize, usize), InferError> {
+        let name = self.name();
+        if offset >= self.byte_size() {
+            return Err(error_texts::shm_invalid_offset(name));
         }
-        Ok(())
-    }
-
-    fn end(&self) -> u64 {
-        self.offset.saturating_add(self.byte_size)
-    }
-
-    /// The error for a broken region; the first one logs a warning.
-    fn broken(&self, object_size: Option<u64>) -> InferError {
-        if !self.reported.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                region = %self.name,
-                key = %self.key,
-                region_end = self.end(),
-                object_size = ?object_size,
-                "a client truncated the shm object of a registered region; \
-                 requests naming it fail until it is unregistered"
-            );
-        }
-        error_texts::shm_truncated(&self.name, &self.key, self.end())
+        let end = offset
+            .checked_add(byte_size)
+            .filter(|&e| e <= self.byte_size())
+            .ok_or_else(|| error_texts::shm_invalid_range(name))?;
+        // Both fit in usize: the mapping's length (system) or the device
+        // allocation's (CUDA) was checked at registration.
+        let offset = usize::try_from(offset).map_err(|_| error_texts::shm_invalid_range(name))?;
+        let len = usize::try_from(end).map_err(|_| error_texts::shm_invalid_range(name))? - offset;
+        Ok((offset, len))
     }
 }
 
 #[derive(Debug, Default)]
 pub struct Registry {
-    regions: RwLock<BTreeMap<String, Arc<Region>>>,
-    /// `regions.len()`, readable without the lock: requests that use no
-    /// shared memory skip the lookup in `containing`.
-    count: AtomicUsize,
+    regions: RwLock<BTreeMap<String, Region>>,
+    /// How many of `regions` are system regions, readable without the
+    /// lock: requests that read no input from shared memory skip the
+    /// lookup in `containing`.
+    system_count: AtomicUsize,
 }
 
 /// The process's registry.
@@ -107,85 +111,51 @@ fn poisoned() -> InferError {
 }
 
 impl Registry {
-    /// Registers `name` → `[offset, offset + byte_size)` of shm object `key`.
-    pub fn register(
-        &self,
-        name: &str,
-        key: &str,
-        offset: u64,
-        byte_size: u64,
-    ) -> Result<(), InferError> {
-        if key.is_empty() || key.bytes().all(|b| b == b'/') {
-            return Err(error_texts::shm_invalid_key(name, key));
+    /// Adds `region` under its name unless the name is taken, by either
+    /// kind (Triton's "already in manager").
+    pub(super) fn insert(&self, region: Region) -> Result<(), InferError> {
+        let mut regions = self.regions.write().map_err(|_| poisoned())?;
+        match regions.entry(region.name().to_string()) {
+            Entry::Occupied(_) => Err(error_texts::shm_already_registered(region.name())),
+            Entry::Vacant(slot) => {
+                slot.insert(region);
+                self.recount(&regions);
+                Ok(())
+            }
         }
-        // Cheap refusal before any system call; checked again under the
-        // write lock, since mapping happens outside it.
-        // Triton keeps system and CUDA regions in one map: a name is
-        // taken by either kind.
-        if self
+    }
+
+    fn recount(&self, regions: &BTreeMap<String, Region>) {
+        let n = regions
+            .values()
+            .filter(|r| matches!(r, Region::System(_)))
+            .count();
+        self.system_count.store(n, Ordering::Release);
+    }
+
+    /// Whether `name` is registered, as either kind.
+    pub fn contains(&self, name: &str) -> Result<bool, InferError> {
+        Ok(self
             .regions
             .read()
             .map_err(|_| poisoned())?
-            .contains_key(name)
-            || super::cuda::global().contains(name)?
-        {
-            return Err(error_texts::shm_already_registered(name));
-        }
-        // Before the first mapping exists: a client may truncate any
-        // object we map, and without the handler that kills the server.
-        fault::install().map_err(|e| {
-            InferError::internal(format!(
-                "cannot register shared memory region '{}': installing the SIGBUS handler failed: {e}",
-                clip(name)
-            ))
-        })?;
-        let mapping = Mapping::open(name, key, offset, byte_size)?;
-        let mut regions = self.regions.write().map_err(|_| poisoned())?;
-        if regions.contains_key(name) {
-            return Err(error_texts::shm_already_registered(name));
-        }
-        regions.insert(
-            name.to_string(),
-            Arc::new(Region {
-                name: name.to_string(),
-                key: key.to_string(),
-                offset,
-                byte_size,
-                mapping,
-                reported: AtomicBool::new(false),
-            }),
-        );
-        self.count.store(regions.len(), Ordering::Release);
-        tracing::debug!(
-            name,
-            key,
-            offset,
-            byte_size,
-            "registered system shared memory"
-        );
-        Ok(())
+            .contains_key(name))
     }
 
-    /// Forgets `name` (no error when it is not registered, as in Triton).
-    /// Requests holding the region keep it mapped until they finish.
-    pub fn unregister(&self, name: &str) -> Result<(), InferError> {
-        let mut regions = self.regions.write().map_err(|_| poisoned())?;
-        regions.remove(name);
-        self.count.store(regions.len(), Ordering::Release);
-        Ok(())
+    /// `name`'s region, of whichever kind, for a request to read or write.
+    pub fn find(&self, name: &str) -> Result<Option<Region>, InferError> {
+        Ok(self
+            .regions
+            .read()
+            .map_err(|_| poisoned())?
+            .get(name)
+            .cloned())
     }
 
-    pub fn unregister_all(&self) -> Result<(), InferError> {
-        let mut regions = self.regions.write().map_err(|_| poisoned())?;
-        regions.clear();
-        self.count.store(0, Ordering::Release);
-        Ok(())
-    }
-
-    /// The registered region whose mapping holds `ptr`, if any (the region
-    /// an input's bytes were read from).
-    pub fn containing(&self, ptr: *const u8) -> Result<Option<Arc<Region>>, InferError> {
-        if self.count.load(Ordering::Acquire) == 0 {
+    /// The registered system region whose mapping holds `ptr`, if any (the
+    /// region an input's bytes were read from).
+    pub fn containing(&self, ptr: *const u8) -> Result<Option<Arc<SystemRegion>>, InferError> {
+        if self.system_count.load(Ordering::Acquire) == 0 {
             return Ok(None);
         }
         Ok(self
@@ -193,42 +163,254 @@ impl Registry {
             .read()
             .map_err(|_| poisoned())?
             .values()
-            .find(|r| r.mapping.contains(ptr))
-            .cloned())
+            .find_map(|r| match r {
+                Region::System(r) if r.mapping.contains(ptr) => Some(Arc::clone(r)),
+                _ => None,
+            }))
     }
 
-    /// `name`'s region, for a request to read or write.
-    pub fn get(&self, name: &str) -> Result<Arc<Region>, InferError> {
-        self.regions
-            .read()
-            .map_err(|_| poisoned())?
-            .get(name)
-            .cloned()
-            .ok_or_else(|| error_texts::shm_unknown_region(name))
+    /// Forgets `name` if it is a region of `kind` (no error otherwise, as
+    /// in Triton). Requests holding the region keep it until they finish.
+    pub fn unregister(&self, name: &str, kind: Kind) -> Result<(), InferError> {
+        let mut regions = self.regions.write().map_err(|_| poisoned())?;
+        if regions.get(name).is_some_and(|r| r.kind() == kind) {
+            regions.remove(name);
+            self.recount(&regions);
+        }
+        Ok(())
     }
 
-    /// `name`'s region, if registered.
-    pub fn find(&self, name: &str) -> Result<Option<Arc<Region>>, InferError> {
-        Ok(self
-            .regions
-            .read()
-            .map_err(|_| poisoned())?
-            .get(name)
-            .cloned())
+    /// Forgets every region of `kind`.
+    pub fn unregister_all(&self, kind: Kind) -> Result<(), InferError> {
+        let mut regions = self.regions.write().map_err(|_| poisoned())?;
+        regions.retain(|_, r| r.kind() != kind);
+        self.recount(&regions);
+        Ok(())
     }
 
-    /// Every region (empty `name`) or the one named.
-    pub fn status(&self, name: &str) -> Result<Vec<Arc<Region>>, InferError> {
+    /// Every system region (empty `name`) or the one named; a name taken
+    /// by a CUDA region gets Triton's text naming that kind.
+    pub fn system_status(&self, name: &str) -> Result<Vec<Arc<SystemRegion>>, InferError> {
+        self.status(
+            name,
+            |r| match r {
+                Region::System(r) => Some(Arc::clone(r)),
+                Region::Cuda(_) => None,
+            },
+            || error_texts::shm_wrong_kind(name, "CUDA", "system"),
+            || error_texts::shm_unknown_system_region(name),
+        )
+    }
+
+    /// Every CUDA region (empty `name`) or the one named; a name taken by
+    /// a system region gets Triton's text naming that kind.
+    pub fn cuda_status(&self, name: &str) -> Result<Vec<Arc<CudaRegion>>, InferError> {
+        self.status(
+            name,
+            |r| match r {
+                Region::Cuda(r) => Some(Arc::clone(r)),
+                Region::System(_) => None,
+            },
+            || error_texts::shm_wrong_kind(name, "system", "CUDA"),
+            || error_texts::cuda_shm_unknown_region(name),
+        )
+    }
+
+    fn status<T>(
+        &self,
+        name: &str,
+        of_kind: impl Fn(&Region) -> Option<T>,
+        wrong_kind: impl FnOnce() -> InferError,
+        unknown: impl FnOnce() -> InferError,
+    ) -> Result<Vec<T>, InferError> {
         let regions = self.regions.read().map_err(|_| poisoned())?;
         if name.is_empty() {
-            return Ok(regions.values().cloned().collect());
+            return Ok(regions.values().filter_map(&of_kind).collect());
         }
-        if let Some(r) = regions.get(name) {
-            return Ok(vec![Arc::clone(r)]);
+        match regions.get(name) {
+            Some(r) => of_kind(r).map(|r| vec![r]).ok_or_else(wrong_kind),
+            None => Err(unknown()),
         }
-        if super::cuda::global().contains(name)? {
-            return Err(error_texts::shm_wrong_kind(name, "CUDA", "system"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{ffi::CString, sync::Barrier};
+
+    use super::*;
+    use crate::types::ErrorKind;
+
+    /// A POSIX shm object of `len` bytes, unlinked when dropped.
+    struct Object {
+        key: String,
+    }
+
+    impl Object {
+        fn new(tag: &str, len: usize) -> Self {
+            let key = format!("/shardserve-registry-{}-{tag}", std::process::id());
+            let c_key = CString::new(key.clone()).unwrap();
+            // SAFETY: valid NUL-terminated name; the descriptor is closed
+            // below (the registry opens the object by name).
+            unsafe {
+                let fd = libc::shm_open(c_key.as_ptr(), libc::O_CREAT | libc::O_RDWR, 0o600);
+                assert!(fd >= 0, "shm_open {key}");
+                assert_eq!(libc::ftruncate(fd, len as libc::off_t), 0);
+                libc::close(fd);
+            }
+            Self { key }
         }
-        Err(error_texts::shm_unknown_system_region(name))
+    }
+
+    impl Drop for Object {
+        fn drop(&mut self) {
+            let c_key = CString::new(self.key.clone()).unwrap();
+            // SAFETY: valid NUL-terminated name.
+            unsafe { libc::shm_unlink(c_key.as_ptr()) };
+        }
+    }
+
+    fn fake_cuda(name: &str) -> Region {
+        Region::Cuda(Arc::new(CudaRegion::fake(name, 64)))
+    }
+
+    /// Many threads register one name at once, half as a system region
+    /// (the whole `register_system`, mapping included) and half as a CUDA
+    /// one (its `insert`; the driver side needs a GPU): exactly one wins,
+    /// the others get Triton's "already in manager", and the name then
+    /// resolves to the winner's kind only.
+    #[test]
+    fn one_name_is_registered_once_whatever_the_kinds_racing() {
+        const THREADS: usize = 8;
+        let object = Object::new("race", 4096);
+        for round in 0..100 {
+            let registry = Registry::default();
+            let start = Barrier::new(THREADS);
+            let results: Vec<(Kind, Result<(), InferError>)> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..THREADS)
+                    .map(|i| {
+                        let (registry, start, key) = (&registry, &start, &object.key);
+                        s.spawn(move || {
+                            start.wait();
+                            if i % 2 == 0 {
+                                (Kind::System, registry.register_system("r", key, 0, 4096))
+                            } else {
+                                (Kind::Cuda, registry.insert(fake_cuda("r")))
+                            }
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let winners: Vec<Kind> = results
+                .iter()
+                .filter(|(_, r)| r.is_ok())
+                .map(|(k, _)| *k)
+                .collect();
+            assert_eq!(winners.len(), 1, "round {round}: {results:?}");
+            for (_, r) in &results {
+                if let Err(e) = r {
+                    assert_eq!(e.message, "shared memory region 'r' already in manager");
+                }
+            }
+            let winner = winners[0];
+            assert_eq!(registry.find("r").unwrap().map(|r| r.kind()), Some(winner));
+            let (systems, cudas) = (
+                registry.system_status("").unwrap().len(),
+                registry.cuda_status("").unwrap().len(),
+            );
+            assert_eq!(
+                (systems, cudas),
+                match winner {
+                    Kind::System => (1, 0),
+                    Kind::Cuda => (0, 1),
+                }
+            );
+            assert_eq!(registry.system_count.load(Ordering::Acquire), systems);
+        }
+    }
+
+    #[test]
+    fn each_kind_sees_its_own_regions_and_names_the_other() {
+        let object = Object::new("kinds", 4096);
+        let registry = Registry::default();
+        registry
+            .register_system("sys", &object.key, 0, 4096)
+            .unwrap();
+        registry.insert(fake_cuda("dev")).unwrap();
+
+        let e = registry
+            .register_system("dev", &object.key, 0, 64)
+            .unwrap_err();
+        assert_eq!(e.message, "shared memory region 'dev' already in manager");
+        let e = registry.insert(fake_cuda("sys")).unwrap_err();
+        assert_eq!(e.message, "shared memory region 'sys' already in manager");
+
+        let names = |v: Vec<String>| v.join(",");
+        assert_eq!(
+            names(
+                registry
+                    .system_status("")
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.name.clone())
+                    .collect()
+            ),
+            "sys"
+        );
+        assert_eq!(
+            names(
+                registry
+                    .cuda_status("")
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.name.clone())
+                    .collect()
+            ),
+            "dev"
+        );
+        let e = registry.system_status("dev").unwrap_err();
+        assert_eq!(
+            e.message,
+            "The region named 'dev' is registered as CUDA shared memory, not system shared memory"
+        );
+        let e = registry.cuda_status("sys").unwrap_err();
+        assert_eq!(
+            e.message,
+            "The region named 'sys' is registered as system shared memory, not CUDA shared memory"
+        );
+        assert_eq!(
+            registry.system_status("none").unwrap_err().kind,
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            registry.cuda_status("none").unwrap_err().kind,
+            ErrorKind::NotFound
+        );
+
+        // The request's lookup: one probe, either kind.
+        assert_eq!(
+            registry.find("sys").unwrap().map(|r| r.kind()),
+            Some(Kind::System)
+        );
+        assert_eq!(
+            registry.find("dev").unwrap().map(|r| r.kind()),
+            Some(Kind::Cuda)
+        );
+        assert!(registry.find("none").unwrap().is_none());
+
+        // Unregistering as the other kind leaves a region alone, as Triton does.
+        registry.unregister("sys", Kind::Cuda).unwrap();
+        registry.unregister("dev", Kind::System).unwrap();
+        registry.unregister_all(Kind::Cuda).unwrap();
+        assert!(registry.contains("sys").unwrap());
+        assert!(!registry.contains("dev").unwrap());
+        registry.insert(fake_cuda("dev")).unwrap();
+        registry.unregister_all(Kind::System).unwrap();
+        assert!(!registry.contains("sys").unwrap());
+        assert!(registry.contains("dev").unwrap());
+        assert_eq!(registry.system_count.load(Ordering::Acquire), 0);
+        registry.unregister("dev", Kind::Cuda).unwrap();
+        assert!(registry.find("dev").unwrap().is_none());
     }
 }

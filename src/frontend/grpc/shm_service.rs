@@ -1,7 +1,6 @@
-//! The shared memory RPCs of `GRPCInferenceService`: system shared
-//! memory through `crate::shm`'s registry, CUDA shared memory through
-//! `crate::shm::cuda`'s (answered as Triton built without GPU support
-//! answers it when no GPU is usable).
+//! The shared memory RPCs of `GRPCInferenceService`, system and CUDA,
+//! through `crate::shm`'s one registry (CUDA answered as Triton built
+//! without GPU support answers it when no GPU is usable).
 
 use tonic::Status;
 
@@ -22,7 +21,7 @@ use crate::{
 pub(super) fn system_status(
     req: SystemSharedMemoryStatusRequest,
 ) -> Result<SystemSharedMemoryStatusResponse, Status> {
-    let regions = shm::global().status(&req.name).map_err(to_status)?;
+    let regions = shm::global().system_status(&req.name).map_err(to_status)?;
     Ok(SystemSharedMemoryStatusResponse {
         regions: regions
             .iter()
@@ -45,7 +44,7 @@ pub(super) fn system_register(
     req: SystemSharedMemoryRegisterRequest,
 ) -> Result<SystemSharedMemoryRegisterResponse, Status> {
     shm::global()
-        .register(&req.name, &req.key, req.offset, req.byte_size)
+        .register_system(&req.name, &req.key, req.offset, req.byte_size)
         .map_err(to_status)?;
     Ok(SystemSharedMemoryRegisterResponse {})
 }
@@ -55,9 +54,9 @@ pub(super) fn system_unregister(
 ) -> Result<SystemSharedMemoryUnregisterResponse, Status> {
     let registry = shm::global();
     if req.name.is_empty() {
-        registry.unregister_all()
+        registry.unregister_all(shm::Kind::System)
     } else {
-        registry.unregister(&req.name)
+        registry.unregister(&req.name, shm::Kind::System)
     }
     .map_err(to_status)?;
     Ok(SystemSharedMemoryUnregisterResponse {})
@@ -66,7 +65,7 @@ pub(super) fn system_unregister(
 pub(super) fn cuda_status(
     req: CudaSharedMemoryStatusRequest,
 ) -> Result<CudaSharedMemoryStatusResponse, Status> {
-    let regions = shm::cuda::global().status(&req.name).map_err(to_status)?;
+    let regions = shm::global().cuda_status(&req.name).map_err(to_status)?;
     Ok(CudaSharedMemoryStatusResponse {
         regions: regions
             .iter()
@@ -89,8 +88,8 @@ pub(super) fn cuda_register(
 ) -> Result<CudaSharedMemoryRegisterResponse, Status> {
     // Triton's gRPC handler reads 64 bytes from `raw_handle` whatever its
     // length; here a handle of another length gets the HTTP check's error.
-    shm::cuda::global()
-        .register(&req.name, &req.raw_handle, req.device_id, req.byte_size)
+    shm::global()
+        .register_cuda(&req.name, &req.raw_handle, req.device_id, req.byte_size)
         .map_err(to_status)?;
     Ok(CudaSharedMemoryRegisterResponse {})
 }
@@ -98,11 +97,11 @@ pub(super) fn cuda_register(
 pub(super) fn cuda_unregister(
     req: CudaSharedMemoryUnregisterRequest,
 ) -> Result<CudaSharedMemoryUnregisterResponse, Status> {
-    let registry = shm::cuda::global();
+    let registry = shm::global();
     if req.name.is_empty() {
-        registry.unregister_all()
+        registry.unregister_all(shm::Kind::Cuda)
     } else {
-        registry.unregister(&req.name)
+        registry.unregister(&req.name, shm::Kind::Cuda)
     }
     .map_err(to_status)?;
     Ok(CudaSharedMemoryUnregisterResponse {})

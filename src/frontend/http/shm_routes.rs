@@ -65,7 +65,7 @@ pub async fn handle(req: Request<Incoming>, segs: &[&str]) -> InferResult<HttpRe
     }
     match (kind, action) {
         ("systemsharedmemory", "status") => {
-            let regions = shm::global().status(name)?;
+            let regions = shm::global().system_status(name)?;
             let list: Vec<_> = regions
                 .iter()
                 .map(|r| {
@@ -79,19 +79,19 @@ pub async fn handle(req: Request<Incoming>, segs: &[&str]) -> InferResult<HttpRe
                 .await
                 .map_err(|e| InferError::invalid(e.message))?;
             let r = parse_register(&body)?;
-            shm::global().register(name, &r.key, r.offset, r.byte_size)?;
+            shm::global().register_system(name, &r.key, r.offset, r.byte_size)?;
             Ok(ok(Bytes::new()))
         }
         ("systemsharedmemory", "unregister") => {
             if name.is_empty() {
-                shm::global().unregister_all()?;
+                shm::global().unregister_all(shm::Kind::System)?;
             } else {
-                shm::global().unregister(name)?;
+                shm::global().unregister(name, shm::Kind::System)?;
             }
             Ok(ok(Bytes::new()))
         }
         (_, "status") => {
-            let regions = shm::cuda::global().status(name)?;
+            let regions = shm::global().cuda_status(name)?;
             let list: Vec<_> = regions
                 .iter()
                 .map(
@@ -113,14 +113,14 @@ pub async fn handle(req: Request<Incoming>, segs: &[&str]) -> InferResult<HttpRe
                 .await
                 .map_err(|e| InferError::invalid(e.message))?;
             let r = parse_cuda_register(&body)?;
-            shm::cuda::global().register(name, &r.handle, r.device_id, r.byte_size)?;
+            shm::global().register_cuda(name, &r.handle, r.device_id, r.byte_size)?;
             Ok(ok(Bytes::new()))
         }
         _ => {
             if name.is_empty() {
-                shm::cuda::global().unregister_all()?;
+                shm::global().unregister_all(shm::Kind::Cuda)?;
             } else {
-                shm::cuda::global().unregister(name)?;
+                shm::global().unregister(name, shm::Kind::Cuda)?;
             }
             Ok(ok(Bytes::new()))
         }
