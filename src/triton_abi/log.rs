@@ -23,7 +23,7 @@ pub const SERVER_API_VERSION: (u32, u32) = (1, 34);
 pub unsafe extern "C" fn TRITONSERVER_ApiVersion(major: *mut u32, minor: *mut u32) -> ErrorPtr {
     // SAFETY: `write_version` refuses null pointers; otherwise `major` and `minor` are the
     // caller's out-parameters, valid for writing a `uint32_t` (tritonserver.h).
-    ffi_entry!({ unsafe { write_version(major, minor, SERVER_API_VERSION) } })
+    ffi_entry!(non_null(major, minor) { unsafe { write_version(major, minor, SERVER_API_VERSION) } })
 }
 
 /// Writes `v` to a C caller's version out-parameters, both or neither.

@@ -508,5 +508,5 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendAttributeSetParallelModelInstanceL
 pub unsafe extern "C" fn TRITONBACKEND_ApiVersion(major: *mut u32, minor: *mut u32) -> ErrorPtr {
     // SAFETY: `write_version` refuses null pointers; otherwise `major` and `minor` are the
     // caller's out-parameters, valid for writing a `uint32_t` (tritonbackend.h).
-    ffi_entry!({ unsafe { write_version(major, minor, BACKEND_API_VERSION) } })
+    ffi_entry!(non_null(major, minor) { unsafe { write_version(major, minor, BACKEND_API_VERSION) } })
 }

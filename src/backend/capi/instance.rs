@@ -403,7 +403,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportStatistics(
 ) -> ErrorPtr {
     // SAFETY: `instance` refuses a null `i`; otherwise it is the instance the server passed to the
     // backend, alive until its finalize returns.
-    ffi_entry!({ status(unsafe { instance(i) }.map(|_| ())) })
+    ffi_entry!(non_null(i as "instance") { status(unsafe { instance(i) }.map(|_| ())) })
 }
 
 /// As `ReportStatistics`: the server records batch executions itself.
@@ -418,7 +418,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportBatchStatistics(
 ) -> ErrorPtr {
     // SAFETY: `instance` refuses a null `i`; otherwise it is the instance the server passed to the
     // backend, alive until its finalize returns.
-    ffi_entry!({ status(unsafe { instance(i) }.map(|_| ())) })
+    ffi_entry!(non_null(i as "instance") { status(unsafe { instance(i) }.map(|_| ())) })
 }
 
 /// Accepted and ignored: memory usage is not reported by this server.
@@ -430,5 +430,5 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportMemoryUsage(
 ) -> ErrorPtr {
     // SAFETY: `instance` refuses a null `i`; otherwise it is the instance the server passed to the
     // backend, alive until its finalize returns.
-    ffi_entry!({ status(unsafe { instance(i) }.map(|_| ())) })
+    ffi_entry!(non_null(i as "instance") { status(unsafe { instance(i) }.map(|_| ())) })
 }

@@ -338,5 +338,5 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelReportMemoryUsage(
 ) -> ErrorPtr {
     // SAFETY: `model` refuses a null `m`; otherwise it is the model the server passed to the
     // backend, alive until its finalize returns.
-    ffi_entry!({ status(unsafe { model(m) }.map(|_| ())) })
+    ffi_entry!(non_null(m as "model") { status(unsafe { model(m) }.map(|_| ())) })
 }

@@ -262,7 +262,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSetIntParameter(
     name: *const c_char,
     value: i64,
 ) -> ErrorPtr {
-    ffi_entry!({ set_parameter(r, name, ParamValue::Int(value)) })
+    ffi_entry!(non_null(r as "response") { set_parameter(r, name, ParamValue::Int(value)) })
 }
 
 #[no_mangle]
@@ -271,7 +271,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSetBoolParameter(
     name: *const c_char,
     value: bool,
 ) -> ErrorPtr {
-    ffi_entry!({ set_parameter(r, name, ParamValue::Bool(value)) })
+    ffi_entry!(non_null(r as "response") { set_parameter(r, name, ParamValue::Bool(value)) })
 }
 
 #[no_mangle]
@@ -280,7 +280,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSetDoubleParameter(
     name: *const c_char,
     value: f64,
 ) -> ErrorPtr {
-    ffi_entry!({ set_parameter(r, name, ParamValue::Double(value)) })
+    ffi_entry!(non_null(r as "response") { set_parameter(r, name, ParamValue::Double(value)) })
 }
 
 #[no_mangle]

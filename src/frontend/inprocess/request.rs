@@ -966,7 +966,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetIntParameter(
     // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
     // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
     // checked inside.
-    ffi_entry!({ unsafe { set_parameter(request, key, CParam::Int(value)) } })
+    ffi_entry!(non_null(request as "inference_request") { unsafe { set_parameter(request, key, CParam::Int(value)) } })
 }
 
 #[no_mangle]
@@ -979,7 +979,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetBoolParameter(
     // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
     // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
     // checked inside.
-    ffi_entry!({ unsafe { set_parameter(request, key, CParam::Bool(value)) } })
+    ffi_entry!(non_null(request as "inference_request") { unsafe { set_parameter(request, key, CParam::Bool(value)) } })
 }
 
 #[no_mangle]
@@ -992,7 +992,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetDoubleParameter(
     // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
     // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
     // checked inside.
-    ffi_entry!({ unsafe { set_parameter(request, key, CParam::Double(value)) } })
+    ffi_entry!(non_null(request as "inference_request") { unsafe { set_parameter(request, key, CParam::Double(value)) } })
 }
 
 #[cfg(test)]
