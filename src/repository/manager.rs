@@ -202,6 +202,9 @@ impl RepositoryClient {
     }
 }
 
+/// Who else reads the published model table besides the shards.
+pub type TableListener = Arc<dyn Fn(Arc<ModelTable>) + Send + Sync>;
+
 /// What the repository thread needs to load models.
 pub struct Manager {
     pub repositories: Vec<PathBuf>,
@@ -211,8 +214,9 @@ pub struct Manager {
     pub placement: Placement,
     pub control: Vec<UnboundedSender<ShardControl>>,
     pub table: ModelTable,
-    /// Told of every table published (C API backends read it).
-    pub capi_server: Arc<crate::frontend::inprocess::TRITONSERVER_Server>,
+    /// Told of every table published, after the shards (the in-process
+    /// C API, which C API backends call, reads it); installed by `server`.
+    pub on_publish: TableListener,
 }
 
 /// How an ensemble's unavailability names a missing composing model.
@@ -829,7 +833,7 @@ impl Manager {
         for c in &self.control {
             let _ = c.unbounded_send(ShardControl::Table(table.clone()));
         }
-        self.capi_server.publish(table);
+        (self.on_publish)(table);
     }
 
     /// Stops the schedulers of every loaded version in `entry` (after a

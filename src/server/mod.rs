@@ -255,6 +255,7 @@ pub fn start_interruptible(
     // Any executable that runs a server (also test binaries) keeps the
     // backend C API for the backends it may load.
     crate::backend::capi::keep_exported();
+    crate::frontend::inprocess::keep_exported();
     for repo in &options.model_repositories {
         if !repo.is_dir() {
             bail!(
@@ -372,7 +373,7 @@ pub fn start_interruptible(
     // alive for the process (a backend may hold the pointer), and emptied
     // at shutdown so it keeps no model alive.
     let capi_server = TRITONSERVER_Server::new(handle.state.env.clone(), handle.control.clone());
-    crate::backend::capi::settings::set_server(Arc::as_ptr(&capi_server).cast_mut());
+    crate::backend::capi::settings::set_server(Arc::as_ptr(&capi_server).cast_mut().cast());
     std::mem::forget(capi_server.clone());
     handle.capi_server = Some(capi_server.clone());
 
@@ -391,7 +392,10 @@ pub fn start_interruptible(
         placement,
         control: handle.control.clone(),
         table: ModelTable::default(),
-        capi_server: capi_server.clone(),
+        on_publish: {
+            let capi_server = capi_server.clone();
+            Arc::new(move |table| capi_server.publish(table))
+        },
     };
     let initial = manager.spawn().and_then(|client| {
         let only = match options.model_control_mode {

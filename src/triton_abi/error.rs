@@ -8,9 +8,8 @@ use std::{
 };
 
 use super::types::{
-    error_code_to_kind, error_kind_to_code, ErrorCode, ERROR_ALREADY_EXISTS, ERROR_CANCELLED,
-    ERROR_INTERNAL, ERROR_INVALID_ARG, ERROR_NOT_FOUND, ERROR_UNAVAILABLE, ERROR_UNKNOWN,
-    ERROR_UNSUPPORTED,
+    error_code_to_kind, ErrorCode, ERROR_ALREADY_EXISTS, ERROR_CANCELLED, ERROR_INTERNAL,
+    ERROR_INVALID_ARG, ERROR_NOT_FOUND, ERROR_UNAVAILABLE, ERROR_UNKNOWN, ERROR_UNSUPPORTED,
 };
 use crate::types::InferError;
 
@@ -57,10 +56,6 @@ pub fn unsupported(message: impl Into<String>) -> ErrorPtr {
     TRITONSERVER_Error::boxed(ERROR_UNSUPPORTED, message)
 }
 
-pub fn from_infer_error(e: &InferError) -> ErrorPtr {
-    TRITONSERVER_Error::boxed(error_kind_to_code(e.kind), e.message.clone())
-}
-
 /// Takes ownership of an error a backend returned and turns it into ours;
 /// `None` for success (null).
 ///
@@ -101,6 +96,30 @@ pub fn non_null<T>(p: *const T, what: &str) -> Result<(), ErrorPtr> {
         Err(invalid_arg(format!("{what} is null")))
     } else {
         Ok(())
+    }
+}
+
+/// Writes `value` through a C caller's required out-parameter, or fails
+/// with INVALID_ARG ("`what` is null") for a null one.
+///
+/// # Safety
+/// `p` is null or valid for writing a `T`.
+pub unsafe fn out<T>(p: *mut T, what: &str, value: T) -> Result<(), ErrorPtr> {
+    non_null(p, what)?;
+    // SAFETY: checked non-null above; per this function's contract valid for writing a `T`.
+    unsafe { p.write(value) };
+    Ok(())
+}
+
+/// Writes `value` through an optional out-parameter: a null one means the
+/// caller did not ask for it.
+///
+/// # Safety
+/// `p` is null or valid for writing a `T`.
+pub unsafe fn out_if_asked<T>(p: *mut T, value: T) {
+    if !p.is_null() {
+        // SAFETY: checked non-null above; per this function's contract valid for writing a `T`.
+        unsafe { p.write(value) };
     }
 }
 

@@ -1,5 +1,6 @@
 //! The guard every exported C function runs its body under, so that no
-//! panic crosses the C boundary.
+//! panic crosses the C boundary, and that refuses the null pointers an
+//! entry point declares required.
 //!
 //! A panic that escapes an `extern "C"` function aborts the process (Rust
 //! 1.81 and later; undefined behaviour before): one backend passing an
@@ -25,7 +26,17 @@ use std::{
     ptr,
 };
 
-use super::error::{internal, ErrorPtr};
+use super::error::{internal, invalid_arg, ErrorPtr};
+
+/// A `TRITONSERVER_Server*` as the backend side holds it: opaque. The
+/// in-process front end's server object is cast to it when the server
+/// installs it (`backend::capi::settings::set_server`), and back when a
+/// backend hands it to a `TRITONSERVER_*` function; C backends see the
+/// same address either way.
+#[repr(C)]
+pub struct ServerHandle {
+    _opaque: [u8; 0],
+}
 
 /// A table of exported functions' addresses, kept `#[used]` so the linker
 /// keeps the objects that define them (see `backend::capi::keep_exported`).
@@ -40,14 +51,46 @@ unsafe impl Sync for Exported {}
 /// an INTERNAL error, see [`guard`]), `ffi_entry!(FALLBACK, { .. })` for
 /// any other return type (a panic returns FALLBACK, see [`guard_or`]).
 ///
+/// Either form may name the pointer arguments that must not be null,
+/// before the body: `ffi_entry!(non_null(request, id) { .. })`. They are
+/// checked in that order before the body runs; the first null one fails
+/// the call with INVALID_ARG "`<name>` is null" (or returns FALLBACK).
+/// `p as "text"` names the argument differently in that message (Triton's
+/// name where it differs from the parameter's).
+///
 /// The body is a closure's, so `return` and `?` leave the body, not the
 /// function, exactly as with the `status((|| { .. })())` form it replaced.
 macro_rules! ffi_entry {
-    ($body:block) => {{
+    (@what $p:ident) => {
+        stringify!($p)
+    };
+    (@what $p:ident $what:literal) => {
+        $what
+    };
+    (non_null($($p:ident $(as $what:literal)?),+ $(,)?) $body:block) => {{
         // Names the enclosing function in the panic's error (see
         // `ffi::function_name`); never called.
         fn here() {}
+        $crate::triton_abi::ffi::guard_non_null(
+            here,
+            &[$(($p.is_null(), ffi_entry!(@what $p $($what)?))),+],
+            || $body,
+        )
+    }};
+    ($body:block) => {{
+        // As above.
+        fn here() {}
         $crate::triton_abi::ffi::guard(here, || $body)
+    }};
+    ($fallback:expr, non_null($($p:ident $(as $what:literal)?),+ $(,)?) $body:block) => {{
+        // As above.
+        fn here() {}
+        $crate::triton_abi::ffi::guard_non_null_or(
+            here,
+            $fallback,
+            &[$(($p.is_null(), ffi_entry!(@what $p $($what)?))),+],
+            || $body,
+        )
     }};
     ($fallback:expr, $body:block) => {{
         // As above.
@@ -90,6 +133,35 @@ pub fn guard<F: Fn(), R: IntoErrorPtr>(here: F, body: impl FnOnce() -> R) -> Err
             internal(format!("{function}: internal error (panic): {message}"))
         }
     }
+}
+
+/// Refuses the first null among `nulls` (whether each required pointer is
+/// null, and its name) with INVALID_ARG, else runs `body` under [`guard`].
+#[inline]
+pub fn guard_non_null<F: Fn(), R: IntoErrorPtr>(
+    here: F,
+    nulls: &[(bool, &str)],
+    body: impl FnOnce() -> R,
+) -> ErrorPtr {
+    match nulls.iter().find(|(null, _)| *null) {
+        Some((_, what)) => invalid_arg(format!("{what} is null")),
+        None => guard(here, body),
+    }
+}
+
+/// As [`guard_non_null`] for other return types: a null returns
+/// `fallback`.
+#[inline]
+pub fn guard_non_null_or<F: Fn(), R>(
+    here: F,
+    fallback: R,
+    nulls: &[(bool, &str)],
+    body: impl FnOnce() -> R,
+) -> R {
+    if nulls.iter().any(|(null, _)| *null) {
+        return fallback;
+    }
+    guard_or(here, fallback, body)
 }
 
 /// Runs `body`; a panic returns `fallback`.
@@ -136,9 +208,9 @@ mod tests {
     use std::ffi::{c_char, CStr};
 
     use super::*;
-    use crate::backend::capi::{
+    use crate::triton_abi::{
         error::{TRITONSERVER_ErrorCode, TRITONSERVER_ErrorDelete, TRITONSERVER_ErrorMessage},
-        types::ERROR_INTERNAL,
+        types::{ERROR_INTERNAL, ERROR_INVALID_ARG},
     };
 
     /// The code and message of `e`, which is freed.
@@ -216,6 +288,51 @@ mod tests {
         })
     }
 
+    extern "C" fn needs_two(first: *const u8, second: *mut u32) -> ErrorPtr {
+        ffi_entry!(non_null(first, second as "value") {
+            // SAFETY: checked non-null by the guard; the tests pass a local.
+            unsafe { *second = u32::from(*first) };
+            Ok(())
+        })
+    }
+
+    extern "C" fn needs_one_or_zero(p: *const u32) -> u32 {
+        ffi_entry!(0, non_null(p) {
+            // SAFETY: checked non-null by the guard; the tests pass a local.
+            unsafe { *p }
+        })
+    }
+
+    extern "C" fn checked_then_panics(p: *const u8) -> ErrorPtr {
+        ffi_entry!(non_null(p) { raise("after the check") })
+    }
+
+    #[test]
+    fn a_declared_pointer_that_is_null_is_refused_in_order_before_the_body() {
+        let (code, message) = take(needs_two(ptr::null(), ptr::null_mut()));
+        assert_eq!(
+            (code, message.as_str()),
+            (ERROR_INVALID_ARG, "first is null")
+        );
+        let byte = 7u8;
+        let (code, message) = take(needs_two(&byte, ptr::null_mut()));
+        assert_eq!(
+            (code, message.as_str()),
+            (ERROR_INVALID_ARG, "value is null")
+        );
+        let mut value = 0u32;
+        assert!(needs_two(&byte, &mut value).is_null());
+        assert_eq!(value, 7);
+        assert_eq!(needs_one_or_zero(ptr::null()), 0);
+        assert_eq!(needs_one_or_zero(&9), 9);
+        let (code, message) = take(checked_then_panics(&byte));
+        assert_eq!(code, ERROR_INTERNAL);
+        assert_eq!(
+            message,
+            "checked_then_panics: internal error (panic): after the check"
+        );
+    }
+
     #[test]
     fn a_panic_becomes_an_internal_error_naming_the_function() {
         let (code, message) = take(returns_error_on_panic(3));
@@ -276,8 +393,9 @@ mod tests {
 
     /// Every exported function of the C API runs its body under the
     /// guard: the first thing in the body of each `#[no_mangle] extern "C"`
-    /// function under `src/backend/capi` is `ffi_entry!(`. A new entry
-    /// point without it fails here.
+    /// function under `src/triton_abi`, `src/backend/capi` and
+    /// `src/frontend/inprocess` is `ffi_entry!(`. A new entry point without
+    /// it fails here.
     #[test]
     fn every_exported_function_is_guarded() {
         fn sources(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
@@ -291,8 +409,10 @@ mod tests {
             }
         }
         let mut files = Vec::new();
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/backend/capi");
-        sources(&root, &mut files);
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        for dir in ["triton_abi", "backend/capi", "frontend/inprocess"] {
+            sources(&src.join(dir), &mut files);
+        }
         let (mut guarded, mut unguarded) = (0, Vec::new());
         for file in files {
             let text = std::fs::read_to_string(&file).expect("read");

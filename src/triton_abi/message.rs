@@ -35,8 +35,7 @@ pub unsafe extern "C" fn TRITONSERVER_MessageNewFromSerializedJson(
     base: *const c_char,
     byte_size: usize,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(message, "message")?;
+    ffi_entry!(non_null(message) {
         let bytes = if byte_size == 0 {
             &[][..]
         } else {
@@ -78,10 +77,7 @@ pub unsafe extern "C" fn TRITONSERVER_MessageSerializeToJson(
     base: *mut *const c_char,
     byte_size: *mut usize,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(message, "message")?;
-        non_null(base, "base")?;
-        non_null(byte_size, "byte_size")?;
+    ffi_entry!(non_null(message, base, byte_size) {
         // SAFETY: `message` is checked non-null above and is a message from
         // `TRITONSERVER_MessageNewFromSerializedJson` or handed out by us, not deleted yet.
         let json = unsafe { &(*message).json };

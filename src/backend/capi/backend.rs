@@ -18,23 +18,28 @@ use std::{
 use anyhow::{bail, Context};
 use libloading::os::unix::{Library, Symbol, RTLD_LOCAL, RTLD_NOW};
 
-use super::{
+use super::{memory::TRITONBACKEND_MemoryManager, request::TRITONBACKEND_Request, settings};
+use crate::triton_abi::{
     error::{self, non_null, ErrorPtr},
-    instance::TRITONBACKEND_ModelInstance,
-    memory::TRITONBACKEND_MemoryManager,
+    log::write_version,
     message::TRITONSERVER_Message,
-    model::TRITONBACKEND_Model,
-    request::TRITONBACKEND_Request,
-    settings,
-    types::{ArtifactType, ExecutionPolicy, ARTIFACT_FILESYSTEM, EXECUTION_BLOCKING},
+    parameter::lossy_cstring,
+    types::{
+        ArtifactType, ExecutionPolicy, ARTIFACT_FILESYSTEM, EXECUTION_BLOCKING,
+        EXECUTION_DEVICE_BLOCKING, INSTANCEGROUPKIND_MODEL,
+    },
 };
 
+/// The version of `tritonbackend.h` this server implements (Triton 2.5x).
+pub const BACKEND_API_VERSION: (u32, u32) = (1, 19);
+
+// The model and instance entry points take a `TRITONBACKEND_Model*` or
+// `TRITONBACKEND_ModelInstance*`: those types live in the layers above
+// this one (`model`, `instance`), which cast their handles to `c_void` at
+// the call.
 type LifecycleFn<T> = unsafe extern "C" fn(*mut T) -> ErrorPtr;
-type ExecuteFn = unsafe extern "C" fn(
-    *mut TRITONBACKEND_ModelInstance,
-    *mut *mut TRITONBACKEND_Request,
-    u32,
-) -> ErrorPtr;
+type ExecuteFn =
+    unsafe extern "C" fn(*mut c_void, *mut *mut TRITONBACKEND_Request, u32) -> ErrorPtr;
 type AttributeFn = unsafe extern "C" fn(
     *mut TRITONBACKEND_Backend,
     *mut TRITONBACKEND_BackendAttribute,
@@ -46,10 +51,10 @@ pub struct EntryPoints {
     pub initialize: Option<LifecycleFn<TRITONBACKEND_Backend>>,
     pub attribute: Option<AttributeFn>,
     pub finalize: Option<LifecycleFn<TRITONBACKEND_Backend>>,
-    pub model_initialize: Option<LifecycleFn<TRITONBACKEND_Model>>,
-    pub model_finalize: Option<LifecycleFn<TRITONBACKEND_Model>>,
-    pub instance_initialize: Option<LifecycleFn<TRITONBACKEND_ModelInstance>>,
-    pub instance_finalize: Option<LifecycleFn<TRITONBACKEND_ModelInstance>>,
+    pub model_initialize: Option<LifecycleFn<c_void>>,
+    pub model_finalize: Option<LifecycleFn<c_void>>,
+    pub instance_initialize: Option<LifecycleFn<c_void>>,
+    pub instance_finalize: Option<LifecycleFn<c_void>>,
     pub execute: ExecuteFn,
 }
 
@@ -239,8 +244,8 @@ fn open(
     };
     let artifacts = library.parent().unwrap_or(Path::new("."));
     let backend = TRITONBACKEND_Backend {
-        name: super::parameter::lossy_cstring(name),
-        artifacts: super::parameter::lossy_cstring(&artifacts.to_string_lossy()),
+        name: lossy_cstring(name),
+        artifacts: lossy_cstring(&artifacts.to_string_lossy()),
         config: backend_config_json(name, auto_complete),
         policy: AtomicU32::new(EXECUTION_BLOCKING),
         state: AtomicPtr::new(std::ptr::null_mut()),
@@ -317,12 +322,11 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendName(
     b: *mut TRITONBACKEND_Backend,
     name: *mut *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(b as "backend", name) {
         // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
         // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
         // (tritonbackend.h).
         let b = unsafe { backend(b)? };
-        non_null(name, "name")?;
         // SAFETY: `name` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *name = b.name.as_ptr() };
@@ -335,12 +339,11 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendConfig(
     b: *mut TRITONBACKEND_Backend,
     config: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(b as "backend", config as "backend_config") {
         // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
         // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
         // (tritonbackend.h).
         let b = unsafe { backend(b)? };
-        non_null(config, "backend_config")?;
         // SAFETY: `config` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *config = TRITONSERVER_Message::boxed(b.config.clone()) };
@@ -353,12 +356,11 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendExecutionPolicy(
     b: *mut TRITONBACKEND_Backend,
     policy: *mut ExecutionPolicy,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(b as "backend", policy) {
         // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
         // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
         // (tritonbackend.h).
         let b = unsafe { backend(b)? };
-        non_null(policy, "policy")?;
         // SAFETY: `policy` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *policy = b.policy.load(Ordering::Relaxed) };
@@ -373,12 +375,12 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendSetExecutionPolicy(
     b: *mut TRITONBACKEND_Backend,
     policy: ExecutionPolicy,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(b as "backend") {
         // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
         // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
         // (tritonbackend.h).
         let b = unsafe { backend(b)? };
-        if policy > super::types::EXECUTION_DEVICE_BLOCKING {
+        if policy > EXECUTION_DEVICE_BLOCKING {
             return Err(error::invalid_arg(format!(
                 "unknown execution policy {policy}"
             )));
@@ -394,13 +396,11 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendArtifacts(
     artifact_type: *mut ArtifactType,
     location: *mut *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(b as "backend", artifact_type, location) {
         // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
         // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
         // (tritonbackend.h).
         let b = unsafe { backend(b)? };
-        non_null(artifact_type, "artifact_type")?;
-        non_null(location, "location")?;
         // SAFETY: `artifact_type`, `location` are checked non-null above and, by the header's
         // contract, valid for writing one value.
         unsafe {
@@ -416,12 +416,11 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendMemoryManager(
     b: *mut TRITONBACKEND_Backend,
     manager: *mut *mut TRITONBACKEND_MemoryManager,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(b as "backend", manager) {
         // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
         // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
         // (tritonbackend.h).
         let b = unsafe { backend(b)? };
-        non_null(manager, "manager")?;
         // SAFETY: `manager` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *manager = (&b.memory as *const TRITONBACKEND_MemoryManager).cast_mut() };
@@ -434,12 +433,11 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendState(
     b: *mut TRITONBACKEND_Backend,
     state: *mut *mut c_void,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(b as "backend", state) {
         // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
         // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
         // (tritonbackend.h).
         let b = unsafe { backend(b)? };
-        non_null(state, "state")?;
         // SAFETY: `state` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *state = b.state.load(Ordering::Acquire) };
@@ -452,7 +450,7 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendSetState(
     b: *mut TRITONBACKEND_Backend,
     state: *mut c_void,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(b as "backend") {
         // SAFETY: `b` is null (refused by `backend`) or the backend the server passed to
         // `TRITONBACKEND_Initialize`, alive until `TRITONBACKEND_Finalize` returns
         // (tritonbackend.h).
@@ -470,9 +468,8 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendAttributeAddPreferredInstanceGroup
     device_ids: *const u64,
     id_count: u64,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(attributes, "backend_attributes")?;
-        if kind > super::types::INSTANCEGROUPKIND_MODEL {
+    ffi_entry!(non_null(attributes as "backend_attributes") {
+        if kind > INSTANCEGROUPKIND_MODEL {
             return Err(error::invalid_arg(format!(
                 "unknown instance group kind {kind}"
             )));
@@ -498,12 +495,18 @@ pub unsafe extern "C" fn TRITONBACKEND_BackendAttributeSetParallelModelInstanceL
     attributes: *mut TRITONBACKEND_BackendAttribute,
     enabled: bool,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(attributes, "backend_attributes")?;
+    ffi_entry!(non_null(attributes as "backend_attributes") {
         // SAFETY: `attributes` is checked non-null above and is the attribute object the server
         // passed to `TRITONBACKEND_GetBackendAttribute`, which it owns and does not touch until
         // that call returns (the backend may only use it during the call).
         unsafe { (*attributes).parallel_instance_loading = enabled };
         Ok(())
     })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ApiVersion(major: *mut u32, minor: *mut u32) -> ErrorPtr {
+    // SAFETY: `write_version` refuses null pointers; otherwise `major` and `minor` are the
+    // caller's out-parameters, valid for writing a `uint32_t` (tritonbackend.h).
+    ffi_entry!(non_null(major, minor) { unsafe { write_version(major, minor, BACKEND_API_VERSION) } })
 }

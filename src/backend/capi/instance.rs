@@ -12,18 +12,18 @@ use std::{
 
 use anyhow::bail;
 
-use super::{
-    error::{self, non_null, status, ErrorPtr},
-    message::TRITONSERVER_Message,
-    model::TRITONBACKEND_Model,
-    parameter::lossy_cstring,
-    request::TRITONBACKEND_Request,
-    types::{InstanceGroupKind, INSTANCEGROUPKIND_CPU},
-};
+use super::{model::TRITONBACKEND_Model, request::TRITONBACKEND_Request};
 use crate::{
     backend::{BackendRequest, InstanceSpec, ModelInstance},
     proto::inference::{model_config::SchedulingChoice, ModelConfig},
     scheduler::is_decoupled,
+    triton_abi::{
+        buffer::TRITONSERVER_BufferAttributes,
+        error::{self, non_null, status, ErrorPtr},
+        message::TRITONSERVER_Message,
+        parameter::lossy_cstring,
+        types::{InstanceGroupKind, INSTANCEGROUPKIND_CPU},
+    },
     types::{InferError, InferResult, Tensor},
 };
 
@@ -54,6 +54,14 @@ unsafe impl Send for CapiInstance {}
 // here.
 unsafe impl Sync for TRITONBACKEND_ModelInstance {}
 
+impl TRITONBACKEND_ModelInstance {
+    /// The handle the backend library's entry points take (`backend`
+    /// sits below this layer, so they name it untyped).
+    fn as_c(&mut self) -> *mut c_void {
+        (self as *mut Self).cast()
+    }
+}
+
 impl CapiInstance {
     pub fn new(
         model: Arc<TRITONBACKEND_Model>,
@@ -69,7 +77,7 @@ impl CapiInstance {
         });
         if let Some(init) = instance.model.backend.entry.instance_initialize {
             // SAFETY: the backend's entry point with a live instance.
-            if let Some(e) = unsafe { error::take(init(&mut *instance)) } {
+            if let Some(e) = unsafe { error::take(init(instance.as_c())) } {
                 bail!(
                     "TRITONBACKEND_ModelInstanceInitialize failed: {}",
                     e.message
@@ -102,7 +110,7 @@ impl Drop for TRITONBACKEND_ModelInstance {
                 self.name.to_string_lossy()
             ));
             // SAFETY: the instance is whole and no execution is running.
-            if let Some(e) = unsafe { error::take(finalize(self)) } {
+            if let Some(e) = unsafe { error::take(finalize(self.as_c())) } {
                 tracing::error!(
                     "instance '{}': TRITONBACKEND_ModelInstanceFinalize failed: {}",
                     self.name.to_string_lossy(),
@@ -131,7 +139,7 @@ impl ModelInstance for CapiInstance {
             .map(|r| {
                 TRITONBACKEND_Request::into_raw(
                     r,
-                    model,
+                    &model.outputs,
                     self.decoupled,
                     self.state_outputs.clone(),
                 )
@@ -145,7 +153,7 @@ impl ModelInstance for CapiInstance {
         let count = handles.len() as u32;
         let execute = model.backend.entry.execute;
         // SAFETY: the backend's entry point; it owns the requests now.
-        let result = unsafe { execute(&mut *self.instance, handles.as_mut_ptr(), count) };
+        let result = unsafe { execute(self.instance.as_c(), handles.as_mut_ptr(), count) };
         // SAFETY: the error, if any, is the backend's to give us.
         if let Some(e) = unsafe { error::take(result) } {
             // An error gives every request back to the server, which
@@ -179,12 +187,11 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceName(
     i: *mut TRITONBACKEND_ModelInstance,
     name: *mut *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(i as "instance", name) {
         // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
         // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
         // returns (tritonbackend.h).
         let i = unsafe { instance(i)? };
-        non_null(name, "name")?;
         // SAFETY: `name` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *name = i.name.as_ptr() };
@@ -198,12 +205,11 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceKind(
     i: *mut TRITONBACKEND_ModelInstance,
     kind: *mut InstanceGroupKind,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(i as "instance", kind) {
         // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
         // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
         // returns (tritonbackend.h).
         unsafe { instance(i)? };
-        non_null(kind, "kind")?;
         // SAFETY: `kind` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *kind = INSTANCEGROUPKIND_CPU };
@@ -216,12 +222,11 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceDeviceId(
     i: *mut TRITONBACKEND_ModelInstance,
     device_id: *mut i32,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(i as "instance", device_id) {
         // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
         // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
         // returns (tritonbackend.h).
         unsafe { instance(i)? };
-        non_null(device_id, "device_id")?;
         // SAFETY: `device_id` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *device_id = 0 };
@@ -235,12 +240,11 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceHostPolicy(
     i: *mut TRITONBACKEND_ModelInstance,
     host_policy: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(i as "instance", host_policy) {
         // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
         // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
         // returns (tritonbackend.h).
         let i = unsafe { instance(i)? };
-        non_null(host_policy, "host_policy")?;
         // SAFETY: `host_policy` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *host_policy = TRITONSERVER_Message::boxed(i.host_policy.clone()) };
@@ -253,12 +257,11 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceIsPassive(
     i: *mut TRITONBACKEND_ModelInstance,
     is_passive: *mut bool,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(i as "instance", is_passive) {
         // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
         // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
         // returns (tritonbackend.h).
         unsafe { instance(i)? };
-        non_null(is_passive, "is_passive")?;
         // SAFETY: `is_passive` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *is_passive = false };
@@ -272,12 +275,11 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceProfileCount(
     i: *mut TRITONBACKEND_ModelInstance,
     count: *mut u32,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(i as "instance", count) {
         // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
         // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
         // returns (tritonbackend.h).
         unsafe { instance(i)? };
-        non_null(count, "count")?;
         // SAFETY: `count` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *count = 0 };
@@ -291,7 +293,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceProfileName(
     index: u32,
     _profile_name: *mut *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(i as "instance") {
         // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
         // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
         // returns (tritonbackend.h).
@@ -307,12 +309,11 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceSecondaryDeviceCount(
     i: *mut TRITONBACKEND_ModelInstance,
     count: *mut u32,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(i as "instance", count) {
         // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
         // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
         // returns (tritonbackend.h).
         unsafe { instance(i)? };
-        non_null(count, "count")?;
         // SAFETY: `count` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *count = 0 };
@@ -327,7 +328,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceSecondaryDeviceProperties(
     _kind: *mut *const c_char,
     _id: *mut i64,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(i as "instance") {
         // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
         // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
         // returns (tritonbackend.h).
@@ -343,12 +344,11 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceModel(
     i: *mut TRITONBACKEND_ModelInstance,
     model: *mut *mut TRITONBACKEND_Model,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(i as "instance", model) {
         // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
         // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
         // returns (tritonbackend.h).
         let i = unsafe { instance(i)? };
-        non_null(model, "model")?;
         // SAFETY: `model` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *model = i.model.as_ptr() };
@@ -361,12 +361,11 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceState(
     i: *mut TRITONBACKEND_ModelInstance,
     state: *mut *mut c_void,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(i as "instance", state) {
         // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
         // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
         // returns (tritonbackend.h).
         let i = unsafe { instance(i)? };
-        non_null(state, "state")?;
         // SAFETY: `state` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *state = i.state.load(Ordering::Acquire) };
@@ -379,7 +378,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceSetState(
     i: *mut TRITONBACKEND_ModelInstance,
     state: *mut c_void,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(i as "instance") {
         // SAFETY: `i` is null (refused by `instance`) or the instance the server passed to the
         // backend's `ModelInstance*` callbacks, alive until `TRITONBACKEND_ModelInstanceFinalize`
         // returns (tritonbackend.h).
@@ -404,7 +403,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportStatistics(
 ) -> ErrorPtr {
     // SAFETY: `instance` refuses a null `i`; otherwise it is the instance the server passed to the
     // backend, alive until its finalize returns.
-    ffi_entry!({ status(unsafe { instance(i) }.map(|_| ())) })
+    ffi_entry!(non_null(i as "instance") { status(unsafe { instance(i) }.map(|_| ())) })
 }
 
 /// As `ReportStatistics`: the server records batch executions itself.
@@ -419,17 +418,17 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportBatchStatistics(
 ) -> ErrorPtr {
     // SAFETY: `instance` refuses a null `i`; otherwise it is the instance the server passed to the
     // backend, alive until its finalize returns.
-    ffi_entry!({ status(unsafe { instance(i) }.map(|_| ())) })
+    ffi_entry!(non_null(i as "instance") { status(unsafe { instance(i) }.map(|_| ())) })
 }
 
 /// Accepted and ignored: memory usage is not reported by this server.
 #[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportMemoryUsage(
     i: *mut TRITONBACKEND_ModelInstance,
-    _usage: *mut *mut super::memory::TRITONSERVER_BufferAttributes,
+    _usage: *mut *mut TRITONSERVER_BufferAttributes,
     _usage_size: u32,
 ) -> ErrorPtr {
     // SAFETY: `instance` refuses a null `i`; otherwise it is the instance the server passed to the
     // backend, alive until its finalize returns.
-    ffi_entry!({ status(unsafe { instance(i) }.map(|_| ())) })
+    ffi_entry!(non_null(i as "instance") { status(unsafe { instance(i) }.map(|_| ())) })
 }

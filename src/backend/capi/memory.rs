@@ -1,5 +1,5 @@
-//! `TRITONBACKEND_MemoryManager` and `TRITONSERVER_BufferAttributes`.
-//! Memory is host memory only: CPU, and CPU_PINNED served from plain
+//! `TRITONBACKEND_MemoryManager`, and the host buffers handed to
+//! backends for outputs and states. Memory is host memory only: CPU, and CPU_PINNED served from plain
 //! host memory (no GPU, so nothing is pinned for DMA); GPU requests are
 //! an UNSUPPORTED error.
 
@@ -10,9 +10,10 @@ use std::{
     sync::Mutex,
 };
 
-use super::{
-    error::{self, non_null, ErrorPtr},
-    types::{MemoryType, MEMORY_CPU, MEMORY_CPU_PINNED},
+use crate::triton_abi::{
+    buffer::TRITONSERVER_BufferAttributes,
+    error::{self, ErrorPtr},
+    types::{memory_type_name, MemoryType, MEMORY_CPU, MEMORY_CPU_PINNED},
 };
 
 /// Alignment of every buffer handed out (what `malloc` gives on x86-64
@@ -32,7 +33,7 @@ pub fn host_memory(memory_type: MemoryType) -> Result<(), ErrorPtr> {
         MEMORY_CPU | MEMORY_CPU_PINNED => Ok(()),
         other => Err(error::unsupported(format!(
             "memory type {} is not available: this server has host memory only",
-            super::types::memory_type_name(other)
+            memory_type_name(other)
         ))),
     }
 }
@@ -45,9 +46,7 @@ pub unsafe extern "C" fn TRITONBACKEND_MemoryManagerAllocate(
     _memory_type_id: i64,
     byte_size: u64,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(manager, "manager")?;
-        non_null(buffer, "buffer")?;
+    ffi_entry!(non_null(manager, buffer) {
         host_memory(memory_type)?;
         let layout = Layout::from_size_align(byte_size.max(1) as usize, ALIGN)
             .map_err(|_| error::invalid_arg(format!("cannot allocate {byte_size} bytes")))?;
@@ -80,8 +79,7 @@ pub unsafe extern "C" fn TRITONBACKEND_MemoryManagerFree(
     memory_type: MemoryType,
     _memory_type_id: i64,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(manager, "manager")?;
+    ffi_entry!(non_null(manager) {
         host_memory(memory_type)?;
         if buffer.is_null() {
             return Ok(());
@@ -99,25 +97,6 @@ pub unsafe extern "C" fn TRITONBACKEND_MemoryManagerFree(
         unsafe { dealloc(buffer.cast(), layout) };
         Ok(())
     })
-}
-
-/// Opaque to C.
-#[derive(Debug, Clone, Default)]
-pub struct TRITONSERVER_BufferAttributes {
-    pub memory_type: MemoryType,
-    pub memory_type_id: i64,
-    pub byte_size: usize,
-    pub cuda_ipc_handle: usize,
-}
-
-impl TRITONSERVER_BufferAttributes {
-    pub fn host(byte_size: usize) -> Self {
-        Self {
-            memory_type: MEMORY_CPU,
-            byte_size,
-            ..Self::default()
-        }
-    }
 }
 
 /// A zeroed host buffer of `byte_size` bytes that a backend fills (an
@@ -164,129 +143,13 @@ pub(super) unsafe fn hand_out_host_buffer(
     Ok(())
 }
 
-macro_rules! attr_get {
-    ($fn_name:ident, $field:ident, $ty:ty, $conv:expr) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $fn_name(
-            attributes: *mut TRITONSERVER_BufferAttributes,
-            out: *mut $ty,
-        ) -> ErrorPtr {
-            ffi_entry!({
-                non_null(attributes, "buffer_attributes")?;
-                non_null(out, stringify!($field))?;
-                let conv: fn(&TRITONSERVER_BufferAttributes) -> $ty = $conv;
-                // SAFETY: `out` is checked non-null above and, by the header's contract, valid for
-                // writing one value; `attributes` is checked non-null above and is a buffer-
-                // attributes object (from `TRITONSERVER_BufferAttributesNew`, or one that a live
-                // input, output or state owns) not deleted yet.
-                unsafe { *out = conv(&*attributes) };
-                Ok(())
-            })
-        }
-    };
-}
-
-macro_rules! attr_set {
-    ($fn_name:ident, $field:ident, $ty:ty, $conv:expr) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $fn_name(
-            attributes: *mut TRITONSERVER_BufferAttributes,
-            value: $ty,
-        ) -> ErrorPtr {
-            ffi_entry!({
-                non_null(attributes, "buffer_attributes")?;
-                let conv: fn(&mut TRITONSERVER_BufferAttributes, $ty) = $conv;
-                // SAFETY: `attributes` is checked non-null above and is a buffer-attributes object
-                // (from `TRITONSERVER_BufferAttributesNew`, or one that a live input, output or
-                // state owns) not deleted yet.
-                unsafe { conv(&mut *attributes, value) };
-                Ok(())
-            })
-        }
-    };
-}
-
-attr_get!(
-    TRITONSERVER_BufferAttributesMemoryType,
-    memory_type,
-    MemoryType,
-    |a| a.memory_type
-);
-attr_get!(
-    TRITONSERVER_BufferAttributesMemoryTypeId,
-    memory_type_id,
-    i64,
-    |a| a.memory_type_id
-);
-attr_get!(
-    TRITONSERVER_BufferAttributesByteSize,
-    byte_size,
-    usize,
-    |a| a.byte_size
-);
-attr_get!(
-    TRITONSERVER_BufferAttributesCudaIpcHandle,
-    cuda_ipc_handle,
-    *mut c_void,
-    |a| { a.cuda_ipc_handle as *mut c_void }
-);
-attr_set!(
-    TRITONSERVER_BufferAttributesSetMemoryType,
-    memory_type,
-    MemoryType,
-    |a, v| { a.memory_type = v }
-);
-attr_set!(
-    TRITONSERVER_BufferAttributesSetMemoryTypeId,
-    memory_type_id,
-    i64,
-    |a, v| { a.memory_type_id = v }
-);
-attr_set!(
-    TRITONSERVER_BufferAttributesSetByteSize,
-    byte_size,
-    usize,
-    |a, v| a.byte_size = v
-);
-attr_set!(
-    TRITONSERVER_BufferAttributesSetCudaIpcHandle,
-    cuda_ipc_handle,
-    *mut c_void,
-    |a, v| { a.cuda_ipc_handle = v as usize }
-);
-
-#[no_mangle]
-pub unsafe extern "C" fn TRITONSERVER_BufferAttributesNew(
-    attributes: *mut *mut TRITONSERVER_BufferAttributes,
-) -> ErrorPtr {
-    ffi_entry!({
-        non_null(attributes, "buffer_attributes")?;
-        // SAFETY: `attributes` is checked non-null above and, by the header's contract, valid for
-        // writing one value.
-        unsafe { *attributes = Box::into_raw(Box::default()) };
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn TRITONSERVER_BufferAttributesDelete(
-    attributes: *mut TRITONSERVER_BufferAttributes,
-) -> ErrorPtr {
-    ffi_entry!({
-        if !attributes.is_null() {
-            // SAFETY: `attributes` is non-null (checked) and came from `Box::into_raw` in the
-            // matching New function; the header makes this Delete its one release, so nothing uses
-            // it afterwards.
-            drop(unsafe { Box::from_raw(attributes) });
-        }
-        std::ptr::null_mut()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::capi::types::MEMORY_GPU;
+    use crate::triton_abi::{
+        error::{TRITONSERVER_ErrorCode, TRITONSERVER_ErrorDelete},
+        types::{ERROR_UNSUPPORTED, MEMORY_GPU},
+    };
 
     #[test]
     fn host_memory_round_trip_and_gpu_refused() {
@@ -302,13 +165,10 @@ mod tests {
             assert!(TRITONBACKEND_MemoryManagerFree(&mut m, p, MEMORY_CPU_PINNED, 0).is_null());
             let e = TRITONBACKEND_MemoryManagerFree(&mut m, p, MEMORY_CPU, 0);
             assert!(!e.is_null());
-            crate::backend::capi::error::TRITONSERVER_ErrorDelete(e);
+            TRITONSERVER_ErrorDelete(e);
             let e = TRITONBACKEND_MemoryManagerAllocate(&mut m, &mut p, MEMORY_GPU, 0, 8);
-            assert_eq!(
-                crate::backend::capi::error::TRITONSERVER_ErrorCode(e),
-                crate::backend::capi::types::ERROR_UNSUPPORTED
-            );
-            crate::backend::capi::error::TRITONSERVER_ErrorDelete(e);
+            assert_eq!(TRITONSERVER_ErrorCode(e), ERROR_UNSUPPORTED);
+            TRITONSERVER_ErrorDelete(e);
         }
     }
 }

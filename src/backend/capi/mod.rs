@@ -1,8 +1,15 @@
 //! Triton's backend C API: shared-library backends (`libtriton_<name>.so`)
 //! loaded at run time, calling back into the server through the
-//! `TRITONBACKEND_*` and `TRITONSERVER_*` functions defined here with
-//! Triton's names, signatures and enum values (`include/shardserve/` has
-//! our header for backend authors).
+//! `TRITONBACKEND_*` functions defined here (and the `TRITONSERVER_*`
+//! ones of `triton_abi` and `frontend::inprocess`) with Triton's names,
+//! signatures and enum values (`include/shardserve/` has our header for
+//! backend authors).
+//!
+//! Layers, each importing only those below it (`super::` edges point
+//! down): `memory`, `finalizing`, `settings`, `state`, `response` at the
+//! bottom; `request` (which hands out responses and states); `backend`
+//! (the library and its entry points); `model`; `instance`; `bridge` (the
+//! server's `Backend` over all of them).
 //!
 //! Exporting: the functions are `#[no_mangle] extern "C"` in this library
 //! crate; `build.rs` has the `shardserve` binary export every
@@ -19,15 +26,10 @@
 // Every unsafe operation sits in its own block that says why it is sound.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
-// First, so that `ffi_entry!` is in scope in every module below.
-// Moved to `triton_abi`; re-exported while the paths below still name
-// them here (removed by the triton_abi split).
-pub use crate::triton_abi::{error, ffi, message, parameter, types};
-
 pub mod backend;
+pub mod bridge;
 pub mod finalizing;
 pub mod instance;
-pub mod log;
 pub mod memory;
 pub mod model;
 pub mod request;
@@ -35,45 +37,15 @@ pub mod response;
 pub mod settings;
 pub mod state;
 
-pub use model::CapiBackend;
+pub use bridge::CapiBackend;
 
 /// Every exported function, referenced so that none is dropped by the
 /// linker (see the module's doc). New exported functions go here too.
 #[used]
 static EXPORTED: crate::triton_abi::ffi::Exported = crate::triton_abi::ffi::Exported(&[
-    error::TRITONSERVER_ErrorNew as *const (),
-    error::TRITONSERVER_ErrorDelete as *const (),
-    error::TRITONSERVER_ErrorCode as *const (),
-    error::TRITONSERVER_ErrorCodeString as *const (),
-    error::TRITONSERVER_ErrorMessage as *const (),
-    log::TRITONSERVER_ApiVersion as *const (),
-    log::TRITONBACKEND_ApiVersion as *const (),
-    log::TRITONSERVER_DataTypeString as *const (),
-    log::TRITONSERVER_StringToDataType as *const (),
-    log::TRITONSERVER_DataTypeByteSize as *const (),
-    log::TRITONSERVER_MemoryTypeString as *const (),
-    log::TRITONSERVER_InstanceGroupKindString as *const (),
-    log::TRITONSERVER_LogIsEnabled as *const (),
-    log::TRITONSERVER_LogMessage as *const (),
-    message::TRITONSERVER_MessageNewFromSerializedJson as *const (),
-    message::TRITONSERVER_MessageDelete as *const (),
-    message::TRITONSERVER_MessageSerializeToJson as *const (),
-    parameter::TRITONSERVER_ParameterNew as *const (),
-    parameter::TRITONSERVER_ParameterBytesNew as *const (),
-    parameter::TRITONSERVER_ParameterDelete as *const (),
-    parameter::TRITONSERVER_ParameterTypeString as *const (),
+    backend::TRITONBACKEND_ApiVersion as *const (),
     memory::TRITONBACKEND_MemoryManagerAllocate as *const (),
     memory::TRITONBACKEND_MemoryManagerFree as *const (),
-    memory::TRITONSERVER_BufferAttributesNew as *const (),
-    memory::TRITONSERVER_BufferAttributesDelete as *const (),
-    memory::TRITONSERVER_BufferAttributesMemoryType as *const (),
-    memory::TRITONSERVER_BufferAttributesMemoryTypeId as *const (),
-    memory::TRITONSERVER_BufferAttributesByteSize as *const (),
-    memory::TRITONSERVER_BufferAttributesCudaIpcHandle as *const (),
-    memory::TRITONSERVER_BufferAttributesSetMemoryType as *const (),
-    memory::TRITONSERVER_BufferAttributesSetMemoryTypeId as *const (),
-    memory::TRITONSERVER_BufferAttributesSetByteSize as *const (),
-    memory::TRITONSERVER_BufferAttributesSetCudaIpcHandle as *const (),
     backend::TRITONBACKEND_BackendName as *const (),
     backend::TRITONBACKEND_BackendConfig as *const (),
     backend::TRITONBACKEND_BackendExecutionPolicy as *const (),
@@ -132,11 +104,11 @@ static EXPORTED: crate::triton_abi::ffi::Exported = crate::triton_abi::ffi::Expo
     request::TRITONBACKEND_InputBuffer as *const (),
     request::TRITONBACKEND_InputBufferForHostPolicy as *const (),
     request::TRITONBACKEND_InputBufferAttributes as *const (),
-    response::TRITONBACKEND_ResponseFactoryNew as *const (),
+    request::TRITONBACKEND_ResponseFactoryNew as *const (),
     response::TRITONBACKEND_ResponseFactoryDelete as *const (),
     response::TRITONBACKEND_ResponseFactoryIsCancelled as *const (),
     response::TRITONBACKEND_ResponseFactorySendFlags as *const (),
-    response::TRITONBACKEND_ResponseNew as *const (),
+    request::TRITONBACKEND_ResponseNew as *const (),
     response::TRITONBACKEND_ResponseNewFromFactory as *const (),
     response::TRITONBACKEND_ResponseDelete as *const (),
     response::TRITONBACKEND_ResponseSetStringParameter as *const (),
@@ -148,15 +120,17 @@ static EXPORTED: crate::triton_abi::ffi::Exported = crate::triton_abi::ffi::Expo
     response::TRITONBACKEND_OutputBufferAttributes as *const (),
     response::TRITONBACKEND_ResponseSend as *const (),
     response::TRITONBACKEND_InferenceResponseOutputByName as *const (),
-    state::TRITONBACKEND_StateNew as *const (),
+    request::TRITONBACKEND_StateNew as *const (),
     state::TRITONBACKEND_StateBuffer as *const (),
     state::TRITONBACKEND_StateBufferAttributes as *const (),
     state::TRITONBACKEND_StateUpdate as *const (),
 ]);
 
-/// Keeps every exported C function in the executable; `main` calls it
-/// once. Returns the number of functions, which makes the table's use
+/// Keeps every exported `TRITONBACKEND_*` function, and the shared
+/// `TRITONSERVER_*` ones of `triton_abi`, in the executable; `main` and the
+/// server's start call it (with `frontend::inprocess::keep_exported`).
+/// Returns the number of functions, which makes the table's use
 /// observable to the optimizer.
 pub fn keep_exported() -> usize {
-    std::hint::black_box(&EXPORTED).0.len() + crate::frontend::inprocess::keep_exported()
+    std::hint::black_box(&EXPORTED).0.len() + crate::triton_abi::keep_exported()
 }

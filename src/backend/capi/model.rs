@@ -1,12 +1,5 @@
-//! `TRITONBACKEND_Model` (one per loaded model version, shared by its
-//! instances) and [`CapiBackend`], the `Backend` that loads a model
-//! through a backend library.
-//!
-//! Order of a load, as Triton's: the backend library is loaded and
-//! initialized (once per process), `TRITONBACKEND_ModelInitialize` runs
-//! (in `auto_complete` when auto-complete is on, so `ModelSetConfig`
-//! feeds the configuration the server then validates; else with the
-//! first instance), then each `TRITONBACKEND_ModelInstanceInitialize`.
+//! `TRITONBACKEND_Model`: one per loaded model version, shared by its
+//! instances (see `bridge` for the order of a load).
 //! `TRITONBACKEND_ModelFinalize` runs when the last instance is gone: the
 //! instances hold the model, so it runs after every instance's finalizer,
 //! on the thread that dropped the last one (its compute worker).
@@ -19,21 +12,21 @@ use std::{
     },
 };
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 
-use super::{
-    backend::{self as lib, TRITONBACKEND_Backend},
-    error::{self, non_null, status, ErrorPtr},
-    instance::CapiInstance,
-    message::TRITONSERVER_Message,
-    parameter::lossy_cstring,
-    settings,
-    types::{ArtifactType, ARTIFACT_FILESYSTEM},
-};
+use super::{backend::TRITONBACKEND_Backend, settings};
 use crate::{
-    backend::{Backend, InstanceSpec, ModelFiles, ModelInstance},
+    backend::ModelFiles,
     config::{model_config_from_json, model_config_to_json},
     proto::inference::ModelConfig,
+    triton_abi::{
+        buffer::TRITONSERVER_BufferAttributes,
+        error::{self, non_null, status, ErrorPtr},
+        ffi::ServerHandle,
+        message::TRITONSERVER_Message,
+        parameter::lossy_cstring,
+        types::{ArtifactType, ARTIFACT_FILESYSTEM},
+    },
 };
 
 /// Opaque to C.
@@ -43,7 +36,7 @@ pub struct TRITONBACKEND_Model {
     repository: CString,
     /// The configuration as JSON: what `ModelConfig` hands out and
     /// `ModelSetConfig` replaces.
-    config_json: Mutex<String>,
+    pub(super) config_json: Mutex<String>,
     /// Output names, for requests that asked for none (all are produced).
     pub outputs: Mutex<Vec<CString>>,
     auto_complete: bool,
@@ -66,7 +59,7 @@ impl TRITONBACKEND_Model {
         Arc::as_ptr(self).cast_mut()
     }
 
-    fn set_config(&self, config: &ModelConfig) {
+    pub(super) fn set_config(&self, config: &ModelConfig) {
         let json = model_config_to_json(config).to_string();
         *self.config_json.lock().unwrap_or_else(|p| p.into_inner()) = json;
         *self.outputs.lock().unwrap_or_else(|p| p.into_inner()) = config
@@ -77,7 +70,7 @@ impl TRITONBACKEND_Model {
     }
 
     /// Creates the model and runs `TRITONBACKEND_ModelInitialize`.
-    fn initialize(
+    pub(super) fn initialize(
         backend: Arc<TRITONBACKEND_Backend>,
         config: &ModelConfig,
         files: &ModelFiles,
@@ -98,7 +91,7 @@ impl TRITONBACKEND_Model {
         let mut model = Arc::new(model);
         if let Some(init) = model.backend.entry.model_initialize {
             // SAFETY: the backend's entry point with a live model handle.
-            if let Some(e) = unsafe { error::take(init(model.as_ptr())) } {
+            if let Some(e) = unsafe { error::take(init(model.as_ptr().cast())) } {
                 bail!("TRITONBACKEND_ModelInitialize failed: {}", e.message);
             }
         }
@@ -121,7 +114,7 @@ impl Drop for TRITONBACKEND_Model {
                 self.name.to_string_lossy()
             ));
             // SAFETY: the model is still whole; no instance is left.
-            if let Some(e) = unsafe { error::take(finalize(self)) } {
+            if let Some(e) = unsafe { error::take(finalize((self as *mut Self).cast())) } {
                 tracing::error!(
                     "model '{}': TRITONBACKEND_ModelFinalize failed: {}",
                     self.name.to_string_lossy(),
@@ -129,141 +122,6 @@ impl Drop for TRITONBACKEND_Model {
                 );
             }
         }
-    }
-}
-
-/// A model served by a backend library. Created per model version load
-/// (`backend_for`), so it also carries that version's
-/// `TRITONBACKEND_Model` between `auto_complete` and the instances.
-pub struct CapiBackend {
-    name: &'static str,
-    backend_name: String,
-    runtime: String,
-    model: Mutex<Option<Arc<TRITONBACKEND_Model>>>,
-}
-
-impl CapiBackend {
-    pub fn new(config: &ModelConfig) -> anyhow::Result<Self> {
-        let backend_name = if config.backend.is_empty() {
-            config.platform.clone()
-        } else {
-            config.backend.clone()
-        };
-        if backend_name.is_empty()
-            || !backend_name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
-            || backend_name.starts_with('.')
-        {
-            bail!(
-                "model '{}' names backend {backend_name:?}, which is not a valid backend name",
-                config.name
-            );
-        }
-        Ok(Self {
-            name: intern(&backend_name),
-            backend_name,
-            runtime: config.runtime.clone(),
-            model: Mutex::new(None),
-        })
-    }
-
-    /// This version's model, initialized on first use.
-    fn model(
-        &self,
-        config: &ModelConfig,
-        files: &ModelFiles,
-        auto_complete: bool,
-    ) -> anyhow::Result<Arc<TRITONBACKEND_Model>> {
-        let mut slot = self.model.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(m) = slot.as_ref() {
-            return Ok(m.clone());
-        }
-        python_model_file_exists(&self.backend_name, config, files)?;
-        let path = lib::find_library(
-            &self.backend_name,
-            &self.runtime,
-            &files.model_dir,
-            &files.version_dir,
-        )?;
-        let backend = lib::load(&self.backend_name, &path, auto_complete)?;
-        let model = TRITONBACKEND_Model::initialize(backend, config, files, auto_complete)
-            .with_context(|| format!("backend '{}'", self.backend_name))?;
-        *slot = Some(model.clone());
-        Ok(model)
-    }
-}
-
-/// Triton's Python backend (2.51) starts a stub that exits at once when the
-/// model file is missing, and then waits for the stub's first message
-/// forever. Triton's core checks the file of Python-based backends before
-/// the backend runs; so do we, with the stub's own words.
-fn python_model_file_exists(
-    backend: &str,
-    config: &ModelConfig,
-    files: &ModelFiles,
-) -> anyhow::Result<()> {
-    if backend != "python" {
-        return Ok(());
-    }
-    let file = match config.default_model_filename.as_str() {
-        "" => "model.py",
-        name => name,
-    };
-    let path = files.version_dir.join(file);
-    if !path.is_file() {
-        bail!(
-            "Failed to preinitialize Python stub: Python model file not found in '{}'",
-            path.display()
-        );
-    }
-    Ok(())
-}
-
-/// Backend names live as long as the process (a handful of them).
-fn intern(name: &str) -> &'static str {
-    static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(n) = names.iter().find(|n| **n == name) {
-        return n;
-    }
-    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
-    names.push(leaked);
-    leaked
-}
-
-impl Backend for CapiBackend {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn needs_worker(&self) -> bool {
-        true
-    }
-
-    fn auto_complete(&self, config: &mut ModelConfig, files: &ModelFiles) -> anyhow::Result<()> {
-        let model = self.model(config, files, true)?;
-        let json = model
-            .config_json
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let completed = model_config_from_json(&json)
-            .context("the configuration the backend set (TRITONBACKEND_ModelSetConfig)")?;
-        *config = completed;
-        Ok(())
-    }
-
-    fn create_instance(
-        &self,
-        config: &ModelConfig,
-        files: &ModelFiles,
-        spec: &InstanceSpec,
-    ) -> anyhow::Result<Box<dyn ModelInstance>> {
-        let model = self.model(config, files, false)?;
-        // The backend sees the configuration as served (defaults filled in).
-        model.set_config(config);
-        Ok(Box::new(CapiInstance::new(model, config, spec)?))
     }
 }
 
@@ -280,11 +138,10 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelName(
     m: *mut TRITONBACKEND_Model,
     name: *mut *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(m as "model", name) {
         // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
         // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
-        non_null(name, "name")?;
         // SAFETY: `name` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *name = m.name.as_ptr() };
@@ -297,11 +154,10 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelVersion(
     m: *mut TRITONBACKEND_Model,
     version: *mut u64,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(m as "model", version) {
         // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
         // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
-        non_null(version, "version")?;
         // SAFETY: `version` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *version = m.version };
@@ -315,12 +171,10 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelRepository(
     artifact_type: *mut ArtifactType,
     location: *mut *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(m as "model", artifact_type, location) {
         // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
         // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
-        non_null(artifact_type, "artifact_type")?;
-        non_null(location, "location")?;
         // SAFETY: `artifact_type`, `location` are checked non-null above and, by the header's
         // contract, valid for writing one value.
         unsafe {
@@ -338,11 +192,10 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelConfig(
     config_version: u32,
     config: *mut *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(m as "model", config as "model_config") {
         // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
         // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
-        non_null(config, "model_config")?;
         if config_version != 1 {
             return Err(error::unsupported(format!(
                 "model configuration version {config_version} not supported, supported versions are: 1"
@@ -365,11 +218,10 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelAutoCompleteConfig(
     m: *mut TRITONBACKEND_Model,
     auto_complete: *mut bool,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(m as "model", auto_complete as "auto_complete_config") {
         // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
         // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
-        non_null(auto_complete, "auto_complete_config")?;
         // SAFETY: `auto_complete` is checked non-null above and, by the header's contract, valid
         // for writing one value.
         unsafe { *auto_complete = m.auto_complete };
@@ -385,11 +237,10 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelSetConfig(
     config_version: u32,
     config: *mut TRITONSERVER_Message,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(m as "model", config as "model_config") {
         // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
         // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
-        non_null(config, "model_config")?;
         if config_version != 1 {
             return Err(error::unsupported(format!(
                 "model configuration version {config_version} not supported, supported versions are: 1"
@@ -415,13 +266,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelSetConfig(
 #[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_ModelServer(
     m: *mut TRITONBACKEND_Model,
-    server: *mut *mut crate::frontend::inprocess::TRITONSERVER_Server,
+    server: *mut *mut ServerHandle,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(m as "model", server) {
         // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
         // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         unsafe { model(m)? };
-        non_null(server, "server")?;
         let s = settings::server();
         if s.is_null() {
             return Err(error::unavailable("no server is running in this process"));
@@ -438,11 +288,10 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelBackend(
     m: *mut TRITONBACKEND_Model,
     backend: *mut *mut TRITONBACKEND_Backend,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(m as "model", backend) {
         // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
         // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
-        non_null(backend, "backend")?;
         // SAFETY: `backend` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *backend = m.backend.as_ptr() };
@@ -455,11 +304,10 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelState(
     m: *mut TRITONBACKEND_Model,
     state: *mut *mut c_void,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(m as "model", state) {
         // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
         // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
-        non_null(state, "state")?;
         // SAFETY: `state` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *state = m.state.load(Ordering::Acquire) };
@@ -472,7 +320,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelSetState(
     m: *mut TRITONBACKEND_Model,
     state: *mut c_void,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(m as "model") {
         // SAFETY: `m` is null (refused by `model`) or the model the server passed to the backend's
         // `Model*` callbacks, alive until `TRITONBACKEND_ModelFinalize` returns (tritonbackend.h).
         let m = unsafe { model(m)? };
@@ -485,10 +333,10 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelSetState(
 #[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_ModelReportMemoryUsage(
     m: *mut TRITONBACKEND_Model,
-    _usage: *mut *mut super::memory::TRITONSERVER_BufferAttributes,
+    _usage: *mut *mut TRITONSERVER_BufferAttributes,
     _usage_size: u32,
 ) -> ErrorPtr {
     // SAFETY: `model` refuses a null `m`; otherwise it is the model the server passed to the
     // backend, alive until its finalize returns.
-    ffi_entry!({ status(unsafe { model(m) }.map(|_| ())) })
+    ffi_entry!(non_null(m as "model") { status(unsafe { model(m) }.map(|_| ())) })
 }

@@ -2,7 +2,10 @@
 //! execution as the backend sees it. Owned by the backend from
 //! `ModelInstanceExecute` until `TRITONBACKEND_RequestRelease` (or given
 //! back when execute fails); its responses go through a shared
-//! [`ResponseTarget`] that outlives it.
+//! [`ResponseTarget`] that outlives it. The entry points that take a
+//! request to make a response, a response factory or a state
+//! (`TRITONBACKEND_ResponseNew`, `..ResponseFactoryNew`, `..StateNew`)
+//! are here, above `response` and `state`.
 
 use std::{
     ffi::{c_char, c_void, CString},
@@ -15,20 +18,21 @@ use std::{
 use bytes::Bytes;
 
 use super::{
-    error::{self, c_str, non_null, ErrorPtr},
-    memory::TRITONSERVER_BufferAttributes,
-    model::TRITONBACKEND_Model,
-    parameter::{lossy_cstring, ParamValue, TRITONSERVER_Parameter},
-    response::ResponseTarget,
-    state::TRITONBACKEND_State,
-    types::{
-        datatype_to_c, MemoryType, ParameterType, TritonDataType, MEMORY_CPU,
-        REQUEST_FLAG_SEQUENCE_END, REQUEST_FLAG_SEQUENCE_START, REQUEST_RELEASE_ALL,
-        REQUEST_RELEASE_RESCHEDULE,
-    },
+    response::{self, ResponseTarget, TRITONBACKEND_Response, TRITONBACKEND_ResponseFactory},
+    state::{RequestStates, TRITONBACKEND_State},
 };
 use crate::{
-    backend::{BackendRequest, StateUpdates},
+    backend::BackendRequest,
+    triton_abi::{
+        buffer::TRITONSERVER_BufferAttributes,
+        error::{self, c_str, non_null, out_if_asked, ErrorPtr},
+        parameter::{lossy_cstring, ParamValue, TRITONSERVER_Parameter},
+        types::{
+            datatype_to_c, MemoryType, ParameterType, TritonDataType, MEMORY_CPU,
+            REQUEST_FLAG_SEQUENCE_END, REQUEST_FLAG_SEQUENCE_START, REQUEST_RELEASE_ALL,
+            REQUEST_RELEASE_RESCHEDULE,
+        },
+    },
     types::{self, InferError},
 };
 
@@ -64,25 +68,21 @@ pub struct TRITONBACKEND_Request {
     /// Requested outputs (all of the model's when the client named none).
     outputs: Vec<CString>,
     parameters: Vec<TRITONSERVER_Parameter>,
-    pub(super) target: Arc<ResponseTarget>,
-    /// Where `TRITONBACKEND_StateUpdate` puts states; `None` without
-    /// implicit state.
-    pub(super) state_updates: Option<StateUpdates>,
-    pub(super) state_outputs: Arc<[String]>,
-    /// States created for this request: they live as long as it does.
-    /// Boxed: the backend holds their addresses while the list grows.
-    #[allow(clippy::vec_box)]
-    pub(super) states: Mutex<Vec<Box<TRITONBACKEND_State>>>,
+    target: Arc<ResponseTarget>,
+    /// The request's implicit state and the states created for it.
+    states: RequestStates,
     /// Set by whoever frees the request (the backend's release, or the
     /// server when execute fails), so it is freed once.
     released: Arc<AtomicBool>,
 }
 
 impl TRITONBACKEND_Request {
-    /// Builds the C form of `r`, owned by the returned pointer.
+    /// Builds the C form of `r`, owned by the returned pointer;
+    /// `model_outputs` are the model's outputs, for a request that names
+    /// none.
     pub fn into_raw(
         r: BackendRequest,
-        model: &TRITONBACKEND_Model,
+        model_outputs: &Mutex<Vec<CString>>,
         decoupled: bool,
         state_outputs: Arc<[String]>,
     ) -> *mut Self {
@@ -93,8 +93,7 @@ impl TRITONBACKEND_Request {
             states,
         } = r;
         let outputs = if request.outputs.is_empty() {
-            model
-                .outputs
+            model_outputs
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone()
@@ -150,9 +149,7 @@ impl TRITONBACKEND_Request {
             outputs,
             parameters,
             target: Arc::new(ResponseTarget::new(sender, decoupled)),
-            state_updates: states,
-            state_outputs,
-            states: Mutex::new(Vec::new()),
+            states: RequestStates::new(states, state_outputs),
             released: Arc::new(AtomicBool::new(false)),
         }))
     }
@@ -211,26 +208,16 @@ unsafe fn input<'a>(i: *mut TRITONBACKEND_Input) -> Result<&'a TRITONBACKEND_Inp
     Ok(unsafe { &*i })
 }
 
-/// Writes `value` where `out` points, when the caller asked for it.
-unsafe fn put<T>(out: *mut T, value: T) {
-    if !out.is_null() {
-        // SAFETY: `out` is checked non-null above and, by the header's contract, valid for writing
-        // one value.
-        unsafe { *out = value };
-    }
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_RequestId(
     r: *mut TRITONBACKEND_Request,
     id: *mut *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "request", id) {
         // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
         // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
         // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
-        non_null(id, "id")?;
         // SAFETY: `id` is checked non-null above and, by the header's contract, valid for writing
         // one value.
         unsafe { *id = r.id.as_ptr() };
@@ -243,12 +230,11 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestIsCancelled(
     r: *mut TRITONBACKEND_Request,
     is_cancelled: *mut bool,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "request", is_cancelled) {
         // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
         // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
         // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
-        non_null(is_cancelled, "is_cancelled")?;
         // SAFETY: `is_cancelled` is checked non-null above and, by the header's contract, valid
         // for writing one value.
         unsafe { *is_cancelled = r.target.is_cancelled() };
@@ -261,12 +247,11 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestCorrelationId(
     r: *mut TRITONBACKEND_Request,
     id: *mut u64,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "request", id) {
         // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
         // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
         // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
-        non_null(id, "id")?;
         if r.correlation_str.is_some() {
             return Err(error::invalid_arg(
                 "correlation ID in request is not an unsigned int",
@@ -284,12 +269,11 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestCorrelationIdString(
     r: *mut TRITONBACKEND_Request,
     id: *mut *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "request", id) {
         // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
         // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
         // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
-        non_null(id, "id")?;
         match &r.correlation_str {
             // SAFETY: `id` is checked non-null above and, by the header's contract, valid for
             // writing one value.
@@ -311,12 +295,11 @@ pub unsafe extern "C" fn TRITONBACKEND_InferenceRequestTimeoutMicroseconds(
     r: *mut TRITONBACKEND_Request,
     timeout: *mut u64,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "request", timeout) {
         // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
         // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
         // `TRITONBACKEND_RequestRelease`).
         unsafe { request(r)? };
-        non_null(timeout, "timeout")?;
         // SAFETY: `timeout` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *timeout = 0 };
@@ -329,12 +312,11 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestFlags(
     r: *mut TRITONBACKEND_Request,
     flags: *mut u32,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "request", flags) {
         // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
         // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
         // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
-        non_null(flags, "flags")?;
         // SAFETY: `flags` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *flags = r.flags };
@@ -347,12 +329,11 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestParameterCount(
     r: *mut TRITONBACKEND_Request,
     count: *mut u32,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "request", count) {
         // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
         // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
         // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
-        non_null(count, "count")?;
         // SAFETY: `count` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *count = r.parameters.len() as u32 };
@@ -368,7 +349,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestParameter(
     kind: *mut ParameterType,
     vvalue: *mut *const c_void,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "request") {
         // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
         // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
         // `TRITONBACKEND_RequestRelease`).
@@ -382,9 +363,9 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestParameter(
         // SAFETY: each out-pointer is null (then `put` skips it) or the caller's, valid for
         // writing one value (tritonbackend.h).
         unsafe {
-            put(key, p.name.as_ptr());
-            put(kind, p.kind());
-            put(vvalue, p.value_ptr());
+            out_if_asked(key, p.name.as_ptr());
+            out_if_asked(kind, p.kind());
+            out_if_asked(vvalue, p.value_ptr());
         }
         Ok(())
     })
@@ -395,12 +376,11 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInputCount(
     r: *mut TRITONBACKEND_Request,
     count: *mut u32,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "request", count) {
         // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
         // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
         // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
-        non_null(count, "count")?;
         // SAFETY: `count` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *count = r.inputs.len() as u32 };
@@ -414,12 +394,11 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInputName(
     index: u32,
     input_name: *mut *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "request", input_name) {
         // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
         // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
         // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
-        non_null(input_name, "input_name")?;
         let i = r.input_at(index)?;
         // SAFETY: `input_name` is checked non-null above and, by the header's contract, valid for
         // writing one value.
@@ -434,7 +413,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInput(
     name: *const c_char,
     out: *mut *mut TRITONBACKEND_Input,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "request") {
         // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
         // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
         // `TRITONBACKEND_RequestRelease`).
@@ -460,12 +439,11 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestInputByIndex(
     index: u32,
     out: *mut *mut TRITONBACKEND_Input,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "request", out as "input") {
         // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
         // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
         // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
-        non_null(out, "input")?;
         let i = r.input_at(index)?;
         // SAFETY: `out` is checked non-null above and, by the header's contract, valid for writing
         // one value.
@@ -479,12 +457,11 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestOutputCount(
     r: *mut TRITONBACKEND_Request,
     count: *mut u32,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "request", count) {
         // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
         // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
         // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
-        non_null(count, "count")?;
         // SAFETY: `count` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *count = r.outputs.len() as u32 };
@@ -498,12 +475,11 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestOutputName(
     index: u32,
     output_name: *mut *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "request", output_name) {
         // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
         // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
         // `TRITONBACKEND_RequestRelease`).
         let r = unsafe { request(r)? };
-        non_null(output_name, "output_name")?;
         let o = r.outputs.get(index as usize).ok_or_else(|| {
             error::invalid_arg(format!(
                 "out of bounds index {index}: request has {} requested outputs",
@@ -528,7 +504,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestOutputBufferProperties(
     memory_type: *mut MemoryType,
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "request") {
         // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
         // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
         // `TRITONBACKEND_RequestRelease`).
@@ -536,9 +512,9 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestOutputBufferProperties(
         // SAFETY: each out-pointer is null (then `put` skips it) or the caller's, valid for
         // writing one value (tritonbackend.h).
         unsafe {
-            put(byte_size, 0);
-            put(memory_type, MEMORY_CPU);
-            put(memory_type_id, 0);
+            out_if_asked(byte_size, 0);
+            out_if_asked(memory_type, MEMORY_CPU);
+            out_if_asked(memory_type_id, 0);
         }
         Ok(())
     })
@@ -552,7 +528,7 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestRelease(
     r: *mut TRITONBACKEND_Request,
     release_flags: u32,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "request") {
         // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
         // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
         // `TRITONBACKEND_RequestRelease`).
@@ -582,12 +558,11 @@ pub unsafe extern "C" fn TRITONBACKEND_RequestTrace(
     r: *mut TRITONBACKEND_Request,
     trace: *mut *mut c_void,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "request", trace) {
         // SAFETY: `r` is null (refused by `request`) or a request the server gave this backend's
         // `ModelInstanceExecute` that it has not released yet (tritonbackend.h: valid until
         // `TRITONBACKEND_RequestRelease`).
         unsafe { request(r)? };
-        non_null(trace, "trace")?;
         // SAFETY: `trace` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *trace = std::ptr::null_mut() };
@@ -605,7 +580,7 @@ pub unsafe extern "C" fn TRITONBACKEND_InputProperties(
     byte_size: *mut u64,
     buffer_count: *mut u32,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(i as "input") {
         // SAFETY: `i` is null (refused by `input`) or an input handed out by
         // `TRITONBACKEND_RequestInput*`; it lives inside its request, which the backend has not
         // released yet.
@@ -613,12 +588,12 @@ pub unsafe extern "C" fn TRITONBACKEND_InputProperties(
         // SAFETY: each out-pointer is null (then `put` skips it) or the caller's, valid for
         // writing one value (tritonbackend.h).
         unsafe {
-            put(name, i.name.as_ptr());
-            put(datatype, i.datatype);
-            put(shape, i.shape.as_ptr());
-            put(dims_count, i.shape.len() as u32);
-            put(byte_size, i.data.len() as u64);
-            put(buffer_count, 1);
+            out_if_asked(name, i.name.as_ptr());
+            out_if_asked(datatype, i.datatype);
+            out_if_asked(shape, i.shape.as_ptr());
+            out_if_asked(dims_count, i.shape.len() as u32);
+            out_if_asked(byte_size, i.data.len() as u64);
+            out_if_asked(buffer_count, 1);
         }
         Ok(())
     })
@@ -664,13 +639,11 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBuffer(
     memory_type: *mut MemoryType,
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(i as "input", buffer, buffer_byte_size) {
         // SAFETY: `i` is null (refused by `input`) or an input handed out by
         // `TRITONBACKEND_RequestInput*`; it lives inside its request, which the backend has not
         // released yet.
         let i = unsafe { input(i)? };
-        non_null(buffer, "buffer")?;
-        non_null(buffer_byte_size, "buffer_byte_size")?;
         if index != 0 {
             return Err(error::invalid_arg(format!(
                 "out of bounds index {index}: input '{}' has 1 buffer",
@@ -682,8 +655,8 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBuffer(
         unsafe {
             *buffer = i.data.as_ptr().cast();
             *buffer_byte_size = i.data.len() as u64;
-            put(memory_type, MEMORY_CPU);
-            put(memory_type_id, 0);
+            out_if_asked(memory_type, MEMORY_CPU);
+            out_if_asked(memory_type_id, 0);
         }
         Ok(())
     })
@@ -723,13 +696,11 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBufferAttributes(
     buffer: *mut *const c_void,
     attributes: *mut *mut TRITONSERVER_BufferAttributes,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(i as "input", buffer, attributes as "buffer_attributes") {
         // SAFETY: `i` is null (refused by `input`) or an input handed out by
         // `TRITONBACKEND_RequestInput*`; it lives inside its request, which the backend has not
         // released yet.
         let i = unsafe { input(i)? };
-        non_null(buffer, "buffer")?;
-        non_null(attributes, "buffer_attributes")?;
         if index != 0 {
             return Err(error::invalid_arg(format!(
                 "out of bounds index {index}: input '{}' has 1 buffer",
@@ -742,6 +713,61 @@ pub unsafe extern "C" fn TRITONBACKEND_InputBufferAttributes(
             *buffer = i.data.as_ptr().cast();
             *attributes = (&i.attributes as *const TRITONSERVER_BufferAttributes).cast_mut();
         }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ResponseFactoryNew(
+    factory: *mut *mut TRITONBACKEND_ResponseFactory,
+    request: *mut TRITONBACKEND_Request,
+) -> ErrorPtr {
+    ffi_entry!(non_null(factory, request) {
+        // SAFETY: `request` is checked non-null by the guard and is a request the server gave this
+        // backend's `ModelInstanceExecute` that it has not released yet (tritonbackend.h);
+        // `factory` is checked non-null by the guard and, by the header's contract, valid for
+        // writing one value.
+        unsafe { factory.write(response::new_factory((*request).target.clone())) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_ResponseNew(
+    out: *mut *mut TRITONBACKEND_Response,
+    request: *mut TRITONBACKEND_Request,
+) -> ErrorPtr {
+    ffi_entry!(non_null(out as "response", request) {
+        // SAFETY: `out` is checked non-null by the guard and, by the header's contract, valid
+        // for writing one value; `request` is checked non-null by the guard and is a request the
+        // server gave this backend's `ModelInstanceExecute` that it has not released yet
+        // (tritonbackend.h).
+        unsafe { out.write(response::new_response((*request).target.clone())) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TRITONBACKEND_StateNew(
+    state: *mut *mut TRITONBACKEND_State,
+    request: *mut TRITONBACKEND_Request,
+    name: *const c_char,
+    datatype: TritonDataType,
+    shape: *const i64,
+    dims_count: u32,
+) -> ErrorPtr {
+    ffi_entry!(non_null(state, request) {
+        // SAFETY: `request` is checked non-null by the guard and is a request the server gave this
+        // backend's `ModelInstanceExecute` that it has not released yet (tritonbackend.h).
+        let request = unsafe { &*request };
+        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
+        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
+        // the call.
+        let name = unsafe { c_str(name, "name")? };
+        // SAFETY: `shape` is null or points to `dims_count` elements (tritonbackend.h).
+        let created = unsafe { request.states.create(name, datatype, shape, dims_count)? };
+        // SAFETY: `state` is checked non-null by the guard and valid for writing (tritonbackend.h).
+        unsafe { state.write(created) };
         Ok(())
     })
 }

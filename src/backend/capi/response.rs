@@ -12,14 +12,17 @@ use std::{
 
 use bytes::Bytes;
 
-use super::{
-    error::{self, c_str, non_null, status, ErrorPtr},
-    memory::{self, TRITONSERVER_BufferAttributes},
-    request::TRITONBACKEND_Request,
-    types::{datatype_from_c, MemoryType, TritonDataType, RESPONSE_COMPLETE_FINAL},
-};
+use super::memory;
 use crate::{
     backend::ResponseSender,
+    triton_abi::{
+        buffer::TRITONSERVER_BufferAttributes,
+        error::{self, c_str, non_null, status, ErrorPtr},
+        types::{
+            datatype_from_c, datatype_to_c, error_code_to_kind, MemoryType, TritonDataType,
+            RESPONSE_COMPLETE_FINAL,
+        },
+    },
     types::{element_count, DataType, InferError, ParamValue, Parameters, Tensor},
 };
 
@@ -106,12 +109,21 @@ pub struct TRITONBACKEND_ResponseFactory {
     target: Arc<ResponseTarget>,
 }
 
-fn new_response(target: Arc<ResponseTarget>) -> *mut TRITONBACKEND_Response {
+/// A new response to `target`, owned by the returned pointer (the
+/// backend's until sent or deleted). `TRITONBACKEND_ResponseNew` and
+/// `TRITONBACKEND_ResponseFactoryNew` take a request, so they are
+/// `request`'s.
+pub(super) fn new_response(target: Arc<ResponseTarget>) -> *mut TRITONBACKEND_Response {
     Box::into_raw(Box::new(TRITONBACKEND_Response {
         target,
         outputs: Vec::new(),
         parameters: Parameters::new(),
     }))
+}
+
+/// A new response factory for `target`, owned by the returned pointer.
+pub(super) fn new_factory(target: Arc<ResponseTarget>) -> *mut TRITONBACKEND_ResponseFactory {
+    Box::into_raw(Box::new(TRITONBACKEND_ResponseFactory { target }))
 }
 
 unsafe fn response<'a>(
@@ -135,24 +147,6 @@ unsafe fn factory<'a>(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn TRITONBACKEND_ResponseFactoryNew(
-    out: *mut *mut TRITONBACKEND_ResponseFactory,
-    request: *mut TRITONBACKEND_Request,
-) -> ErrorPtr {
-    ffi_entry!({
-        non_null(out, "factory")?;
-        non_null(request, "request")?;
-        // SAFETY: `request` is checked non-null above and is a request the server gave this
-        // backend's `ModelInstanceExecute` that it has not released yet (tritonbackend.h).
-        let target = unsafe { (*request).target.clone() };
-        // SAFETY: `out` is checked non-null above and, by the header's contract, valid for writing
-        // one value.
-        unsafe { *out = Box::into_raw(Box::new(TRITONBACKEND_ResponseFactory { target })) };
-        Ok(())
-    })
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_ResponseFactoryDelete(
     f: *mut TRITONBACKEND_ResponseFactory,
 ) -> ErrorPtr {
@@ -172,11 +166,10 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseFactoryIsCancelled(
     f: *mut TRITONBACKEND_ResponseFactory,
     is_cancelled: *mut bool,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(f as "factory", is_cancelled) {
         // SAFETY: `f` is null (refused by `factory`) or a factory from
         // `TRITONBACKEND_ResponseFactoryNew` not deleted yet.
         let f = unsafe { factory(f)? };
-        non_null(is_cancelled, "is_cancelled")?;
         // SAFETY: `is_cancelled` is checked non-null above and, by the header's contract, valid
         // for writing one value.
         unsafe { *is_cancelled = f.target.is_cancelled() };
@@ -190,7 +183,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseFactorySendFlags(
     f: *mut TRITONBACKEND_ResponseFactory,
     send_flags: u32,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(f as "factory") {
         // SAFETY: `f` is null (refused by `factory`) or a factory from
         // `TRITONBACKEND_ResponseFactoryNew` not deleted yet.
         let f = unsafe { factory(f)? };
@@ -199,31 +192,14 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseFactorySendFlags(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn TRITONBACKEND_ResponseNew(
-    out: *mut *mut TRITONBACKEND_Response,
-    request: *mut TRITONBACKEND_Request,
-) -> ErrorPtr {
-    ffi_entry!({
-        non_null(out, "response")?;
-        non_null(request, "request")?;
-        // SAFETY: `out` is checked non-null above and, by the header's contract, valid for writing
-        // one value; `request` is checked non-null above and is a request the server gave this
-        // backend's `ModelInstanceExecute` that it has not released yet (tritonbackend.h).
-        unsafe { *out = new_response((*request).target.clone()) };
-        Ok(())
-    })
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_ResponseNewFromFactory(
     out: *mut *mut TRITONBACKEND_Response,
     f: *mut TRITONBACKEND_ResponseFactory,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(f as "factory", out as "response") {
         // SAFETY: `f` is null (refused by `factory`) or a factory from
         // `TRITONBACKEND_ResponseFactoryNew` not deleted yet.
         let f = unsafe { factory(f)? };
-        non_null(out, "response")?;
         // SAFETY: `out` is checked non-null above and, by the header's contract, valid for writing
         // one value.
         unsafe { *out = new_response(f.target.clone()) };
@@ -286,7 +262,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSetIntParameter(
     name: *const c_char,
     value: i64,
 ) -> ErrorPtr {
-    ffi_entry!({ set_parameter(r, name, ParamValue::Int(value)) })
+    ffi_entry!(non_null(r as "response") { set_parameter(r, name, ParamValue::Int(value)) })
 }
 
 #[no_mangle]
@@ -295,7 +271,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSetBoolParameter(
     name: *const c_char,
     value: bool,
 ) -> ErrorPtr {
-    ffi_entry!({ set_parameter(r, name, ParamValue::Bool(value)) })
+    ffi_entry!(non_null(r as "response") { set_parameter(r, name, ParamValue::Bool(value)) })
 }
 
 #[no_mangle]
@@ -304,7 +280,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSetDoubleParameter(
     name: *const c_char,
     value: f64,
 ) -> ErrorPtr {
-    ffi_entry!({ set_parameter(r, name, ParamValue::Double(value)) })
+    ffi_entry!(non_null(r as "response") { set_parameter(r, name, ParamValue::Double(value)) })
 }
 
 #[no_mangle]
@@ -316,12 +292,11 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseOutput(
     shape: *const i64,
     dims_count: u32,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "response", output) {
         // SAFETY: `r` is null (refused by `response`) or a response from
         // `TRITONBACKEND_ResponseNew*` that is not sent or deleted yet; tritonbackend.h has the
         // backend use a response from one thread at a time, so the `&mut` is unique.
         let r = unsafe { response(r)? };
-        non_null(output, "output")?;
         // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
         // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
         // the call.
@@ -373,9 +348,7 @@ pub unsafe extern "C" fn TRITONBACKEND_OutputBuffer(
     memory_type: *mut MemoryType,
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(o, "output")?;
-        non_null(buffer, "buffer")?;
+    ffi_entry!(non_null(o as "output", buffer) {
         // SAFETY: `o` is checked non-null above and is an output from
         // `TRITONBACKEND_ResponseOutput`, owned (boxed) by its response, which is not sent or
         // deleted yet; the backend fills it from one thread.
@@ -416,9 +389,7 @@ pub unsafe extern "C" fn TRITONBACKEND_OutputBufferAttributes(
     o: *mut TRITONBACKEND_Output,
     attributes: *mut *mut TRITONSERVER_BufferAttributes,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(o, "output")?;
-        non_null(attributes, "buffer_attributes")?;
+    ffi_entry!(non_null(o as "output", attributes as "buffer_attributes") {
         // SAFETY: `attributes` is checked non-null above and, by the header's contract, valid for
         // writing one value; `o` is checked non-null above and is an output from
         // `TRITONBACKEND_ResponseOutput`, owned (boxed) by its response, which is not sent or
@@ -436,8 +407,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSend(
     send_flags: u32,
     err: ErrorPtr,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(r, "response")?;
+    ffi_entry!(non_null(r as "response") {
         // SAFETY: a response from `new_response`; sending consumes it.
         let r = unsafe { Box::from_raw(r) };
         if !err.is_null() {
@@ -445,7 +415,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ResponseSend(
             // keeps (and frees) itself after the call.
             let e = unsafe { &*err };
             r.target.fail(InferError::new(
-                super::types::error_code_to_kind(e.code),
+                error_code_to_kind(e.code),
                 e.message_str(),
             ));
             return Ok(());
@@ -475,7 +445,7 @@ pub unsafe extern "C" fn TRITONBACKEND_InferenceResponseOutputByName(
     shape: *mut *const i64,
     dim_count: *mut u64,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(r as "response") {
         // SAFETY: `r` is null (refused by `response`) or a response from
         // `TRITONBACKEND_ResponseNew*` that is not sent or deleted yet; tritonbackend.h has the
         // backend use a response from one thread at a time, so the `&mut` is unique.
@@ -494,7 +464,7 @@ pub unsafe extern "C" fn TRITONBACKEND_InferenceResponseOutputByName(
         // into the output, which lives as long as the response.
         unsafe {
             if !datatype.is_null() {
-                *datatype = super::types::datatype_to_c(o.datatype);
+                *datatype = datatype_to_c(o.datatype);
             }
             if !shape.is_null() {
                 *shape = o.shape.as_ptr();
@@ -512,7 +482,7 @@ mod tests {
     use std::ffi::CStr;
 
     use super::*;
-    use crate::backend::capi::{
+    use crate::triton_abi::{
         error::{TRITONSERVER_ErrorCode, TRITONSERVER_ErrorDelete, TRITONSERVER_ErrorMessage},
         types::{ErrorCode, ERROR_INTERNAL, ERROR_INVALID_ARG},
     };

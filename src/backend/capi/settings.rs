@@ -11,7 +11,7 @@ use std::{
     },
 };
 
-use crate::frontend::inprocess::TRITONSERVER_Server;
+use crate::triton_abi::ffi::ServerHandle;
 
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
@@ -22,7 +22,7 @@ pub struct Settings {
 }
 
 static SETTINGS: OnceLock<Settings> = OnceLock::new();
-static SERVER: AtomicPtr<TRITONSERVER_Server> = AtomicPtr::new(std::ptr::null_mut());
+static SERVER: AtomicPtr<ServerHandle> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Sets the settings once, before any model loads; later calls are
 /// ignored (the first server of the process decides).
@@ -36,12 +36,13 @@ pub fn get() -> &'static Settings {
     SETTINGS.get_or_init(Settings::default)
 }
 
-/// The server handle handed to backends; the caller keeps it alive.
-pub fn set_server(server: *mut TRITONSERVER_Server) {
+/// The server handle handed to backends (the in-process front end's
+/// server, installed by `server::start`); the caller keeps it alive.
+pub fn set_server(server: *mut ServerHandle) {
     SERVER.store(server, Ordering::Release);
 }
 
-pub fn server() -> *mut TRITONSERVER_Server {
+pub fn server() -> *mut ServerHandle {
     SERVER.load(Ordering::Acquire)
 }
 

@@ -3,18 +3,21 @@
 //! the sequence's next request (the scheduler applies it once the
 //! execution returns); the state object lives as long as its request.
 
-use std::ffi::{c_char, c_void};
+use std::{
+    ffi::c_void,
+    sync::{Arc, Mutex},
+};
 
 use bytes::Bytes;
 
-use super::{
-    error::{self, c_str, non_null, ErrorPtr},
-    memory::{self, TRITONSERVER_BufferAttributes},
-    request::TRITONBACKEND_Request,
-    types::{datatype_from_c, MemoryType, TritonDataType},
-};
+use super::memory;
 use crate::{
     backend::StateUpdates,
+    triton_abi::{
+        buffer::TRITONSERVER_BufferAttributes,
+        error::{self, non_null, ErrorPtr},
+        types::{datatype_from_c, MemoryType, TritonDataType},
+    },
     types::{element_count, DataType, Tensor},
 };
 
@@ -28,31 +31,45 @@ pub struct TRITONBACKEND_State {
     updates: StateUpdates,
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn TRITONBACKEND_StateNew(
-    state: *mut *mut TRITONBACKEND_State,
-    request: *mut TRITONBACKEND_Request,
-    name: *const c_char,
-    datatype: TritonDataType,
-    shape: *const i64,
-    dims_count: u32,
-) -> ErrorPtr {
-    ffi_entry!({
-        non_null(state, "state")?;
-        non_null(request, "request")?;
-        // SAFETY: `request` is checked non-null above and is a request the server gave this
-        // backend's `ModelInstanceExecute` that it has not released yet (tritonbackend.h).
-        let request = unsafe { &*request };
-        // SAFETY: `name` is null (refused by `c_str`) or a NUL-terminated string the caller keeps
-        // valid for the call (the header's `const char*` contract); nothing keeps the `&str` past
-        // the call.
-        let name = unsafe { c_str(name, "name")? };
-        let Some(updates) = request.state_updates.clone() else {
+/// A request's implicit state: where `TRITONBACKEND_StateUpdate` puts
+/// states (`None` without implicit state), the model's state names, and
+/// the states created for the request, which live as long as it does
+/// (`TRITONBACKEND_StateNew` is the request's, in `request`).
+pub struct RequestStates {
+    updates: Option<StateUpdates>,
+    names: Arc<[String]>,
+    /// Boxed: the backend holds their addresses while the list grows.
+    #[allow(clippy::vec_box)]
+    created: Mutex<Vec<Box<TRITONBACKEND_State>>>,
+}
+
+impl RequestStates {
+    pub fn new(updates: Option<StateUpdates>, names: Arc<[String]>) -> Self {
+        Self {
+            updates,
+            names,
+            created: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A new state `name` of the request, owned by it.
+    ///
+    /// # Safety
+    /// `shape` is null or, by the header's contract, points to `dims_count`
+    /// elements that stay unchanged for the call.
+    pub(super) unsafe fn create(
+        &self,
+        name: &str,
+        datatype: TritonDataType,
+        shape: *const i64,
+        dims_count: u32,
+    ) -> Result<*mut TRITONBACKEND_State, ErrorPtr> {
+        let Some(updates) = self.updates.clone() else {
             return Err(error::invalid_arg(
                 "unable to add state: the model has no implicit state (sequence_batching state)",
             ));
         };
-        if !request.state_outputs.iter().any(|s| s == name) {
+        if !self.names.iter().any(|s| s == name) {
             return Err(error::invalid_arg(format!(
                 "state '{name}' is not a valid state name"
             )));
@@ -64,9 +81,9 @@ pub unsafe extern "C" fn TRITONBACKEND_StateNew(
             Vec::new()
         } else {
             non_null(shape, "shape")?;
-            // SAFETY: `shape` is non-null (checked above) and, by the header's contract, points to
-            // `dims_count as usize` elements that stay unchanged for the call; they are copied
-            // before it returns.
+            // SAFETY: `shape` is non-null (checked above) and, per this function's contract,
+            // points to `dims_count as usize` elements that stay unchanged for the call; they are
+            // copied before it returns.
             unsafe { std::slice::from_raw_parts(shape, dims_count as usize) }.to_vec()
         };
         if element_count(&shape).is_none() {
@@ -82,16 +99,15 @@ pub unsafe extern "C" fn TRITONBACKEND_StateNew(
             attributes: TRITONSERVER_BufferAttributes::host(0),
             updates,
         });
-        // SAFETY: `state` is checked non-null above and valid for writing (tritonbackend.h); the
-        // state is boxed, so its address stays valid while its request owns it.
-        unsafe { *state = &mut *boxed };
-        request
-            .states
+        // The state is boxed, so this address stays valid while the
+        // request owns it.
+        let state: *mut TRITONBACKEND_State = &mut *boxed;
+        self.created
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(boxed);
-        Ok(())
-    })
+        Ok(state)
+    }
 }
 
 #[no_mangle]
@@ -102,9 +118,7 @@ pub unsafe extern "C" fn TRITONBACKEND_StateBuffer(
     memory_type: *mut MemoryType,
     memory_type_id: *mut i64,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(s, "state")?;
-        non_null(buffer, "buffer")?;
+    ffi_entry!(non_null(s as "state", buffer) {
         // SAFETY: `s` is checked non-null above and is a state from `TRITONBACKEND_StateNew`,
         // owned (boxed) by its request, which is not released yet.
         let s = unsafe { &mut *s };
@@ -130,9 +144,7 @@ pub unsafe extern "C" fn TRITONBACKEND_StateBufferAttributes(
     s: *mut TRITONBACKEND_State,
     attributes: *mut *mut TRITONSERVER_BufferAttributes,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(s, "state")?;
-        non_null(attributes, "buffer_attributes")?;
+    ffi_entry!(non_null(s as "state", attributes as "buffer_attributes") {
         // SAFETY: `attributes` is checked non-null above and, by the header's contract, valid for
         // writing one value; `s` is checked non-null above and is a state from
         // `TRITONBACKEND_StateNew`, owned (boxed) by its request, which is not released yet.
@@ -143,8 +155,7 @@ pub unsafe extern "C" fn TRITONBACKEND_StateBufferAttributes(
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_StateUpdate(s: *mut TRITONBACKEND_State) -> ErrorPtr {
-    ffi_entry!({
-        non_null(s, "state")?;
+    ffi_entry!(non_null(s as "state") {
         // SAFETY: `s` is checked non-null above and is a state from `TRITONBACKEND_StateNew`,
         // owned (boxed) by its request, which is not released yet.
         let s = unsafe { &*s };

@@ -9,10 +9,7 @@ use std::{
     ptr,
 };
 
-use crate::triton_abi::{
-    error::{non_null, ErrorPtr},
-    types::MemoryType,
-};
+use crate::triton_abi::{error::ErrorPtr, types::MemoryType};
 
 pub type AllocFn = unsafe extern "C" fn(
     allocator: *mut TRITONSERVER_ResponseAllocator,
@@ -79,8 +76,7 @@ pub unsafe extern "C" fn TRITONSERVER_ResponseAllocatorNew(
     release_fn: Option<ReleaseFn>,
     start_fn: Option<StartFn>,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(allocator, "allocator")?;
+    ffi_entry!(non_null(allocator) {
         let (Some(alloc_fn), Some(release_fn)) = (alloc_fn, release_fn) else {
             return Err(crate::triton_abi::error::invalid_arg(
                 "a response allocator needs an alloc function and a release function",
@@ -105,8 +101,7 @@ pub unsafe extern "C" fn TRITONSERVER_ResponseAllocatorSetQueryFunction(
     allocator: *mut TRITONSERVER_ResponseAllocator,
     query_fn: Option<QueryFn>,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(allocator, "allocator")?;
+    ffi_entry!(non_null(allocator) {
         // SAFETY: `allocator` is checked non-null above and is an allocator from
         // `TRITONSERVER_ResponseAllocatorNew`, not deleted yet.
         unsafe { (*allocator).query_fn = query_fn };
@@ -119,8 +114,7 @@ pub unsafe extern "C" fn TRITONSERVER_ResponseAllocatorSetBufferAttributesFuncti
     allocator: *mut TRITONSERVER_ResponseAllocator,
     buffer_attributes_fn: Option<BufferAttributesFn>,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(allocator, "allocator")?;
+    ffi_entry!(non_null(allocator) {
         // SAFETY: `allocator` is checked non-null above and is an allocator from
         // `TRITONSERVER_ResponseAllocatorNew`, not deleted yet.
         unsafe { (*allocator).buffer_attributes_fn = buffer_attributes_fn };

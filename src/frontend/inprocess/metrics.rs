@@ -45,8 +45,7 @@ pub unsafe extern "C" fn TRITONSERVER_MetricFamilyNew(
     name: *const c_char,
     description: *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(family, "family")?;
+    ffi_entry!(non_null(family) {
         let kind = match kind {
             METRIC_KIND_COUNTER => Kind::Counter,
             METRIC_KIND_GAUGE => Kind::Gauge,
@@ -90,9 +89,7 @@ pub unsafe extern "C" fn TRITONSERVER_GetMetricFamilyKind(
     family: *mut TRITONSERVER_MetricFamily,
     kind: *mut u32,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(family, "family")?;
-        non_null(kind, "kind")?;
+    ffi_entry!(non_null(family, kind) {
         // SAFETY: `kind` is checked non-null above and, by the header's contract, valid for
         // writing one value; `family` is checked non-null above and is a family from
         // `TRITONSERVER_MetricFamilyNew`, not deleted yet.
@@ -105,8 +102,7 @@ pub unsafe extern "C" fn TRITONSERVER_GetMetricFamilyKind(
 pub unsafe extern "C" fn TRITONSERVER_MetricArgsNew(
     args: *mut *mut TRITONSERVER_MetricArgs,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(args, "args")?;
+    ffi_entry!(non_null(args) {
         // SAFETY: `args` is checked non-null above and, by the header's contract, valid for
         // writing one value.
         unsafe { *args = Box::into_raw(Box::default()) };
@@ -120,8 +116,7 @@ pub unsafe extern "C" fn TRITONSERVER_MetricArgsSetHistogram(
     buckets: *const f64,
     buckets_count: u64,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(args, "args")?;
+    ffi_entry!(non_null(args) {
         let n =
             usize::try_from(buckets_count).map_err(|_| invalid_arg("buckets_count too large"))?;
         let bounds = if n == 0 {
@@ -204,9 +199,7 @@ pub unsafe extern "C" fn TRITONSERVER_MetricNewWithArgs(
     label_count: u64,
     args: *const TRITONSERVER_MetricArgs,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(metric, "metric")?;
-        non_null(family, "family")?;
+    ffi_entry!(non_null(metric, family) {
         // SAFETY: `labels` is null only with a zero count (checked by `labels_of`), else the
         // caller's array of `label_count` parameters, valid for the call (tritonserver.h).
         let labels = unsafe { labels_of(labels, label_count) }?;
@@ -245,9 +238,7 @@ pub unsafe extern "C" fn TRITONSERVER_MetricValue(
     metric: *mut TRITONSERVER_Metric,
     value: *mut f64,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(metric, "metric")?;
-        non_null(value, "value")?;
+    ffi_entry!(non_null(metric, value) {
         // SAFETY: `metric` is checked non-null above and is a metric from
         // `TRITONSERVER_MetricNew*`, not deleted yet.
         let v = unsafe { (*metric).0.value() }.map_err(unsupported)?;
@@ -263,8 +254,7 @@ pub unsafe extern "C" fn TRITONSERVER_MetricIncrement(
     metric: *mut TRITONSERVER_Metric,
     value: f64,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(metric, "metric")?;
+    ffi_entry!(non_null(metric) {
         // SAFETY: `metric` is checked non-null above and is a metric from
         // `TRITONSERVER_MetricNew*`, not deleted yet.
         unsafe { (*metric).0.increment(value) }.map_err(invalid_arg)
@@ -276,8 +266,7 @@ pub unsafe extern "C" fn TRITONSERVER_MetricSet(
     metric: *mut TRITONSERVER_Metric,
     value: f64,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(metric, "metric")?;
+    ffi_entry!(non_null(metric) {
         // SAFETY: `metric` is checked non-null above and is a metric from
         // `TRITONSERVER_MetricNew*`, not deleted yet.
         unsafe { (*metric).0.set(value) }.map_err(unsupported)
@@ -289,8 +278,7 @@ pub unsafe extern "C" fn TRITONSERVER_MetricObserve(
     metric: *mut TRITONSERVER_Metric,
     value: f64,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(metric, "metric")?;
+    ffi_entry!(non_null(metric) {
         // SAFETY: `metric` is checked non-null above and is a metric from
         // `TRITONSERVER_MetricNew*`, not deleted yet.
         unsafe { (*metric).0.observe(value) }.map_err(unsupported)
@@ -302,9 +290,7 @@ pub unsafe extern "C" fn TRITONSERVER_GetMetricKind(
     metric: *mut TRITONSERVER_Metric,
     kind: *mut u32,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(metric, "metric")?;
-        non_null(kind, "kind")?;
+    ffi_entry!(non_null(metric, kind) {
         // SAFETY: `kind` is checked non-null above and, by the header's contract, valid for
         // writing one value; `metric` is checked non-null above and is a metric from
         // `TRITONSERVER_MetricNew*`, not deleted yet.

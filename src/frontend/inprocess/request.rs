@@ -21,7 +21,7 @@ use super::{
     server::TRITONSERVER_Server,
 };
 use crate::triton_abi::{
-    error::{c_str, invalid_arg, non_null, not_found, status, unsupported, ErrorPtr},
+    error::{c_str, invalid_arg, non_null, not_found, out, status, unsupported, ErrorPtr},
     parameter::{lossy_cstring, ParamValue as CParam, TRITONSERVER_Parameter},
     types::{
         datatype_from_c, MemoryType, TritonDataType, MEMORY_CPU, MEMORY_CPU_PINNED,
@@ -233,15 +233,6 @@ unsafe fn with_request(
     status(f(unsafe { &mut *request }))
 }
 
-/// Writes `value` through an out-pointer, or fails for a null one.
-unsafe fn out<T>(p: *mut T, what: &str, value: T) -> Result<(), ErrorPtr> {
-    non_null(p, what)?;
-    // SAFETY: checked non-null above; every caller passes the C caller's out-parameter, valid for
-    // writing a `T` (tritonserver.h).
-    unsafe { p.write(value) };
-    Ok(())
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_InferenceRequestNew(
     inference_request: *mut *mut TRITONSERVER_InferenceRequest,
@@ -249,8 +240,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestNew(
     model_name: *const c_char,
     model_version: i64,
 ) -> ErrorPtr {
-    ffi_entry!({
-        non_null(inference_request, "inference_request")?;
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `server` is null (refused by `from_c`) or the server `TRITONBACKEND_ModelServer`
         // handed out, which a backend may use while its model lives; `from_c` takes a reference of
         // its own.
@@ -315,7 +305,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestId(
     // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
     // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
     // checked inside.
-    ffi_entry!({ unsafe { with_request(inference_request, |r| out(id, "id", r.id.as_ptr())) } })
+    ffi_entry!(non_null(inference_request) { unsafe { with_request(inference_request, |r| out(id, "id", r.id.as_ptr())) } })
 }
 
 #[no_mangle]
@@ -323,7 +313,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetId(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     id: *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -346,7 +336,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestFlags(
     // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
     // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
     // checked inside.
-    ffi_entry!({ unsafe { with_request(inference_request, |r| out(flags, "flags", r.flags)) } })
+    ffi_entry!(non_null(inference_request) { unsafe { with_request(inference_request, |r| out(flags, "flags", r.flags)) } })
 }
 
 #[no_mangle]
@@ -354,7 +344,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetFlags(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     flags: u32,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -373,7 +363,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestCorrelationId(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     correlation_id: *mut u64,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -395,7 +385,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestCorrelationIdString(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     correlation_id: *mut *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -416,7 +406,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetCorrelationId(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     correlation_id: u64,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -435,7 +425,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetCorrelationIdString(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     correlation_id: *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -459,7 +449,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetCorrelationIdString(
 pub unsafe extern "C" fn TRITONSERVER_InferenceRequestCancel(
     inference_request: *mut TRITONSERVER_InferenceRequest,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -478,7 +468,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestIsCancelled(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     is_cancelled: *mut bool,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -496,7 +486,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestPriority(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     priority: *mut u32,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -518,7 +508,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestPriorityUInt64(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     priority: *mut u64,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -532,7 +522,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetPriority(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     priority: u32,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -551,7 +541,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetPriorityUInt64(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     priority: u64,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -570,7 +560,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestTimeoutMicroseconds(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     timeout_us: *mut u64,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -588,7 +578,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetTimeoutMicroseconds(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     timeout_us: u64,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -610,7 +600,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAddInput(
     shape: *const i64,
     dim_count: u64,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -654,7 +644,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAddRawInput(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     name: *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -675,7 +665,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveInput(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     name: *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -700,7 +690,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveInput(
 pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveAllInputs(
     inference_request: *mut TRITONSERVER_InferenceRequest,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -751,7 +741,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAppendInputData(
     memory_type: MemoryType,
     _memory_type_id: i64,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -776,7 +766,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAppendInputDataWithHostPol
     _memory_type_id: i64,
     _host_policy_name: *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -794,7 +784,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveAllInputData(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     name: *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -814,7 +804,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestAddRequestedOutput(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     name: *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -836,7 +826,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveRequestedOutput(
     inference_request: *mut TRITONSERVER_InferenceRequest,
     name: *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -861,7 +851,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveRequestedOutput(
 pub unsafe extern "C" fn TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs(
     inference_request: *mut TRITONSERVER_InferenceRequest,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -881,7 +871,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetReleaseCallback(
     request_release_fn: Option<RequestReleaseFn>,
     request_release_userp: *mut c_void,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -903,7 +893,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetResponseCallback(
     response_fn: Option<ResponseCompleteFn>,
     response_userp: *mut c_void,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_request) {
         // SAFETY: `inference_request` is null (refused by `with_request`) or a request from
         // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
         // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
@@ -976,7 +966,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetIntParameter(
     // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
     // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
     // checked inside.
-    ffi_entry!({ unsafe { set_parameter(request, key, CParam::Int(value)) } })
+    ffi_entry!(non_null(request as "inference_request") { unsafe { set_parameter(request, key, CParam::Int(value)) } })
 }
 
 #[no_mangle]
@@ -989,7 +979,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetBoolParameter(
     // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
     // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
     // checked inside.
-    ffi_entry!({ unsafe { set_parameter(request, key, CParam::Bool(value)) } })
+    ffi_entry!(non_null(request as "inference_request") { unsafe { set_parameter(request, key, CParam::Bool(value)) } })
 }
 
 #[no_mangle]
@@ -1002,7 +992,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceRequestSetDoubleParameter(
     // `TRITONSERVER_InferenceRequestNew` that the caller has not deleted and does not use from
     // another thread meanwhile (tritonserver.h), so the `&mut` is unique; other pointers are
     // checked inside.
-    ffi_entry!({ unsafe { set_parameter(request, key, CParam::Double(value)) } })
+    ffi_entry!(non_null(request as "inference_request") { unsafe { set_parameter(request, key, CParam::Double(value)) } })
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::{
 
 use super::{allocator::TRITONSERVER_ResponseAllocator, request::ResponseCallback};
 use crate::triton_abi::{
-    error::{non_null, status, ErrorPtr, TRITONSERVER_Error},
+    error::{out, status, ErrorPtr, TRITONSERVER_Error},
     parameter::{lossy_cstring, ParamValue as CParam, TRITONSERVER_Parameter},
     types::{
         datatype_to_c, error_kind_to_code, ErrorCode, MemoryType, ParameterType, TritonDataType,
@@ -240,14 +240,6 @@ unsafe fn with_response(
     status(f(unsafe { &*response }))
 }
 
-unsafe fn out<T>(p: *mut T, what: &str, value: T) -> Result<(), ErrorPtr> {
-    non_null(p, what)?;
-    // SAFETY: checked non-null above; every caller passes the C caller's out-parameter, valid for
-    // writing a `T` (tritonserver.h).
-    unsafe { p.write(value) };
-    Ok(())
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_InferenceResponseDelete(
     inference_response: *mut TRITONSERVER_InferenceResponse,
@@ -288,7 +280,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseModel(
     model_name: *mut *const c_char,
     model_version: *mut i64,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_response) {
         // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
         // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
         // are checked by `out`.
@@ -306,7 +298,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseId(
     inference_response: *mut TRITONSERVER_InferenceResponse,
     request_id: *mut *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_response) {
         // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
         // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
         // are checked by `out`.
@@ -323,7 +315,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseParameterCount(
     inference_response: *mut TRITONSERVER_InferenceResponse,
     count: *mut u32,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_response) {
         // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
         // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
         // are checked by `out`.
@@ -347,7 +339,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseParameter(
     kind: *mut ParameterType,
     vvalue: *mut *const c_void,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_response) {
         // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
         // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
         // are checked by `out`.
@@ -372,7 +364,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseOutputCount(
     inference_response: *mut TRITONSERVER_InferenceResponse,
     count: *mut u32,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_response) {
         // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
         // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
         // are checked by `out`.
@@ -402,7 +394,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseOutput(
     memory_type_id: *mut i64,
     userp: *mut *mut c_void,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_response) {
         // SAFETY: `inference_response` is null (refused by `with_response`) or a response the
         // caller got in its response callback and has not deleted (tritonserver.h); out-pointers
         // are checked by `out`.
@@ -435,7 +427,7 @@ pub unsafe extern "C" fn TRITONSERVER_InferenceResponseOutputClassificationLabel
     _class_index: usize,
     label: *mut *const c_char,
 ) -> ErrorPtr {
-    ffi_entry!({
+    ffi_entry!(non_null(inference_response) {
         // Labels are applied by the protocol layer's classification
         // extension; in-process responses carry raw outputs, so no label.
         // SAFETY: `inference_response` is null (refused by `with_response`) or a response the

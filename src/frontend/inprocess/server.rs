@@ -14,7 +14,7 @@ use std::{
 };
 
 use crate::triton_abi::{
-    error::{c_str, invalid_arg, non_null, status, ErrorPtr, TRITONSERVER_Error},
+    error::{c_str, invalid_arg, non_null, out, status, ErrorPtr, TRITONSERVER_Error},
     message::TRITONSERVER_Message,
     parameter::TRITONSERVER_Parameter,
     types::{error_kind_to_code, ERROR_UNAVAILABLE, ERROR_UNSUPPORTED},
@@ -182,14 +182,6 @@ unsafe fn model_of(
         .with_model(name, &version_str(model_version), Arc::clone)
         .map_err(|e| error_from(&e))?;
     Ok((server, model))
-}
-
-unsafe fn out<T>(p: *mut T, what: &str, value: T) -> Result<(), ErrorPtr> {
-    non_null(p, what)?;
-    // SAFETY: checked non-null above; every caller passes the C caller's out-parameter, valid for
-    // writing a `T` (tritonserver.h).
-    unsafe { p.write(value) };
-    Ok(())
 }
 
 #[no_mangle]

@@ -1,43 +1,44 @@
-//! `TRITONSERVER_Log*`, the basic `TRITONSERVER_*` string functions and
-//! the API versions, onto `tracing` (target `backend`, so
-//! `RUST_LOG=backend=debug` shows a backend's verbose log).
+//! `TRITONSERVER_Log*` onto `tracing` (target `backend`, so
+//! `RUST_LOG=backend=debug` shows a backend's verbose log), the basic
+//! `TRITONSERVER_*` string functions and the server API version
+//! (`TRITONBACKEND_ApiVersion` is `backend::capi`'s).
 
 use std::ffi::{c_char, c_int, CStr};
 
 use super::{
-    error::{status, ErrorPtr},
+    error::{non_null, ErrorPtr},
     types::{
-        datatype_name, InstanceGroupKind, LogLevel, MemoryType, TritonDataType,
-        INSTANCEGROUPKIND_AUTO, INSTANCEGROUPKIND_CPU, INSTANCEGROUPKIND_GPU,
+        datatype_from_c, datatype_name, datatype_to_c, InstanceGroupKind, LogLevel, MemoryType,
+        TritonDataType, INSTANCEGROUPKIND_AUTO, INSTANCEGROUPKIND_CPU, INSTANCEGROUPKIND_GPU,
         INSTANCEGROUPKIND_MODEL, LOG_ERROR, LOG_INFO, LOG_VERBOSE, LOG_WARN, MEMORY_CPU,
         MEMORY_CPU_PINNED, MEMORY_GPU, TYPE_INVALID,
     },
 };
 use crate::types::DataType;
 
-/// The versions of the headers this server implements (Triton 2.5x).
+/// The version of `tritonserver.h` this server implements (Triton 2.5x).
 pub const SERVER_API_VERSION: (u32, u32) = (1, 34);
-pub const BACKEND_API_VERSION: (u32, u32) = (1, 19);
 
 #[no_mangle]
 pub unsafe extern "C" fn TRITONSERVER_ApiVersion(major: *mut u32, minor: *mut u32) -> ErrorPtr {
     // SAFETY: `write_version` refuses null pointers; otherwise `major` and `minor` are the
     // caller's out-parameters, valid for writing a `uint32_t` (tritonserver.h).
-    ffi_entry!({ status(unsafe { write_version(major, minor, SERVER_API_VERSION) }) })
+    ffi_entry!(non_null(major, minor) { unsafe { write_version(major, minor, SERVER_API_VERSION) } })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn TRITONBACKEND_ApiVersion(major: *mut u32, minor: *mut u32) -> ErrorPtr {
-    // SAFETY: `write_version` refuses null pointers; otherwise `major` and `minor` are the
-    // caller's out-parameters, valid for writing a `uint32_t` (tritonbackend.h).
-    ffi_entry!({ status(unsafe { write_version(major, minor, BACKEND_API_VERSION) }) })
-}
-
-unsafe fn write_version(major: *mut u32, minor: *mut u32, v: (u32, u32)) -> Result<(), ErrorPtr> {
-    super::error::non_null(major, "major")?;
-    super::error::non_null(minor, "minor")?;
-    // SAFETY: `major`, `minor` are checked non-null above and, by the header's contract, valid for
-    // writing one value.
+/// Writes `v` to a C caller's version out-parameters, both or neither.
+///
+/// # Safety
+/// `major` and `minor` are null (refused) or valid for writing a `uint32_t`.
+pub unsafe fn write_version(
+    major: *mut u32,
+    minor: *mut u32,
+    v: (u32, u32),
+) -> Result<(), ErrorPtr> {
+    non_null(major, "major")?;
+    non_null(minor, "minor")?;
+    // SAFETY: `major`, `minor` are checked non-null above and, per this function's contract, valid
+    // for writing one value.
     unsafe {
         *major = v.0;
         *minor = v.1;
@@ -64,7 +65,7 @@ pub unsafe extern "C" fn TRITONSERVER_StringToDataType(dtype: *const c_char) -> 
             .to_str()
             .ok()
             .and_then(DataType::from_wire)
-            .map_or(TYPE_INVALID, super::types::datatype_to_c)
+            .map_or(TYPE_INVALID, datatype_to_c)
     })
 }
 
@@ -72,7 +73,7 @@ pub unsafe extern "C" fn TRITONSERVER_StringToDataType(dtype: *const c_char) -> 
 #[no_mangle]
 pub extern "C" fn TRITONSERVER_DataTypeByteSize(datatype: TritonDataType) -> u32 {
     ffi_entry!(0, {
-        super::types::datatype_from_c(datatype)
+        datatype_from_c(datatype)
             .and_then(DataType::element_size)
             .map_or(0, |s| s as u32)
     })
