@@ -22,8 +22,8 @@ use super::{
 };
 use crate::{
     backend::{BackendRequest, InstanceSpec, ModelInstance},
+    config::is_decoupled,
     proto::inference::{model_config::SchedulingChoice, ModelConfig},
-    scheduler::is_decoupled,
     types::{InferError, InferResult, Tensor},
 };
 

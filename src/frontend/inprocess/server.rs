@@ -23,8 +23,8 @@ use crate::triton_abi::{
     types::{error_kind_to_code, ERROR_UNAVAILABLE, ERROR_UNSUPPORTED},
 };
 use crate::{
+    config::is_decoupled,
     model::{ModelTable, ModelVersion},
-    scheduler::is_decoupled,
     server::ServerState,
     shard::{ShardControl, ShardId, ShardTask},
     types::{InferError, InferResult},
