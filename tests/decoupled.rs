@@ -648,11 +648,11 @@ async fn the_request_timeout_bounds_a_decoupled_requests_wait_in_the_dynamic_bat
         }
         r
     };
-    let started = Instant::now();
     let out = stream_all(
         &mut c,
         vec![
-            // Holds the only instance for 1.5 s (WAIT) after one response.
+            // Holds the only instance for 1.5 s (WAIT); its one response and
+            // final flag come at once, from the responder thread.
             batched(repeat("busy", &[5], &[0], 1500, true)),
             batched(repeat("queued", &[1], &[0], 0, true)),
         ],
@@ -676,6 +676,5 @@ async fn the_request_timeout_bounds_a_decoupled_requests_wait_in_the_dynamic_bat
         .map(id)
         .collect();
     assert_eq!(finals, vec!["busy"], "{out:?}");
-    assert!(started.elapsed() >= Duration::from_millis(1500));
     server.shutdown().expect("shutdown");
 }
