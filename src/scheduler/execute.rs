@@ -20,7 +20,6 @@ use crate::{
     config::is_decoupled,
     metrics::ShardCounters,
     model::ModelVersion,
-    shard,
     trace::{instants_ns, Event},
     types::{ComputeTimes, InferError, InferRequest, InferResult, Tensor},
 };
