@@ -42,6 +42,7 @@ fn push_and_decide(c: &mut Criterion) {
                                 rows: 1,
                                 enqueued: now,
                                 deadline: None,
+                                cutoff: None,
                             },
                         );
                     }
@@ -66,6 +67,7 @@ fn decide_while_waiting(c: &mut Criterion) {
             rows: 1,
             enqueued: now,
             deadline: Some(now + Duration::from_secs(5)),
+            cutoff: None,
         },
     );
     c.bench_function("batcher/decide_wait", |b| {

@@ -621,3 +621,60 @@ async fn request_timeouts_bound_a_decoupled_requests_queue_time_only() {
     assert_eq!(finals, vec!["busy", "ample"], "{out:?}");
     server.shutdown().expect("shutdown");
 }
+
+/// A decoupled model behind the dynamic batcher: `--request-timeout-ms`
+/// bounds a request's wait in the batcher's queue too (the batcher used to
+/// drop the job's deadline, so a request behind a busy instance waited for
+/// as long as the instance was busy).
+#[tokio::test]
+async fn the_request_timeout_bounds_a_decoupled_requests_wait_in_the_dynamic_batcher() {
+    let config = std::fs::read_to_string(common::repo_path("models/repeat_int32/config.pbtxt"))
+        .expect("config")
+        .replace("name: \"repeat_int32\"", "name: \"repeat_batched\"")
+        .replace(
+            "max_batch_size: 0",
+            "max_batch_size: 1\ndynamic_batching { }",
+        );
+    let repo = TempRepo::new("decoupled-batched-timeout", &[("repeat_batched", config)]);
+    let mut opts = ServerOptions::for_tests(repo.root.clone());
+    opts.cores = Some(2);
+    opts.request_timeout = Some(Duration::from_millis(300));
+    let server = start_with(opts);
+    let mut c = client(server.grpc_addr()).await;
+    let batched = |mut r: ModelInferRequest| {
+        r.model_name = "repeat_batched".into();
+        for input in &mut r.inputs {
+            input.shape.insert(0, 1);
+        }
+        r
+    };
+    let out = stream_all(
+        &mut c,
+        vec![
+            // Holds the only instance for 1.5 s (WAIT); its one response and
+            // final flag come at once, from the responder thread.
+            batched(repeat("busy", &[5], &[0], 1500, true)),
+            batched(repeat("queued", &[1], &[0], 0, true)),
+        ],
+    )
+    .await;
+    let errors: Vec<(&str, &str)> = out
+        .iter()
+        .filter(|r| !r.error_message.is_empty())
+        .map(|r| (id(r), r.error_message.as_str()))
+        .collect();
+    assert_eq!(errors.len(), 1, "{out:?}");
+    assert!(
+        errors[0]
+            .1
+            .contains("Request timeout expired for model 'repeat_batched'"),
+        "{errors:?}"
+    );
+    let finals: Vec<&str> = out
+        .iter()
+        .filter(|r| r.error_message.is_empty() && final_flag(r) == Some(true))
+        .map(id)
+        .collect();
+    assert_eq!(finals, vec!["busy"], "{out:?}");
+    server.shutdown().expect("shutdown");
+}

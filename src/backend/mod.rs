@@ -96,7 +96,9 @@ pub trait Backend: Send + Sync {
     fn auto_complete(&self, config: &mut ModelConfig, files: &ModelFiles) -> anyhow::Result<()>;
 
     /// Creates one instance. Runs on the control plane, never on a shard's
-    /// request path; the instance is then moved to the shard that owns it.
+    /// request path; the instance is then moved to where it executes: its
+    /// own compute worker thread, or (`runs_inline`) the shard that owns
+    /// its model's scheduler.
     fn create_instance(
         &self,
         config: &ModelConfig,
@@ -105,7 +107,9 @@ pub trait Backend: Send + Sync {
     ) -> anyhow::Result<Box<dyn ModelInstance>>;
 }
 
-/// One executable copy of a model, owned by exactly one shard.
+/// One executable copy of a model, run by exactly one thread: a compute
+/// worker of its own, or for an inline model the shard that owns its
+/// scheduler.
 pub trait ModelInstance: Send {
     /// Executes once. `inputs` passed validation against the configuration
     /// (datatypes, shapes including the batch dimension when

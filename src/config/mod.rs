@@ -25,6 +25,18 @@ pub use supported::{check_supported, unsupported_features, Unsupported};
 pub use text_format::{model_config_to_text, parse_model_config, ConfigSyntaxError};
 pub use validate::validate;
 
+use crate::proto::inference::ModelConfig;
+
+/// Whether the model is decoupled (`model_transaction_policy { decoupled:
+/// true }`): it answers each request with any number of responses, then a
+/// final flag.
+pub fn is_decoupled(config: &ModelConfig) -> bool {
+    config
+        .model_transaction_policy
+        .as_ref()
+        .is_some_and(|p| p.decoupled)
+}
+
 /// A small valid configuration with `extra` appended, for the tests of
 /// validation and of the refused-features list.
 #[cfg(test)]

@@ -15,7 +15,7 @@ use anyhow::{bail, Context};
 use bytes::Bytes;
 use futures::channel::oneshot;
 
-use super::{scan::version_folders, select_versions, ModelDir};
+use super::{ensemble, scan::version_folders, select_versions, ModelDir};
 use crate::{
     backend::{backend_for, InstanceDevice, InstanceSpec, ModelFiles},
     compute::WorkerPlacement,
@@ -27,7 +27,7 @@ use crate::{
     },
     proto::inference::{model_instance_group::Kind, ModelConfig},
     scheduler::{
-        ensemble,
+        host,
         sequence::{self, SequenceSpec},
         InstanceExecutor,
     },
@@ -410,7 +410,7 @@ fn load_version(
     let devices = instance_devices(&config);
     let count = devices.len();
     // A decoupled backend may block on a slow client: never on a shard.
-    let inline = backend.runs_inline(&config) && !crate::scheduler::is_decoupled(&config);
+    let inline = backend.runs_inline(&config) && !config::is_decoupled(&config);
     let place = match execution_place(&config, inline)? {
         ExecutionPlace::Inline if backend.needs_worker() => {
             tracing::warn!(
@@ -481,13 +481,13 @@ fn load_version(
     let (installed, ack) = oneshot::channel();
     send(
         target.shard,
-        ShardControl::Install {
-            key: target.key,
-            model: model.clone(),
+        ShardControl::Run(host::install_task(
+            target.key,
+            model.clone(),
             executors,
             done_bell,
             installed,
-        },
+        )),
     )?;
     // The table that names this scheduler is published only once its
     // owner has it, so no request can reach a shard before it.

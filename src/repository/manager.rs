@@ -41,7 +41,7 @@ use crate::{
     config,
     model::{ModelEntry, ModelState, ModelTable},
     proto::inference::ModelConfig,
-    scheduler::ensemble,
+    repository::ensemble,
     server::ModelControlMode,
     shard::{ShardControl, ShardId},
     types::{clip, InferError, InferResult},
@@ -842,7 +842,10 @@ impl Manager {
         for v in entry.versions.values() {
             if let Some(loaded) = &v.loaded {
                 let target = loaded.scheduler;
-                if let Err(e) = self.send(target.shard, ShardControl::Remove { key: target.key }) {
+                if let Err(e) = self.send(
+                    target.shard,
+                    ShardControl::Run(crate::scheduler::host::remove_task(target.key)),
+                ) {
                     tracing::warn!(model = %loaded.name, error = %e, "cannot stop a retired scheduler");
                 }
             }

@@ -1,8 +1,10 @@
 //! The model repository: finding models and their versions on disk
-//! (`scan`), and turning each into loaded, placed instances (`load`).
+//! (`scan`), and turning each into loaded, placed instances (`load`);
+//! ensembles are wired last, over the loaded composing models (`ensemble`).
 //! Runs on the control plane, never on a shard.
 
 mod children;
+pub mod ensemble;
 mod load;
 pub mod manager;
 mod scan;

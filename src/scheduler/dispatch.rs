@@ -21,14 +21,16 @@ use monoio_compat::hyper::MonoioTimer;
 
 use super::{
     batch::batch_rows,
-    decoupled::{is_decoupled, ResponseTx, DECOUPLED_ON_MODEL_INFER},
+    decoupled::{ResponseTx, DECOUPLED_ON_MODEL_INFER},
     sequence::{sequence_flags, SequenceFlags},
     Job,
 };
 use crate::{
+    config::is_decoupled,
     metrics::FailureReason,
     model::{validate_request, ModelVersion},
-    shard::{self, Dispatch},
+    scheduler::host::Dispatch,
+    shard,
     trace::Event,
     types::{InferError, InferRequest, InferResponse, InferResult},
 };
@@ -41,7 +43,7 @@ const RING_FULL_RETRY: Duration = Duration::from_micros(50);
 /// the answer, at most the server's request timeout. Dropping the future
 /// (the client went away) cancels the queued work and counts the request
 /// as cancelled. A decoupled model is refused with Triton's error: its
-/// responses only travel on a stream (`infer_decoupled`).
+/// responses only travel on a stream (`infer_stream`).
 pub async fn infer(request: InferRequest) -> InferResult<InferResponse> {
     let Submitted {
         answer: rx,
@@ -125,7 +127,9 @@ pub(super) async fn submit(
             // to their models' schedulers.
             let pending = match ensemble {
                 Some(plan) => super::ensemble::start(plan, target.key, job),
-                None => s.dispatch(target, job),
+                // A shard always has its host; were it missing, the job is
+                // dropped and its answer reads "scheduler gone".
+                None => super::host::dispatch(target, job).unwrap_or(Dispatch::Queued),
             };
             (pending, target, s.request_timeout)
         })
@@ -148,7 +152,7 @@ pub(super) async fn submit(
             return Err(e);
         }
         MonoioTimer.sleep(RING_FULL_RETRY).await;
-        pending = shard::with_current(|s| s.dispatch(target, job)).ok_or_else(not_on_shard)?;
+        pending = super::host::dispatch(target, job).ok_or_else(not_on_shard)?;
     }
     Ok(Submitted {
         answer: rx,

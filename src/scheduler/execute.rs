@@ -9,7 +9,7 @@ use std::{sync::Arc, time::Instant};
 
 use super::{
     batch::{batch_rows, merge_inputs, split_outputs},
-    decoupled::{is_decoupled, run_decoupled},
+    decoupled::run_decoupled,
     output::build_response,
     per_request::run_requests,
     sequence::{absorb_states, build_inputs, RowControl, SequenceSpec, SlotStates},
@@ -17,9 +17,9 @@ use super::{
 };
 use crate::{
     backend::ModelInstance,
+    config::is_decoupled,
     metrics::ShardCounters,
     model::ModelVersion,
-    shard,
     trace::{instants_ns, Event},
     types::{ComputeTimes, InferError, InferRequest, InferResult, Tensor},
 };
@@ -230,7 +230,7 @@ fn finish(
         if let Ok(response) = &mut result {
             response.trace = job.request.trace.take();
         }
-        shard::reply(job.origin, job.reply, result);
+        super::host::reply(job.origin, job.reply, result);
     }
 }
 

@@ -15,13 +15,16 @@ mod dispatch;
 pub mod dynamic_batcher;
 pub mod ensemble;
 mod execute;
+pub mod host;
 mod job;
 mod model_scheduler;
 mod output;
 mod per_request;
 pub mod sequence;
+mod timeout;
 
-pub use decoupled::{infer_stream, is_decoupled, refuse_decoupled_http, ResponseStream, Streamed};
+pub use decoupled::{infer_stream, refuse_decoupled_http, ResponseStream, Streamed};
 pub use dispatch::infer;
+pub use host::{reply, SchedulerHost, ShardMsg};
 pub use job::{Job, Responder};
 pub use model_scheduler::{InstanceExecutor, ModelScheduler, DEFAULT_MAX_QUEUE_SIZE};

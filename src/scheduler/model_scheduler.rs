@@ -25,6 +25,7 @@ use super::{
     dynamic_batcher::{BatchQueue, BatcherPolicy, Decision, Pending},
     execute::{Batch, Runner},
     sequence::{Entry, RowControl, SeqDecision, SequenceBatcher},
+    timeout::requested_timeout,
     Job,
 };
 use crate::{
@@ -34,7 +35,7 @@ use crate::{
     model::ModelVersion,
     proto::inference::model_config::SchedulingChoice,
     shard::{self, yield_now},
-    types::{InferError, ParamValue},
+    types::InferError,
 };
 
 /// Default of `--max-queue-size`: the queue bound applied where the
@@ -211,7 +212,7 @@ impl ModelScheduler {
     }
 
     fn reject(&self, job: Job, error: InferError) {
-        shard::reply(job.origin, job.reply, Err(error));
+        super::host::reply(job.origin, job.reply, Err(error));
     }
 
     /// Queues `job`, or answers it at once when the queue is full, the
@@ -281,10 +282,14 @@ impl ModelScheduler {
                         return self.reject(job, e);
                     }
                 };
+                // The job's own deadline (a decoupled request's server
+                // timeout) holds in the batcher's queue too, whatever the
+                // level's timeout action.
                 let pending = Pending {
                     rows: batch_rows(&job.request),
                     enqueued: job.received,
                     deadline: timeout.map(|t| job.received + t),
+                    cutoff: job.deadline,
                     item: job,
                 };
                 q.push(level, pending).err().map(|full| (full.0, level + 1))
@@ -680,25 +685,18 @@ fn sequence_batch(rows: Vec<crate::scheduler::sequence::Row<Job>>) -> Batch {
     }
 }
 
-/// The queue deadline a request asks for with Triton's `timeout`
-/// parameter (microseconds; 0 or absent: none).
+/// The queue deadline of `job`: the earlier of the one it came with (the
+/// server's request timeout, for a decoupled request) and the one its
+/// `timeout` parameter asks for.
 fn request_timeout(job: &Job) -> Result<Option<Instant>, InferError> {
-    let Some(v) = job.request.parameters.get("timeout") else {
-        return Ok(job.deadline);
-    };
-    let us = match v {
-        ParamValue::Int(i) => u64::try_from(*i).ok(),
-        ParamValue::Uint(u) => Some(*u),
-        _ => None,
+    let own = requested_timeout(&job.request.parameters)?.map(|t| job.received + t);
+    Ok(earliest(job.deadline, own))
+}
+
+/// The earlier of two optional deadlines.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
-    .ok_or_else(|| {
-        InferError::invalid(
-            "request parameter 'timeout' must be a non-negative integer (microseconds)",
-        )
-    })?;
-    if us == 0 {
-        return Ok(job.deadline);
-    }
-    let own = job.received + Duration::from_micros(us);
-    Ok(Some(job.deadline.map_or(own, |d| d.min(own))))
 }

@@ -12,7 +12,7 @@ use std::{
 };
 
 use super::{
-    decoupled::{is_decoupled, ChannelSink},
+    decoupled::ChannelSink,
     output::build_response,
     sequence::{build_inputs, CorrelationId, RowControl, SequenceSpec, SlotStates},
     Job, Responder,
@@ -22,9 +22,10 @@ use crate::{
         BackendRequest, ModelInstance, ReceiverGone, ResponseSender, ResponseSink, SequenceInfo,
         StateUpdates,
     },
+    config::is_decoupled,
     metrics::ShardCounters,
     model::ModelVersion,
-    shard::{self, ShardId},
+    shard::ShardId,
     types::{InferError, InferRequest, InferResponse, InferResult, Parameters, Tensor},
 };
 
@@ -59,7 +60,7 @@ pub(super) fn run_requests(
             match sequence_inputs(spec, row, &request, states) {
                 Ok(inputs) => request.inputs = inputs,
                 Err(e) => {
-                    shard::reply(origin, reply, Err(e));
+                    super::host::reply(origin, reply, Err(e));
                     continue;
                 }
             }
@@ -81,7 +82,7 @@ pub(super) fn run_requests(
                     "a request to decoupled model '{}' reached its instance without a response channel",
                     model.name
                 ));
-                shard::reply(origin, reply, Err(e));
+                super::host::reply(origin, reply, Err(e));
                 continue;
             }
             (false, _) => Box::new(HeldSink {
@@ -198,7 +199,7 @@ impl Hold {
             }
         };
         if let Some((origin, reply, result)) = late {
-            shard::reply(origin, reply, result);
+            super::host::reply(origin, reply, result);
         }
     }
 
@@ -210,7 +211,7 @@ impl Hold {
             .take()
             .unwrap_or_default();
         for (origin, reply, result) in held {
-            shard::reply(origin, reply, result);
+            super::host::reply(origin, reply, result);
         }
     }
 }

@@ -21,7 +21,8 @@ use crate::{
         self,
         transport::{ShardTransport, TransportStats},
     },
-    shard::{ring::ShardLinks, Shard, ShardControl, ShardId, ShardMsg},
+    scheduler::{SchedulerHost, ShardMsg},
+    shard::{ring::ShardLinks, Shard, ShardControl, ShardId},
     tuning::IoDriver,
 };
 
@@ -151,7 +152,6 @@ async fn shard_main(boot: ShardBoot) -> Vec<String> {
     let shard = Shard::new(
         id,
         count,
-        links.outbox,
         state.gauges.clone(),
         state.options.request_timeout,
         state.options.max_queue_size,
@@ -159,8 +159,10 @@ async fn shard_main(boot: ShardBoot) -> Vec<String> {
     Shard::install_current(shard.clone());
     frontend::env::install(state.env.clone());
     let transport = ShardTransport::install(id, transport);
-    monoio::spawn(shard.clone().drain_rings(links.inbox));
-    monoio::spawn(shard.clone().run_control(control));
+    let host = SchedulerHost::install(shard.clone(), links.outbox);
+    monoio::spawn(host.clone().drain_rings(links.inbox));
+    let draining = host.clone();
+    monoio::spawn(shard.clone().run_control(control, move || draining.drain()));
     if let Some(l) = http {
         monoio::spawn(frontend::http::serve(l, shard.clone()));
     }
@@ -189,7 +191,7 @@ async fn shard_main(boot: ShardBoot) -> Vec<String> {
     while !state.all_shards_drained() && Instant::now() < deadline {
         monoio::time::sleep(tick).await;
     }
-    let (in_flight, queued) = (shard.in_flight(), shard.queued());
+    let (in_flight, queued) = (shard.in_flight(), host.queued());
     if in_flight > 0 || queued > 0 {
         tracing::warn!(
             shard = id,
@@ -206,7 +208,7 @@ async fn shard_main(boot: ShardBoot) -> Vec<String> {
         tracing::debug!(shard = id, open, "connections still open at exit");
     }
     // Teardown: the schedulers and their instances (finalizers).
-    let stuck = shard.retire_all(deadline).await;
+    let stuck = host.retire_all(deadline).await;
     for model in &stuck {
         tracing::error!(
             shard = id,

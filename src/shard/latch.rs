@@ -21,10 +21,6 @@ impl Latch {
         }
     }
 
-    pub fn is_set(&self) -> bool {
-        self.set.get()
-    }
-
     pub async fn wait(&self) {
         poll_fn(|cx| {
             if self.set.get() {

@@ -1,19 +1,18 @@
-//! Per-core shards: the thread-local [`Shard`] context, the SPSC ring mesh
-//! between shards, and the messages that cross it. Architecture
-//! invariant: `shard/` knows nothing of HTTP or gRPC, and nothing here
-//! takes a lock; the only way to reach another shard is a message.
+//! Per-core shards: the thread-local [`Shard`] context (table, lifecycle,
+//! gauges) and the SPSC ring mesh between shards, generic over what
+//! crosses it. Architecture invariant: `shard/` knows nothing of the front
+//! ends or of schedulers (`scheduler::host` hosts a shard's schedulers and
+//! fills its rings with jobs), and nothing here takes a lock; the only way
+//! to reach another shard is a message.
 
 mod context;
 mod latch;
-mod message;
 pub mod ring;
 mod timer;
 
 pub use context::{
-    reply, with_current, ConnectionGauge, Dispatch, InFlight, Shard, ShardControl, ShardTask,
-    Target,
+    with_current, ConnectionGauge, InFlight, Shard, ShardControl, ShardTask, Target,
 };
 pub use latch::{yield_now, Latch};
-pub use message::ShardMsg;
 pub use ring::ShardId;
 pub use timer::{sleep_until_coarse, PreciseTimer};

@@ -47,6 +47,24 @@ pub fn input<'a>(inputs: &'a [Tensor], name: &str, model: &str) -> InferResult<&
         .ok_or_else(|| InferError::invalid(format!("model '{model}' expects input '{name}'")))
 }
 
+/// A decoupled built-in model's load check: its config must say so.
+pub fn require_decoupled(config: &ModelConfig, backend: &str) -> anyhow::Result<()> {
+    if !crate::config::is_decoupled(config) {
+        anyhow::bail!(
+            "model '{}': the {backend} backend needs model_transaction_policy {{ decoupled: true }}",
+            config.name
+        );
+    }
+    Ok(())
+}
+
+/// A decoupled built-in model's answer to a unary execution.
+pub fn stream_only(model: &str) -> InferError {
+    InferError::unsupported(format!(
+        "model '{model}' is decoupled: it answers only through a stream"
+    ))
+}
+
 /// Checks that a built-in model's configured I/O uses the datatype its code computes in.
 pub fn require_dtype(config: &ModelConfig, dtype: DataType) -> anyhow::Result<()> {
     let bad = config

@@ -13,7 +13,7 @@ use std::{
 };
 
 use super::{
-    io::input,
+    io::{self, input},
     responder::{self, scalar, words},
 };
 use crate::{
@@ -43,12 +43,7 @@ impl Backend for RepeatBackend {
         _: &ModelFiles,
         _: &InstanceSpec,
     ) -> anyhow::Result<Box<dyn ModelInstance>> {
-        if !crate::scheduler::is_decoupled(config) {
-            anyhow::bail!(
-                "model '{}': the repeat backend needs model_transaction_policy {{ decoupled: true }}",
-                config.name
-            );
-        }
+        io::require_decoupled(config, NAME)?;
         for name in ["IN", "DELAY", "WAIT"] {
             if !config.input.iter().any(|i| i.name == name) {
                 anyhow::bail!(
@@ -98,10 +93,7 @@ impl RepeatInstance {
 
 impl ModelInstance for RepeatInstance {
     fn execute(&mut self, _: &[Tensor], _: &[&str]) -> InferResult<Vec<Tensor>> {
-        Err(InferError::unsupported(format!(
-            "model '{}' is decoupled: it answers only through a stream",
-            self.model
-        )))
+        Err(io::stream_only(&self.model))
     }
 
     fn execute_decoupled(&mut self, inputs: &[Tensor], _: &[&str], sender: ResponseSender) {

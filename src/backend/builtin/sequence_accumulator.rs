@@ -13,8 +13,8 @@
 use super::{
     identity::execute_delay,
     sequence_io::{
-        batch_rows, complete_int32_io, int32_bytes, int32_rows, is_direct, sequence_batching,
-        DataIo, FlagControl,
+        complete_int32_io, int32_bytes, is_direct, sequence_batching, DataRows, FlagControl,
+        SequenceModel,
     },
 };
 use crate::{
@@ -55,61 +55,55 @@ impl Backend for SequenceAccumulatorBackend {
                 config.name
             );
         }
-        let io = DataIo::from_config(config, NAME, &[])?;
-        if io.input_dims != [1] {
+        let base = SequenceModel::from_config(config, NAME, &[])?;
+        if base.io.input_dims != [1] {
             anyhow::bail!(
                 "model '{}': backend '{NAME}' accumulates one INT32 per request; input '{}' \
                  must have dims [1]",
                 config.name,
-                io.input
+                base.io.input
             );
         }
         let slots = usize::try_from(config.max_batch_size.max(1))?;
         let flag = |kind| FlagControl::required(config, sequence, kind, NAME);
         Ok(Box::new(SequenceAccumulatorInstance {
-            model: config.name.clone(),
-            io,
-            batched: config.max_batch_size > 0,
+            base,
             start: flag(Kind::ControlSequenceStart)?,
             end: flag(Kind::ControlSequenceEnd)?,
             ready: flag(Kind::ControlSequenceReady)?,
             acc: vec![0; slots],
-            delay: execute_delay(config)?,
         }))
     }
 }
 
 struct SequenceAccumulatorInstance {
-    model: String,
-    io: DataIo,
-    batched: bool,
+    base: SequenceModel,
     start: FlagControl,
     end: FlagControl,
     ready: FlagControl,
     /// One accumulator per batch slot.
     acc: Vec<i32>,
-    delay: std::time::Duration,
 }
 
 impl ModelInstance for SequenceAccumulatorInstance {
     fn execute(&mut self, inputs: &[Tensor], _outputs: &[&str]) -> InferResult<Vec<Tensor>> {
-        if !self.delay.is_zero() {
-            std::thread::sleep(self.delay);
-        }
-        let model = self.model.as_str();
-        let input = super::io::input(inputs, &self.io.input, model)?;
-        let rows = batch_rows(input, self.batched, model)?;
+        let DataRows {
+            input,
+            rows,
+            values,
+            per_row,
+        } = self.base.begin(inputs)?;
+        let model = self.base.model.as_str();
         if rows > self.acc.len() {
             return Err(InferError::internal(format!(
                 "model '{model}': {rows} batch rows, but the instance has {} slots",
                 self.acc.len()
             )));
         }
-        let (values, per_row) = int32_rows(input, rows, model)?;
         if rows > 0 && per_row != 1 {
             return Err(InferError::invalid(format!(
                 "model '{model}': input '{}' must hold one INT32 per batch row",
-                self.io.input
+                self.base.io.input
             )));
         }
         let start = self.start.read(inputs, rows, model)?;
@@ -129,7 +123,7 @@ impl ModelInstance for SequenceAccumulatorInstance {
             }
         }
         Ok(vec![Tensor::new(
-            self.io.output.clone(),
+            self.base.io.output.clone(),
             DataType::Int32,
             input.shape.clone(),
             int32_bytes(out),

@@ -409,6 +409,60 @@ impl DataIo {
     }
 }
 
+/// What every built-in sequence model's instance starts from, read once
+/// at load: its name, its data tensors, whether it batches, and its
+/// `execute_delay_ms`.
+#[derive(Debug, Clone)]
+pub struct SequenceModel {
+    pub model: String,
+    pub io: DataIo,
+    pub batched: bool,
+    pub delay: std::time::Duration,
+}
+
+/// One execution's data input, read by [`SequenceModel::begin`].
+pub struct DataRows<'a> {
+    pub input: &'a Tensor,
+    pub rows: usize,
+    pub values: Vec<i32>,
+    /// INT32 elements in each row.
+    pub per_row: usize,
+}
+
+impl SequenceModel {
+    /// `state_outputs` are outputs that are implicit state, not data.
+    pub fn from_config(
+        config: &ModelConfig,
+        backend: &str,
+        state_outputs: &[&str],
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            model: config.name.clone(),
+            io: DataIo::from_config(config, backend, state_outputs)?,
+            batched: config.max_batch_size > 0,
+            delay: super::identity::execute_delay(config)?,
+        })
+    }
+
+    /// The preamble of every execution: waits out the execute delay (a
+    /// compute worker's thread, never a shard's: such a model does not run
+    /// inline), then reads the data input's rows.
+    pub fn begin<'a>(&self, inputs: &'a [Tensor]) -> InferResult<DataRows<'a>> {
+        if !self.delay.is_zero() {
+            std::thread::sleep(self.delay);
+        }
+        let input = super::io::input(inputs, &self.io.input, &self.model)?;
+        let rows = batch_rows(input, self.batched, &self.model)?;
+        let (values, per_row) = int32_rows(input, rows, &self.model)?;
+        Ok(DataRows {
+            input,
+            rows,
+            values,
+            per_row,
+        })
+    }
+}
+
 /// Auto-complete for the sequence contracts: `INPUT` → `OUTPUT`, TYPE_INT32
 /// dims [1], and `max_batch_size: 8` when the config gives no I/O at all.
 pub fn complete_int32_io(config: &mut ModelConfig) {

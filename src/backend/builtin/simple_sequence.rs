@@ -11,13 +11,11 @@
 //! honour `execute_delay_ms` (sleep per execution), and then run on a
 //! compute worker instead of inline.
 
-use std::time::Duration;
-
 use super::{
     identity::execute_delay,
     sequence_io::{
-        batch_rows, complete_int32_io, int32_bytes, int32_rows, sequence_batching, CorridControl,
-        DataIo, FlagControl,
+        complete_int32_io, int32_bytes, sequence_batching, CorridControl, DataRows, FlagControl,
+        SequenceModel,
     },
 };
 use crate::{
@@ -71,7 +69,7 @@ impl Backend for SimpleSequenceBackend {
         _: &InstanceSpec,
     ) -> anyhow::Result<Box<dyn ModelInstance>> {
         let sequence = sequence_batching(config, self.name)?;
-        let io = DataIo::from_config(config, self.name, &[])?;
+        let base = SequenceModel::from_config(config, self.name, &[])?;
         let flag = |kind| FlagControl::required(config, sequence, kind, self.name);
         let end_corrid = if self.dyna {
             Some((
@@ -82,36 +80,30 @@ impl Backend for SimpleSequenceBackend {
             None
         };
         Ok(Box::new(SimpleSequenceInstance {
-            model: config.name.clone(),
-            io,
-            batched: config.max_batch_size > 0,
+            base,
             start: flag(Kind::ControlSequenceStart)?,
             ready: flag(Kind::ControlSequenceReady)?,
             end_corrid,
-            delay: execute_delay(config)?,
         }))
     }
 }
 
 struct SimpleSequenceInstance {
-    model: String,
-    io: DataIo,
-    batched: bool,
+    base: SequenceModel,
     start: FlagControl,
     ready: FlagControl,
     end_corrid: Option<(FlagControl, CorridControl)>,
-    delay: Duration,
 }
 
 impl ModelInstance for SimpleSequenceInstance {
     fn execute(&mut self, inputs: &[Tensor], _outputs: &[&str]) -> InferResult<Vec<Tensor>> {
-        if !self.delay.is_zero() {
-            std::thread::sleep(self.delay);
-        }
-        let model = self.model.as_str();
-        let input = super::io::input(inputs, &self.io.input, model)?;
-        let rows = batch_rows(input, self.batched, model)?;
-        let (values, per_row) = int32_rows(input, rows, model)?;
+        let DataRows {
+            input,
+            rows,
+            values,
+            per_row,
+        } = self.base.begin(inputs)?;
+        let model = self.base.model.as_str();
         let start = self.start.read(inputs, rows, model)?;
         let ready = self.ready.read(inputs, rows, model)?;
         let end_corrid = match &self.end_corrid {
@@ -154,7 +146,7 @@ impl ModelInstance for SimpleSequenceInstance {
             ));
         }
         Ok(vec![Tensor::new(
-            self.io.output.clone(),
+            self.base.io.output.clone(),
             input.datatype,
             input.shape.clone(),
             int32_bytes(out),
@@ -343,7 +335,7 @@ mod tests {
         let t0 = std::time::Instant::now();
         inst.execute(&dyna_inputs(&[1], &[1], &[0], &[1], &[5]), &[])
             .unwrap();
-        assert!(t0.elapsed() >= Duration::from_millis(3));
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(3));
         assert!(
             SimpleSequenceBackend::direct().runs_inline(&repository_config("simple_sequence").0)
         );

@@ -8,7 +8,7 @@ use std::sync::{
 };
 
 use super::{
-    io::input,
+    io::{self, input},
     responder::{self, scalar, words},
 };
 use crate::{
@@ -36,12 +36,7 @@ impl Backend for SquareBackend {
         _: &ModelFiles,
         _: &InstanceSpec,
     ) -> anyhow::Result<Box<dyn ModelInstance>> {
-        if !crate::scheduler::is_decoupled(config) {
-            anyhow::bail!(
-                "model '{}': the square backend needs model_transaction_policy {{ decoupled: true }}",
-                config.name
-            );
-        }
+        io::require_decoupled(config, NAME)?;
         Ok(Box::new(SquareInstance {
             model: config.name.clone(),
             sent: responder::counter(&config.name),
@@ -56,10 +51,7 @@ struct SquareInstance {
 
 impl ModelInstance for SquareInstance {
     fn execute(&mut self, _: &[Tensor], _: &[&str]) -> InferResult<Vec<Tensor>> {
-        Err(InferError::unsupported(format!(
-            "model '{}' is decoupled: it answers only through a stream",
-            self.model
-        )))
+        Err(io::stream_only(&self.model))
     }
 
     fn execute_decoupled(&mut self, inputs: &[Tensor], _: &[&str], sender: ResponseSender) {

@@ -14,13 +14,11 @@
 //! `output_name` per sequence, dropping it when the sequence ends. The
 //! CORRID control may be TYPE_STRING (the id as text) or an integer type.
 
-use std::time::Duration;
-
 use super::{
     identity::execute_delay,
     sequence_io::{
-        batch_rows, complete_int32_io, int32_bytes, int32_rows, sequence_batching, CorridControl,
-        DataIo, FlagControl,
+        complete_int32_io, int32_bytes, int32_rows, sequence_batching, CorridControl, DataRows,
+        FlagControl, SequenceModel,
     },
 };
 use crate::{
@@ -77,45 +75,39 @@ impl Backend for StringDynaSequenceBackend {
                 config.name
             );
         }
-        let io = DataIo::from_config(config, NAME, &[state.output_name.as_str()])?;
+        let base = SequenceModel::from_config(config, NAME, &[state.output_name.as_str()])?;
         let flag = |kind| FlagControl::required(config, sequence, kind, NAME);
         Ok(Box::new(StringDynaSequenceInstance {
-            model: config.name.clone(),
-            io,
+            base,
             state_in: state.input_name.clone(),
             state_out: state.output_name.clone(),
-            batched: config.max_batch_size > 0,
             start: flag(Kind::ControlSequenceStart)?,
             end: flag(Kind::ControlSequenceEnd)?,
             ready: flag(Kind::ControlSequenceReady)?,
             corrid: CorridControl::required(config, sequence, NAME)?,
-            delay: execute_delay(config)?,
         }))
     }
 }
 
 struct StringDynaSequenceInstance {
-    model: String,
-    io: DataIo,
+    base: SequenceModel,
     state_in: String,
     state_out: String,
-    batched: bool,
     start: FlagControl,
     end: FlagControl,
     ready: FlagControl,
     corrid: CorridControl,
-    delay: Duration,
 }
 
 impl ModelInstance for StringDynaSequenceInstance {
     fn execute(&mut self, inputs: &[Tensor], _outputs: &[&str]) -> InferResult<Vec<Tensor>> {
-        if !self.delay.is_zero() {
-            std::thread::sleep(self.delay);
-        }
-        let model = self.model.as_str();
-        let input = super::io::input(inputs, &self.io.input, model)?;
-        let rows = batch_rows(input, self.batched, model)?;
-        let (values, per_row) = int32_rows(input, rows, model)?;
+        let DataRows {
+            input,
+            rows,
+            values,
+            per_row,
+        } = self.base.begin(inputs)?;
+        let model = self.base.model.as_str();
         let start = self.start.read(inputs, rows, model)?;
         let end = self.end.read(inputs, rows, model)?;
         let ready = self.ready.read(inputs, rows, model)?;
@@ -169,14 +161,14 @@ impl ModelInstance for StringDynaSequenceInstance {
             out.extend(std::iter::repeat_n(acc, per_row));
             state_out.push(acc);
         }
-        let state_shape = if self.batched {
+        let state_shape = if self.base.batched {
             vec![rows as i64, 1]
         } else {
             vec![1]
         };
         Ok(vec![
             Tensor::new(
-                self.io.output.clone(),
+                self.base.io.output.clone(),
                 DataType::Int32,
                 input.shape.clone(),
                 int32_bytes(out),

@@ -15,8 +15,8 @@ use anyhow::bail;
 use super::{model::TRITONBACKEND_Model, request::TRITONBACKEND_Request};
 use crate::{
     backend::{BackendRequest, InstanceSpec, ModelInstance},
+    config::is_decoupled,
     proto::inference::{model_config::SchedulingChoice, ModelConfig},
-    scheduler::is_decoupled,
     triton_abi::{
         buffer::TRITONSERVER_BufferAttributes,
         error::{self, non_null, status, ErrorPtr},

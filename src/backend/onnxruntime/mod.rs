@@ -3,7 +3,9 @@
 //! (see [`runtime`]).
 //!
 //! One ORT session per instance: `Session::run` takes `&mut self`, and an
-//! instance belongs to one shard thread, so no lock is ever taken.
+//! instance runs on one thread only, its own compute worker (a shard's
+//! thread only where the config asks for `shardserve_execution: "inline"`),
+//! so no lock is ever taken.
 //!
 //! Configuration, following Triton's onnxruntime backend:
 //! * `parameters { key: "intra_op_thread_count" value: { string_value: "N" } }`

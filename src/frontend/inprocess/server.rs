@@ -20,6 +20,7 @@ use crate::triton_abi::{
     types::{error_kind_to_code, ERROR_UNAVAILABLE, ERROR_UNSUPPORTED},
 };
 use crate::{
+    config::is_decoupled,
     frontend::{
         core::{
             self,
@@ -28,7 +29,6 @@ use crate::{
         env::FrontendEnv,
     },
     model::{ModelTable, ModelVersion},
-    scheduler::is_decoupled,
     shard::{ShardControl, ShardId, ShardTask},
     types::{InferError, InferResult},
 };

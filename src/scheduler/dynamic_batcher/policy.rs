@@ -5,6 +5,7 @@ use std::{collections::HashMap, time::Duration};
 
 use crate::{
     proto::inference::{model_queue_policy::TimeoutAction, ModelDynamicBatching, ModelQueuePolicy},
+    scheduler::timeout::requested_timeout,
     types::{InferError, InferResult, ParamValue, Parameters},
 };
 
@@ -106,7 +107,7 @@ impl BatcherPolicy {
     }
 
     /// The 0-based level index and timeout of a request, from its
-    /// `priority` and `timeout` (µs) parameters.
+    /// `priority` and `timeout` (µs, [`requested_timeout`]) parameters.
     pub fn classify(&self, params: &Parameters) -> InferResult<(usize, Option<Duration>)> {
         let level = match params.get("priority") {
             None => self.default_level,
@@ -122,8 +123,10 @@ impl BatcherPolicy {
             },
         };
         let policy = &self.levels[level - 1];
-        let timeout = match params.get("timeout").and_then(as_u64) {
-            Some(us) if policy.allow_timeout_override && us > 0 => Some(Duration::from_micros(us)),
+        // Parsed (and a bad value refused) whether or not the level lets
+        // it override its default: one answer for every model.
+        let timeout = match requested_timeout(params)? {
+            Some(own) if policy.allow_timeout_override => Some(own),
             _ => policy.default_timeout,
         };
         Ok((level - 1, timeout))

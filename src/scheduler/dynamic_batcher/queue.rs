@@ -2,10 +2,7 @@
 //! can be tested and benchmarked alone: priority queues with timeouts,
 //! and the choice of the next batch.
 
-use std::{
-    collections::VecDeque,
-    time::{Duration, Instant},
-};
+use std::{collections::VecDeque, time::Instant};
 
 use super::policy::{BatcherPolicy, OnTimeout};
 
@@ -15,7 +12,12 @@ pub struct Pending<T> {
     pub item: T,
     pub rows: i64,
     pub enqueued: Instant,
+    /// The level's timeout (its own or the request's override): past it,
+    /// the level's timeout action applies (reject or delay).
     pub deadline: Option<Instant>,
+    /// Past this the item is rejected whatever its level's timeout action
+    /// (a decoupled request's server-wide request timeout).
+    pub cutoff: Option<Instant>,
 }
 
 /// What the instance should do next.
@@ -100,6 +102,15 @@ impl<T> BatchQueue<T> {
     pub fn expire(&mut self, now: Instant) -> Vec<T> {
         let mut rejected = Vec::new();
         for (level, policy) in self.levels.iter_mut().zip(&self.policy.levels) {
+            for q in [&mut level.fresh, &mut level.delayed] {
+                if q.iter().any(|p| p.cutoff.is_some_and(|d| d <= now)) {
+                    let (cut, kept): (VecDeque<_>, VecDeque<_>) = q
+                        .drain(..)
+                        .partition(|p| p.cutoff.is_some_and(|d| d <= now));
+                    *q = kept;
+                    rejected.extend(cut.into_iter().map(|p| p.item));
+                }
+            }
             if !level
                 .fresh
                 .iter()
@@ -143,11 +154,17 @@ impl<T> BatchQueue<T> {
 
     /// The next deadline among queued items (to wake up for expiry).
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.levels
+        let deadlines = self
+            .levels
             .iter()
             .flat_map(|l| l.fresh.iter())
-            .filter_map(|p| p.deadline)
-            .min()
+            .filter_map(|p| p.deadline);
+        let cutoffs = self
+            .levels
+            .iter()
+            .flat_map(|l| l.iter())
+            .filter_map(|p| p.cutoff);
+        deadlines.chain(cutoffs).min()
     }
 
     /// Chooses the next batch. `compatible(head, other)` says whether
@@ -231,31 +248,13 @@ impl<T> BatchQueue<T> {
             .find(|pref| prefix_sums.contains(pref))
             .copied()
     }
-
-    /// Drains everything (shutdown/unload), in priority order.
-    pub fn drain_all(&mut self) -> Vec<T> {
-        let mut out = Vec::new();
-        for level in &mut self.levels {
-            while let Some(p) = level.pop_front() {
-                out.push(p.item);
-            }
-        }
-        out
-    }
-
-    /// Time until the head's delay window closes; for observability.
-    pub fn head_age(&self, now: Instant) -> Option<Duration> {
-        self.levels
-            .iter()
-            .find_map(|l| l.iter().next())
-            .map(|h| now.saturating_duration_since(h.enqueued))
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::scheduler::dynamic_batcher::policy::QueuePolicy;
+    use std::time::Duration;
 
     fn policy(max: i64, preferred: &[i64], delay_us: u64, levels: usize) -> BatcherPolicy {
         BatcherPolicy {
@@ -281,6 +280,7 @@ mod tests {
             rows,
             enqueued: at,
             deadline: None,
+            cutoff: None,
         }
     }
 
@@ -358,6 +358,33 @@ mod tests {
     }
 
     #[test]
+    fn a_cutoff_rejects_even_on_a_delay_level() {
+        let now = Instant::now();
+        let mut p = policy(8, &[], 1_000_000, 1);
+        p.levels[0].on_timeout = OnTimeout::Delay;
+        let mut q = BatchQueue::new(p);
+        let later = now + Duration::from_millis(10);
+        for (item, deadline) in [(1, Some(now)), (2, None)] {
+            let pending = Pending {
+                item,
+                rows: 1,
+                enqueued: now,
+                deadline,
+                cutoff: Some(later),
+            };
+            q.push(0, pending).unwrap();
+        }
+        // Item 1's level timeout only delays it; both wait for the cutoff.
+        assert!(q.expire(now).is_empty());
+        assert_eq!(q.next_deadline(), Some(later));
+        let mut cut = q.expire(later);
+        cut.sort_unstable();
+        assert_eq!(cut, vec![1, 2]);
+        assert!(q.is_empty());
+        assert_eq!(q.next_deadline(), None);
+    }
+
+    #[test]
     fn full_queue_refuses_and_timeouts_reject_or_delay() {
         let now = Instant::now();
         let mut p = policy(8, &[], 0, 2);
@@ -371,6 +398,7 @@ mod tests {
                 rows: 1,
                 enqueued: now,
                 deadline: Some(now),
+                cutoff: None,
             },
         )
         .unwrap();
@@ -382,6 +410,7 @@ mod tests {
                 rows: 1,
                 enqueued: now,
                 deadline: Some(now),
+                cutoff: None,
             },
         )
         .unwrap();

@@ -22,8 +22,9 @@ use futures::{
 
 use super::plan::{dims_match, EnsemblePlan};
 use crate::{
+    scheduler::host::Dispatch,
     scheduler::{batch::batch_rows, Job},
-    shard::{self, Dispatch},
+    shard,
     types::{
         ComputeTimes, InferError, InferRequest, InferResponse, InferResult, Parameters, Tensor,
     },

@@ -5,7 +5,8 @@
 //!   `ValidateEnsembleSchedulingConfig`);
 //! - `plan`: compiled at load against the loaded composing models (their
 //!   versions, batch sizes, datatypes and shapes) into slot indices;
-//! - `load`: ensembles load after every other model, in dependency order;
+//! - loading (`repository::ensemble`, control plane): ensembles load after
+//!   every other model, in dependency order, each compiled into a plan here;
 //! - `execute`: a request runs on the shard that received it; each step is
 //!   an ordinary request to its composing model's scheduler (so it batches
 //!   with direct traffic and counts in that model's statistics), started
@@ -18,10 +19,8 @@
 //! model is back.
 
 mod execute;
-mod graph;
-mod load;
-mod plan;
+pub mod graph;
+pub mod plan;
 
 pub use execute::start;
-pub use load::{is_ensemble, load_ensembles};
 pub use plan::EnsemblePlan;

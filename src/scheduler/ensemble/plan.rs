@@ -192,7 +192,7 @@ pub fn compile(
         // the downstream steps (the ensemble becomes decoupled); that data
         // flow is not built here yet, so refuse at load rather than fail
         // every request.
-        if crate::scheduler::is_decoupled(composing) {
+        if crate::config::is_decoupled(composing) {
             bail!(
                 "ensemble {name} contains decoupled model {} (model_transaction_policy decoupled: true): decoupled composing models are not supported yet by shardserve",
                 step.model_name

@@ -566,13 +566,6 @@ impl<T> SequenceBatcher<T> {
             .chain(self.backlogs.values().flat_map(|b| b.queue.iter()))
             .map(|e| &e.item)
     }
-
-    /// Whether `instance` has a request it could execute now.
-    pub fn has_ready(&self, instance: usize) -> bool {
-        self.slots[instance]
-            .iter()
-            .any(|s| !s.busy && !s.queue.is_empty())
-    }
 }
 
 #[cfg(test)]

@@ -3,10 +3,14 @@
 //! the backend sends them (also after its `execute_decoupled` returned),
 //! interleaved with other requests' responses.
 //!
+//! This module is the entry side: [`infer_stream`], the stream it returns
+//! and the front ends' refusals. `execute` is the execution side, on the
+//! instance's thread.
+//!
 //! Path of a decoupled request: `infer_stream` validates and queues it
 //! like any request, but its `Job` carries the sending half of a bounded
 //! channel (one per request: the non-decoupled path stays lock-free and
-//! channel-free). The executor wraps that sender in a [`ChannelSink`] and
+//! channel-free). The executor wraps that sender in a `ChannelSink` and
 //! hands the backend a `ResponseSender`; each response is built (requested
 //! outputs, reshape) where it is produced and pushed into the channel,
 //! blocking the producing thread while the channel is full, so a fast
@@ -24,35 +28,28 @@
 //! shard; one execution per `execute_decoupled` call, its duration being
 //! the call's (responses sent later are not part of it).
 
+mod execute;
+
 use std::{
     future::Future,
     pin::Pin,
-    sync::Arc,
     task::{Context, Poll},
-    time::Instant,
 };
 
 use futures::{
     channel::{mpsc, oneshot},
-    SinkExt, Stream, StreamExt,
+    Stream, StreamExt,
 };
 
-use super::{
-    dispatch::{infer, scheduler_gone, submit, Outcome, Submitted},
-    output::build_response,
-    Job, Responder,
-};
+pub(super) use execute::{run_decoupled, ChannelSink, ResponseTx};
+
+use super::dispatch::{infer, scheduler_gone, submit, Outcome, Submitted};
 use crate::{
-    backend::{ModelInstance, ReceiverGone, ResponseSender, ResponseSink},
-    metrics::ShardCounters,
+    config::is_decoupled,
     model::ModelVersion,
-    proto::inference::ModelConfig,
-    shard::{self, ShardId},
-    types::{InferError, InferRequest, InferResponse, InferResult, Parameters, Tensor},
+    shard,
+    types::{InferError, InferRequest, InferResponse, InferResult},
 };
-
-/// The sending half of a decoupled request's response channel.
-pub type ResponseTx = mpsc::Sender<InferResponse>;
 
 /// Responses a decoupled request may have waiting for its client before
 /// the backend's `send` blocks.
@@ -64,13 +61,6 @@ pub const DECOUPLED_ON_MODEL_INFER: &str =
 /// Triton's refusal of a decoupled model on HTTP `/infer`.
 pub const DECOUPLED_ON_HTTP_INFER: &str =
     "HTTP end point doesn't support models with decoupled transaction policy";
-
-pub fn is_decoupled(config: &ModelConfig) -> bool {
-    config
-        .model_transaction_policy
-        .as_ref()
-        .is_some_and(|p| p.decoupled)
-}
 
 /// HTTP `/infer`'s refusal of a decoupled model, in Triton's words (501).
 pub fn refuse_decoupled_http(model: &ModelVersion) -> InferResult<()> {
@@ -179,131 +169,5 @@ impl Stream for DecoupledStream {
             outcome.record(result.as_ref().map(|_| ()));
         }
         Poll::Ready(Some(result.map(Streamed::Final)))
-    }
-}
-
-/// Runs each job of a decoupled model's batch as its own
-/// `execute_decoupled` call (the backend answers per request anyway) and
-/// records one execution per call.
-pub(super) fn run_decoupled(
-    instance: &mut dyn ModelInstance,
-    model: &Arc<ModelVersion>,
-    stats: &ShardCounters,
-    jobs: Vec<Job>,
-) {
-    for job in jobs {
-        if job.is_cancelled() {
-            continue;
-        }
-        let Job {
-            mut request,
-            reply,
-            origin,
-            responses,
-            ..
-        } = job;
-        let Some(tx) = responses else {
-            let e = InferError::internal(format!(
-                "a request to decoupled model '{}' reached its instance without a response channel",
-                model.name
-            ));
-            shard::reply(origin, reply, Err(e));
-            continue;
-        };
-        let start = Instant::now();
-        let inputs = std::mem::take(&mut request.inputs);
-        let requested: Vec<String> = request.outputs.iter().map(|o| o.name.clone()).collect();
-        let requested: Vec<&str> = requested.iter().map(String::as_str).collect();
-        let sink = ChannelSink::new(model.clone(), request, tx, reply, origin);
-        instance.execute_decoupled(&inputs, &requested, ResponseSender::new(Box::new(sink)));
-        let infer = start.elapsed();
-        stats.record_execution(1, Default::default(), infer, Default::default());
-        stats.compute_input.record(Default::default());
-        stats.compute_infer.record(infer);
-        stats.compute_output.record(Default::default());
-    }
-}
-
-/// Delivers a decoupled request's responses into its channel and its end
-/// through its `reply`.
-pub(super) struct ChannelSink {
-    model: Arc<ModelVersion>,
-    /// The request without its inputs: ids and requested outputs.
-    request: InferRequest,
-    tx: Option<ResponseTx>,
-    reply: Option<Responder>,
-    origin: ShardId,
-    /// A response that could not be built ends the request with this.
-    failed: Option<InferError>,
-}
-
-impl ChannelSink {
-    /// `request` without its inputs (ids and requested outputs).
-    pub(super) fn new(
-        model: Arc<ModelVersion>,
-        request: InferRequest,
-        tx: ResponseTx,
-        reply: Responder,
-        origin: ShardId,
-    ) -> Self {
-        Self {
-            model,
-            request,
-            tx: Some(tx),
-            reply: Some(reply),
-            origin,
-            failed: None,
-        }
-    }
-}
-
-impl ResponseSink for ChannelSink {
-    fn send_with(
-        &mut self,
-        outputs: Vec<Tensor>,
-        parameters: Parameters,
-    ) -> Result<(), ReceiverGone> {
-        let Some(tx) = &mut self.tx else {
-            return Err(ReceiverGone);
-        };
-        let response = match build_response(&self.model, &self.request, outputs) {
-            Ok(r) => InferResponse { parameters, ..r },
-            Err(e) => {
-                self.failed = Some(e);
-                self.tx = None;
-                return Err(ReceiverGone);
-            }
-        };
-        // Off the shards (see `ResponseSink::send`): waiting here is the
-        // back-pressure a slow client puts on its model.
-        if futures::executor::block_on(tx.send(response)).is_err() {
-            self.tx = None;
-            return Err(ReceiverGone);
-        }
-        Ok(())
-    }
-
-    fn is_cancelled(&self) -> bool {
-        self.tx.as_ref().is_none_or(|tx| tx.is_closed())
-            || self.reply.as_ref().is_none_or(|r| r.is_canceled())
-    }
-
-    fn complete(&mut self, outcome: InferResult<()>) {
-        // Closing the channel first: the receiver reads every response
-        // before the final flag.
-        self.tx = None;
-        let Some(reply) = self.reply.take() else {
-            return;
-        };
-        let result = match (self.failed.take(), outcome) {
-            (Some(e), _) | (None, Err(e)) => Err(e),
-            (None, Ok(())) => Ok(InferResponse {
-                model_name: self.model.name.clone(),
-                model_version: self.model.version_str.clone(),
-                id: self.request.id.clone(),
-                ..Default::default()
-            }),
-        };
-        shard::reply(self.origin, reply, result);
     }
 }

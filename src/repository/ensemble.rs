@@ -1,4 +1,5 @@
-//! Loading ensembles, after every other model of the repository: an
+//! Wiring ensembles at load (control plane; the scheduler only runs the
+//! compiled plan), after every other model of the repository: an
 //! ensemble has no backend and no instances, and its plan is compiled
 //! against the composing models already in the table. Ensembles made of
 //! ensembles load in dependency order; a circular dependency fails every
@@ -8,16 +9,15 @@ use std::{collections::BTreeSet, sync::Arc};
 
 use bytes::Bytes;
 
-use super::{graph, plan};
+use super::{
+    read_config, select_versions, version_entry, version_folders, LoadOptions, ModelDir, Placement,
+};
 use crate::{
     config,
     metrics::ModelStats,
     model::{IoSpec, ModelEntry, ModelMetadata, ModelTable, ModelVersion},
     proto::inference::ModelConfig,
-    repository::{
-        read_config, select_versions, version_entry, version_folders, LoadOptions, ModelDir,
-        Placement,
-    },
+    scheduler::ensemble::{graph, plan},
 };
 
 /// Whether the folder holds an ensemble (its config says so). A config that
@@ -126,7 +126,7 @@ fn load_ensemble(
     let mut entry = ModelEntry::default();
     for version in versions {
         let version_dir = dir.path.join(version.to_string());
-        let loaded = match crate::repository::broken_link(&version_dir) {
+        let loaded = match super::broken_link(&version_dir) {
             Some(reason) => Err(anyhow::anyhow!(reason)),
             None => load_version(dir, &config, version, table, placement),
         };
