@@ -8,9 +8,8 @@ use std::{
 };
 
 use super::types::{
-    error_code_to_kind, error_kind_to_code, ErrorCode, ERROR_ALREADY_EXISTS, ERROR_CANCELLED,
-    ERROR_INTERNAL, ERROR_INVALID_ARG, ERROR_NOT_FOUND, ERROR_UNAVAILABLE, ERROR_UNKNOWN,
-    ERROR_UNSUPPORTED,
+    error_code_to_kind, ErrorCode, ERROR_ALREADY_EXISTS, ERROR_CANCELLED, ERROR_INTERNAL,
+    ERROR_INVALID_ARG, ERROR_NOT_FOUND, ERROR_UNAVAILABLE, ERROR_UNKNOWN, ERROR_UNSUPPORTED,
 };
 use crate::types::InferError;
 
@@ -55,10 +54,6 @@ pub fn unavailable(message: impl Into<String>) -> ErrorPtr {
 
 pub fn unsupported(message: impl Into<String>) -> ErrorPtr {
     TRITONSERVER_Error::boxed(ERROR_UNSUPPORTED, message)
-}
-
-pub fn from_infer_error(e: &InferError) -> ErrorPtr {
-    TRITONSERVER_Error::boxed(error_kind_to_code(e.kind), e.message.clone())
 }
 
 /// Takes ownership of an error a backend returned and turns it into ours;
