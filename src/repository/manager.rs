@@ -42,10 +42,22 @@ use crate::{
     model::{ModelEntry, ModelState, ModelTable},
     proto::inference::ModelConfig,
     repository::ensemble,
-    server::ModelControlMode,
     shard::{ShardControl, ShardId},
     types::{clip, InferError, InferResult},
 };
+
+/// How the repository's models are chosen for loading (`--model-control-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelControlMode {
+    /// Load everything at start-up; no changes afterwards.
+    None,
+    /// Load only `--load-model` models at start-up (`*`: all); load and
+    /// unload through the repository API afterwards.
+    Explicit,
+    /// Load everything at start-up, then follow the repository's changes
+    /// every `--repository-poll-secs`.
+    Poll,
+}
 
 /// One row of the repository index.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,18 +2,7 @@ use std::{net::IpAddr, path::PathBuf, time::Duration};
 
 use crate::tuning::{IoDriver, TuningProfile};
 
-/// How the repository's models are chosen for loading.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ModelControlMode {
-    /// Load everything at start-up; no changes afterwards.
-    None,
-    /// Load only `--load-model` models at start-up (`*`: all); load and
-    /// unload through the repository API afterwards.
-    Explicit,
-    /// Load everything at start-up, then follow the repository's changes
-    /// every `--repository-poll-secs`.
-    Poll,
-}
+pub use crate::repository::manager::ModelControlMode;
 
 /// Everything `start` needs; the command line fills it in.
 #[derive(Debug, Clone)]

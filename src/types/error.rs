@@ -1,5 +1,5 @@
-/// What went wrong with a request, independent of protocol. `protocol/`
-/// maps each kind to an HTTP status and a gRPC code.
+/// What went wrong with a request, independent of protocol. `frontend/`
+/// maps each kind to an HTTP status, a gRPC code or a `TRITONSERVER_Error` code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
     /// Malformed or inconsistent request (HTTP 400, gRPC INVALID_ARGUMENT).
