@@ -2,6 +2,7 @@
 //! extension or protobuf. Decodes into `types::InferRequest`, encodes
 //! `types::InferResponse`.
 
+pub mod core;
 pub mod grpc;
 pub mod http;
 pub mod identity;

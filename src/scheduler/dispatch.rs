@@ -41,7 +41,7 @@ const RING_FULL_RETRY: Duration = Duration::from_micros(50);
 /// the answer, at most the server's request timeout. Dropping the future
 /// (the client went away) cancels the queued work and counts the request
 /// as cancelled. A decoupled model is refused with Triton's error: its
-/// responses only travel on a stream (`infer_decoupled`).
+/// responses only travel on a stream (`infer_stream`).
 pub async fn infer(request: InferRequest) -> InferResult<InferResponse> {
     let Submitted {
         answer: rx,
@@ -95,13 +95,10 @@ pub(super) async fn submit(
             let checked = check_transaction_policy(model, streaming)
                 .and_then(|()| validate_request(&model.io, &model.name, &mut request))
                 .and_then(|()| sequence_of(model, &request));
-            match checked {
-                Ok(sequence) => Ok((model.scheduler, sequence, model.ensemble.clone())),
-                Err(e) => {
-                    record_outcome(s.id, model, received, Err(&e));
-                    Err(e)
-                }
-            }
+            // A request refused here never reached its scheduler: as in
+            // Triton (whose `TRITONSERVER_ServerInferAsync` returns such
+            // errors before the request counts), it is in no statistics.
+            checked.map(|sequence| (model.scheduler, sequence, model.ensemble.clone()))
         })
         .map(|(target, sequence, ensemble)| {
             // A decoupled request's responses flow for as long as its model

@@ -1013,7 +1013,10 @@ mod tests {
     fn request() -> Box<TRITONSERVER_InferenceRequest> {
         let state = ServerState::new(ServerOptions::for_tests("models"), 1);
         Box::new(TRITONSERVER_InferenceRequest {
-            server: TRITONSERVER_Server::new(state, Vec::new()),
+            server: TRITONSERVER_Server::new(
+                state,
+                crate::frontend::core::infer::ThreadEntry::start(&[]),
+            ),
             model_name: "simple".into(),
             model_version: -1,
             id: CString::default(),
