@@ -188,17 +188,21 @@ impl ThreadEntry {
                 let mut probe = request.clone();
                 validate_request(&m.io, &m.name, &mut probe).map(|()| self.shard_for(m))
             });
-        let shard = match checked {
-            Ok(shard) => shard,
-            Err(error) => return Err(Refused { error, consume }),
-        };
+        match checked {
+            Ok(shard) => self.queue(shard, Submission { request, consume }),
+            Err(error) => Err(Refused { error, consume }),
+        }
+    }
+
+    /// Puts a checked request in `shard`'s queue and rings its drainer.
+    fn queue(&self, shard: usize, submission: Submission) -> Result<(), Refused> {
         let Some(lane) = self.lanes.get(shard) else {
             return Err(Refused {
                 error: stopped(),
-                consume,
+                consume: submission.consume,
             });
         };
-        match lane.tx.try_send(Submission { request, consume }) {
+        match lane.tx.try_send(submission) {
             Ok(()) => {
                 lane.bell.wake();
                 Ok(())
@@ -254,5 +258,77 @@ async fn drain(rx: Receiver<Submission>, bell: Arc<AtomicWaker>) {
             return;
         };
         monoio::spawn(consume(infer_stream(request)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::ErrorKind;
+
+    fn submission(dropped: &Arc<AtomicUsize>) -> Submission {
+        struct CountDrop(Arc<AtomicUsize>);
+        impl Drop for CountDrop {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let guard = CountDrop(dropped.clone());
+        Submission {
+            request: InferRequest {
+                model_name: "m".into(),
+                model_version: String::new(),
+                id: String::new(),
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+                parameters: Default::default(),
+                trace: Default::default(),
+            },
+            consume: Box::new(move |_| {
+                let _guard = guard;
+                Box::pin(async {})
+            }),
+        }
+    }
+
+    #[test]
+    fn a_full_queue_refuses_with_unavailable_and_gives_the_consumer_back() {
+        let (control, shard_side) = futures::channel::mpsc::unbounded();
+        // The shard never runs its drainer: nothing leaves the queue.
+        let entry = ThreadEntry::start(&[control]);
+        let dropped = Arc::new(AtomicUsize::new(0));
+        for _ in 0..THREAD_QUEUE_CAPACITY {
+            assert!(entry.queue(0, submission(&dropped)).is_ok());
+        }
+        let refused = entry
+            .queue(0, submission(&dropped))
+            .err()
+            .expect("the queue is full");
+        assert_eq!(refused.error.kind, ErrorKind::Unavailable);
+        assert!(
+            refused.error.message.contains("server overloaded"),
+            "{}",
+            refused.error.message
+        );
+        // Given back, not dropped: the caller decides what dropping means.
+        assert_eq!(dropped.load(Ordering::Relaxed), 0);
+        drop(refused);
+        assert_eq!(dropped.load(Ordering::Relaxed), 1);
+
+        // The shard gone (its drainer dropped unrun): refused as stopping,
+        // and what was queued is dropped, so its callers hear of it.
+        drop(shard_side);
+        let refused = entry
+            .queue(0, submission(&dropped))
+            .err()
+            .expect("the shard is gone");
+        assert_eq!(refused.error.kind, ErrorKind::Unavailable);
+        assert!(
+            refused.error.message.contains("shutting down"),
+            "{}",
+            refused.error.message
+        );
+        assert_eq!(dropped.load(Ordering::Relaxed), 1 + THREAD_QUEUE_CAPACITY);
+        assert!(entry.queue(1, submission(&dropped)).is_err(), "no shard 1");
     }
 }
