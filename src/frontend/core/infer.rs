@@ -302,8 +302,7 @@ mod tests {
         }
         let refused = entry
             .queue(0, submission(&dropped))
-            .err()
-            .expect("the queue is full");
+            .expect_err("the queue is full");
         assert_eq!(refused.error.kind, ErrorKind::Unavailable);
         assert!(
             refused.error.message.contains("server overloaded"),
@@ -320,8 +319,7 @@ mod tests {
         drop(shard_side);
         let refused = entry
             .queue(0, submission(&dropped))
-            .err()
-            .expect("the shard is gone");
+            .expect_err("the shard is gone");
         assert_eq!(refused.error.kind, ErrorKind::Unavailable);
         assert!(
             refused.error.message.contains("shutting down"),

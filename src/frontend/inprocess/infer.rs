@@ -239,6 +239,9 @@ pub unsafe extern "C" fn TRITONSERVER_ServerInferAsync(
             ));
         }
         let cancel = Arc::new(Cancel::default());
+        // Before the request can run: once it has, its release callback
+        // may have given it back to the caller, who may have deleted it.
+        r.cancel = cancel.clone();
         let delivery = Arc::new(Delivery {
             request: inference_request,
             release: r.release,
@@ -252,13 +255,11 @@ pub unsafe extern "C" fn TRITONSERVER_ServerInferAsync(
             delivery: Some(delivery),
             refused: refused.clone(),
         };
-        let task_cancel = cancel.clone();
         let consume = Box::new(move |stream: ResponseStream| -> LocalTask {
-            Box::pin(run(stream, task_cancel, pending))
+            Box::pin(run(stream, cancel, pending))
         });
         server
             .submit(request, consume)
-            .map(|()| r.cancel = cancel)
             .map_err(|Refused { error, consume }| {
                 // The caller gets this error and keeps its request: dropping
                 // the unsent consumer must not call its callbacks.
