@@ -97,13 +97,10 @@ pub(super) async fn submit(
             let checked = check_transaction_policy(model, streaming)
                 .and_then(|()| validate_request(&model.io, &model.name, &mut request))
                 .and_then(|()| sequence_of(model, &request));
-            match checked {
-                Ok(sequence) => Ok((model.scheduler, sequence, model.ensemble.clone())),
-                Err(e) => {
-                    record_outcome(s.id, model, received, Err(&e));
-                    Err(e)
-                }
-            }
+            // A request refused here never reached its scheduler: as in
+            // Triton (whose `TRITONSERVER_ServerInferAsync` returns such
+            // errors before the request counts), it is in no statistics.
+            checked.map(|sequence| (model.scheduler, sequence, model.ensemble.clone()))
         })
         .map(|(target, sequence, ensemble)| {
             // A decoupled request's responses flow for as long as its model

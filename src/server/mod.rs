@@ -372,7 +372,10 @@ pub fn start_interruptible(
     // the initial load, as backends may ask for it while loading. Kept
     // alive for the process (a backend may hold the pointer), and emptied
     // at shutdown so it keeps no model alive.
-    let capi_server = TRITONSERVER_Server::new(handle.state.env.clone(), handle.control.clone());
+    let capi_server = TRITONSERVER_Server::new(
+        handle.state.env.clone(),
+        crate::frontend::core::infer::ThreadEntry::start(&handle.control),
+    );
     crate::backend::capi::settings::set_server(Arc::as_ptr(&capi_server).cast_mut().cast());
     std::mem::forget(capi_server.clone());
     handle.capi_server = Some(capi_server.clone());

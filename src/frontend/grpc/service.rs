@@ -12,7 +12,10 @@ use super::{
 };
 use crate::{
     frontend::{
-        core::metadata::{ModelMetadata, ServerMetadata},
+        core::{
+            infer as core,
+            metadata::{ModelMetadata, ServerMetadata},
+        },
         env,
     },
     metrics::statistics,
@@ -69,7 +72,7 @@ pub(super) fn echoed_model_name(name: &str) -> String {
     }
 }
 
-/// Decodes a `ModelInferRequest` for `scheduler::infer`, as unary
+/// Decodes a `ModelInferRequest` for the core infer path, as unary
 /// `ModelInfer` and every message of `ModelStreamInfer` need it. Raw
 /// contents move into tensors for free; only typed contents large enough
 /// to matter are packed off the shard, after their shapes were checked
@@ -217,7 +220,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         req: Request<ModelInferRequest>,
     ) -> Result<Response<ModelInferResponse>, Status> {
-        let mut trace = env::sample_trace(&req.get_ref().model_name);
+        let mut trace = core::trace(&req.get_ref().model_name);
         if trace.is_traced() {
             if let Some(at) = req.extensions().get::<crate::trace::HeadersAt>() {
                 trace.stamp_at(Event::GrpcWaitreadStart, at.0);
@@ -228,14 +231,7 @@ impl GrpcInferenceService for InferenceService {
             .await
             .map_err(to_status)?;
         request.trace = trace;
-        let shm = crate::shm::RequestRegions::resolve(
-            &request.inputs,
-            &request.outputs,
-            &request.model_name,
-        )
-        .map_err(to_status)?;
-        let mut response =
-            crate::shm::finish(shm.as_ref(), scheduler::infer(request).await).map_err(to_status)?;
+        let mut response = core::infer(request).await.map_err(to_status)?;
         let mut trace = response.trace.take();
         // The send is the hand-over of the response to the gRPC library.
         trace.stamp(Event::GrpcSendStart);

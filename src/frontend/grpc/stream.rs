@@ -7,9 +7,10 @@
 //! interleave.
 //!
 //! Requests are decoded exactly as unary `ModelInfer` does and dispatched
-//! to `scheduler::infer_stream` in the order they arrive (a stateful sequence
-//! depends on it): each request's future is polled once as soon as it is
-//! read, which validates and queues it, before the next message is read.
+//! to the front ends' infer path (`frontend::core::infer::infer_stream`)
+//! in the order they arrive (a stateful sequence depends on it): each
+//! request's future is polled once as soon as it is read, which validates
+//! and queues it, before the next message is read.
 //! A request whose typed contents are decoded on the offload pool holds
 //! back the messages behind it until it has been dispatched.
 //!
@@ -42,12 +43,13 @@ use super::{
     service::{decode_infer_request, echoed_model_name},
 };
 use crate::{
+    frontend::core::infer as core,
     proto::inference::{
         infer_parameter::ParameterChoice, InferParameter, ModelInferRequest, ModelInferResponse,
         ModelStreamInferResponse,
     },
-    scheduler::{self, Streamed},
-    shard::{self, InFlight},
+    scheduler::Streamed,
+    shard,
     types::{clip, clip_to, InferError, InferRequest, InferResponse, MESSAGE_BYTES},
 };
 
@@ -143,32 +145,14 @@ impl Ticket {
     }
 }
 
-/// Runs one decoded request; counted in flight on the shard (graceful
+/// Runs one decoded request through the core path, which resolves its
+/// shared-memory regions and counts it in flight on the shard (graceful
 /// shutdown waits for it) for as long as its responses flow.
 fn run(ticket: Ticket, request: InferRequest) -> Answer {
-    // Outputs the client asked to receive in a shared-memory region are
-    // written there, and the regions used checked, as on unary ModelInfer.
-    let shm = match crate::shm::RequestRegions::resolve(
-        &request.inputs,
-        &request.outputs,
-        &request.model_name,
-    ) {
-        Ok(targets) => targets,
-        Err(e) => return Box::pin(futures::stream::iter(ticket.respond(Err(e)))),
-    };
-    let in_flight = InFlight::enter();
-    Box::pin(scheduler::infer_stream(request).filter_map(move |item| {
-        let _in_flight = &in_flight;
-        let item = match (item, &shm) {
-            (Ok(Streamed::Response { response, last }), Some(regions)) => {
-                crate::shm::finish(Some(regions), Ok(response))
-                    .map(|response| Streamed::Response { response, last })
-            }
-            (Err(e), Some(regions)) => Err(regions.blame(e)),
-            (item, _) => item,
-        };
-        std::future::ready(ticket.respond(item))
-    }))
+    Box::pin(
+        core::infer_stream(request)
+            .filter_map(move |item| std::future::ready(ticket.respond(item))),
+    )
 }
 
 /// The response stream of one `ModelStreamInfer` call.
@@ -258,7 +242,7 @@ impl InferStream {
     }
 
     /// Sends a decoded request to its scheduler now: the first poll of
-    /// `scheduler::infer_stream` validates and queues it, so requests reach
+    /// `core::infer_stream` validates and queues it, so requests reach
     /// their schedulers in stream order.
     fn dispatch(
         &mut self,

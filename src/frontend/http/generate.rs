@@ -39,9 +39,12 @@ use serde_json::{Map, Number, Value};
 
 use super::{codec::error_body, server::HttpResponse, status::status_for};
 use crate::{
-    frontend::transport::{read_body, ActiveRequest, TrackedBody},
+    frontend::{
+        core::infer as core,
+        transport::{read_body, ActiveRequest, TrackedBody},
+    },
     model::ModelVersion,
-    scheduler::{self, ResponseStream, Streamed},
+    scheduler::{ResponseStream, Streamed},
     shard,
     types::{
         bytes_elements, encode_bytes_elements, DataType, InferError, InferRequest, InferResponse,
@@ -79,7 +82,7 @@ pub async fn generate(
         s.with_table(|table| decode(&body, table.resolve(model, version)?))
     })
     .ok_or_else(|| InferError::internal("HTTP request outside a shard"))??;
-    let mut responses = scheduler::infer_stream(request);
+    let mut responses = core::infer_stream(request);
     if !streaming {
         return one_response(&mut responses).await;
     }
@@ -177,7 +180,9 @@ pub struct SseBody {
     first: Option<Bytes>,
     /// `None` once the last event was sent.
     rest: Option<ResponseStream>,
-    /// Graceful shutdown waits for the stream as for any request.
+    /// Graceful shutdown waits for the stream as for any request, until
+    /// its last event has left (the response stream counts only until it
+    /// produced it).
     _in_flight: shard::InFlight,
 }
 

@@ -1,5 +1,6 @@
 //! KServe v2 REST routes (plus Triton's config endpoint). Decodes with
-//! `codec`, runs through `scheduler::infer`, encodes the answer.
+//! `codec`, runs through the front ends' one infer path
+//! (`frontend::core::infer`), encodes the answer.
 
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
@@ -13,7 +14,10 @@ use super::{
 };
 use crate::{
     frontend::{
-        core::metadata::{ModelMetadata, ServerMetadata},
+        core::{
+            infer as core,
+            metadata::{ModelMetadata, ServerMetadata},
+        },
         env::{self, FrontendEnv},
         http::compression::{choose_response_encoding, compress},
         restricted, transport,
@@ -233,7 +237,7 @@ fn stats_response(table: &ModelTable, model: &str, version: &str) -> InferResult
 }
 
 async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResult<HttpResponse> {
-    let mut trace = env::sample_trace(model);
+    let mut trace = core::trace(model);
     trace.stamp(Event::HttpRecvStart);
     let limit = with_env(|e| e.limits.http_max_input_size)?;
     let headers = req.headers().clone();
@@ -244,8 +248,7 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
     };
     trace.stamp(Event::HttpRecvEnd);
     // The model is resolved for the decoder's shape checks only: one that
-    // does not resolve is answered by `scheduler::infer` as before.
-    let received = std::time::Instant::now();
+    // does not resolve is answered by the core path as before.
     let encoding = content_encoding(&headers)?;
     let decoded = if decodes_inline(&body, encoding.is_some(), header_length) {
         // Borrowed from the shard's table for the whole decode.
@@ -274,31 +277,13 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
         }
         decode_request_body(body, encoding, header_length, model, version, target, limit).await
     };
-    let mut request = match decoded {
-        Ok(r) => r,
-        Err(e) => {
-            // A request for a known model that fails its checks counts
-            // as that model's failure, as when `scheduler::infer`
-            // refuses it. Looked up again here so the success path
-            // touches nothing for it.
-            shard::with_current(|s| {
-                s.with_table(|table| {
-                    if let Ok(m) = table.resolve(model, version) {
-                        m.stats.shard(s.id).record_failure(
-                            crate::metrics::FailureReason::for_error(&e),
-                            received.elapsed(),
-                        );
-                    }
-                })
-            });
-            return Err(e);
-        }
-    };
+    // A request refused here is counted nowhere, as in Triton (see
+    // `frontend::core::infer`).
+    let mut request = decoded?;
     request.trace = trace;
     let requested = request.outputs.clone();
     let parameters = request.parameters.clone();
-    let shm = crate::shm::RequestRegions::resolve(&request.inputs, &requested, model)?;
-    let mut response = crate::shm::finish(shm.as_ref(), scheduler::infer(request).await)?;
+    let mut response = core::infer(request).await?;
     let mut trace = response.trace.take();
     let accept = headers
         .get(header::ACCEPT_ENCODING)

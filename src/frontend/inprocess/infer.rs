@@ -2,14 +2,14 @@
 //! this server, from any thread (the Python backend calls it from its own
 //! threads for BLS).
 //!
-//! Path: the request is converted and validated on the calling thread
-//! (errors found there are returned, and the caller keeps its request, as
-//! in Triton); then a task goes to the shard that owns the model's
-//! scheduler over that shard's control channel, where it runs exactly what
-//! a network request runs (`scheduler::infer_stream`: scheduling, batching,
-//! sequences, ensembles, decoupled responses). Every response it yields is
-//! handed to one `capi-callbacks` thread, which builds the C response
-//! (the caller's allocator is C code and may block, so it never runs on a
+//! Path: the request is converted on the calling thread and handed to the
+//! front ends' shared infer path (`frontend::core::infer::ThreadEntry`),
+//! which checks it there (errors found are returned, and the caller keeps
+//! its request, as in Triton) and queues it, bounded, for the shard that
+//! owns the model's scheduler, where it runs exactly what a network request
+//! runs (`core::infer::infer_stream`). Every response it yields is handed
+//! to one `capi-callbacks` thread, which builds the C response (the
+//! caller's allocator is C code and may block, so it never runs on a
 //! shard), calls the response callback, and after the final one the
 //! request's release callback.
 
@@ -39,9 +39,8 @@ use crate::triton_abi::{
     types::{error_kind_to_code, ERROR_UNAVAILABLE, REQUEST_RELEASE_ALL, RESPONSE_COMPLETE_FINAL},
 };
 use crate::{
-    model::validate_request,
-    scheduler::{self, Streamed},
-    shard::InFlight,
+    frontend::core::infer::{LocalTask, Refused},
+    scheduler::{ResponseStream, Streamed},
     types::{InferError, InferResponse},
 };
 
@@ -164,11 +163,9 @@ impl Drop for Pending {
     }
 }
 
-/// The shard side: run the request as a network request runs, and pass
-/// every response on.
-async fn run(request: crate::types::InferRequest, cancel: Arc<Cancel>, mut pending: Pending) {
-    let _in_flight = InFlight::enter();
-    let mut stream = scheduler::infer_stream(request);
+/// The shard side: pass every response of the request's stream on, until
+/// the final one or the caller's cancellation.
+async fn run(mut stream: ResponseStream, cancel: Arc<Cancel>, mut pending: Pending) {
     let mut cancelled = pin!(poll_fn(|cx| {
         cancel.waker.register(cx.waker());
         if cancel.is_cancelled() {
@@ -235,16 +232,6 @@ pub unsafe extern "C" fn TRITONSERVER_ServerInferAsync(
             invalid_arg("the inference request has no response callback (TRITONSERVER_InferenceRequestSetResponseCallback)")
         })?;
         let request = r.to_infer_request()?;
-        // Checked here so that a bad request is the caller's error, before
-        // anything is queued. On a copy: validation applies the config's
-        // reshapes, and the shard validates (and reshapes) the original.
-        let shard = server
-            .with_model(&request.model_name, &request.model_version, |m| {
-                let mut probe = request.clone();
-                validate_request(&m.io, &m.name, &mut probe).map(|()| server.shard_for(Some(m)))
-            })
-            .and_then(|checked| checked)
-            .map_err(|e| TRITONSERVER_Error::boxed(error_kind_to_code(e.kind), e.message))?;
         if callback_thread().is_none() {
             return Err(TRITONSERVER_Error::boxed(
                 ERROR_UNAVAILABLE,
@@ -252,6 +239,8 @@ pub unsafe extern "C" fn TRITONSERVER_ServerInferAsync(
             ));
         }
         let cancel = Arc::new(Cancel::default());
+        // Before the request can run: once it has, its release callback
+        // may have given it back to the caller, who may have deleted it.
         r.cancel = cancel.clone();
         let delivery = Arc::new(Delivery {
             request: inference_request,
@@ -262,24 +251,21 @@ pub unsafe extern "C" fn TRITONSERVER_ServerInferAsync(
             id: request.id.clone(),
         });
         let refused = Arc::new(AtomicBool::new(false));
-        let mut pending = Some(Pending {
+        let pending = Pending {
             delivery: Some(delivery),
             refused: refused.clone(),
+        };
+        let consume = Box::new(move |stream: ResponseStream| -> LocalTask {
+            Box::pin(run(stream, cancel, pending))
         });
-        let task: crate::shard::ShardTask = Box::new(move || {
-            if let Some(pending) = pending.take() {
-                monoio::spawn(run(request, cancel, pending));
-            }
-        });
-        server.run_on_shard(shard, task).map_err(|task| {
-            // The caller gets this error and keeps its request: dropping
-            // the unsent task must not call its callbacks.
-            refused.store(true, Ordering::Release);
-            drop(task);
-            TRITONSERVER_Error::boxed(
-                ERROR_UNAVAILABLE,
-                "the server is shutting down and takes no new requests",
-            )
-        })
+        server
+            .submit(request, consume)
+            .map_err(|Refused { error, consume }| {
+                // The caller gets this error and keeps its request: dropping
+                // the unsent consumer must not call its callbacks.
+                refused.store(true, Ordering::Release);
+                drop(consume);
+                TRITONSERVER_Error::boxed(error_kind_to_code(error.kind), error.message)
+            })
     })
 }

@@ -1003,7 +1003,7 @@ mod tests {
         Box::new(TRITONSERVER_InferenceRequest {
             server: TRITONSERVER_Server::new(
                 crate::frontend::env::FrontendEnv::for_tests(),
-                Vec::new(),
+                crate::frontend::core::infer::ThreadEntry::start(&[]),
             ),
             model_name: "simple".into(),
             model_version: -1,

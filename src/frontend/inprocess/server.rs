@@ -7,10 +7,7 @@
 use std::{
     ffi::c_char,
     ptr,
-    sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc, RwLock,
-    },
+    sync::{Arc, RwLock},
 };
 
 use crate::triton_abi::{
@@ -24,15 +21,14 @@ use crate::{
     frontend::{
         core::{
             self,
+            infer::{Consumer, Refused, ThreadEntry},
             metadata::{ModelMetadata, ServerMetadata},
         },
         env::FrontendEnv,
     },
     model::{ModelTable, ModelVersion},
-    shard::{ShardControl, ShardId, ShardTask},
-    types::{InferError, InferResult},
+    types::{InferError, InferRequest, InferResult},
 };
-use futures::channel::mpsc::UnboundedSender;
 
 /// `TRITONSERVER_ModelBatchFlag`.
 pub const BATCH_UNKNOWN: u32 = 1;
@@ -45,31 +41,30 @@ pub const INDEX_FLAG_READY: u32 = 1;
 
 /// Opaque to C. One per running server; backends get `Arc::as_ptr` of it.
 pub struct TRITONSERVER_Server {
-    control: Vec<UnboundedSender<ShardControl>>,
+    /// Where `TRITONSERVER_ServerInferAsync` hands its requests to the
+    /// shards.
+    entry: ThreadEntry,
     /// The table the shards serve from, as last published.
     table: RwLock<Arc<ModelTable>>,
     /// The front ends' environment of the server (the in-process API runs
     /// on backend threads, where none is installed).
     env: Arc<FrontendEnv>,
-    /// Round-robin over shards for requests with no owner shard.
-    next: AtomicUsize,
 }
 
 impl std::fmt::Debug for TRITONSERVER_Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TRITONSERVER_Server")
-            .field("shards", &self.control.len())
+            .field("shards", &self.entry.shards())
             .finish_non_exhaustive()
     }
 }
 
 impl TRITONSERVER_Server {
-    pub fn new(env: Arc<FrontendEnv>, control: Vec<UnboundedSender<ShardControl>>) -> Arc<Self> {
+    pub fn new(env: Arc<FrontendEnv>, entry: ThreadEntry) -> Arc<Self> {
         Arc::new(Self {
-            control,
+            entry,
             table: RwLock::new(Arc::new(ModelTable::default())),
             env,
-            next: AtomicUsize::new(0),
         })
     }
 
@@ -114,42 +109,18 @@ impl TRITONSERVER_Server {
     }
 
     pub fn shards(&self) -> usize {
-        self.control.len()
+        self.entry.shards()
     }
 
-    /// The shard for a request to `model`: the one owning its scheduler
-    /// (no ring crossing), else the next one round-robin.
-    pub fn shard_for(&self, model: Option<&ModelVersion>) -> ShardId {
-        match model {
-            Some(m) if m.ensemble.is_none() && m.scheduler.shard < self.control.len() => {
-                m.scheduler.shard
-            }
-            _ => self.next.fetch_add(1, Ordering::Relaxed) % self.control.len().max(1),
-        }
-    }
-
-    /// Runs `task` on shard `shard`'s thread. Gives it back if the shard
-    /// no longer takes work (shutting down).
-    pub fn run_on_shard(&self, shard: ShardId, task: ShardTask) -> Result<(), ShardTask> {
-        let Some(tx) = self.control.get(shard) else {
-            return Err(task);
-        };
-        tx.unbounded_send(ShardControl::Run(task))
-            .map_err(|e| match e.into_inner() {
-                ShardControl::Run(task) => task,
-                // Only a Run was sent.
-                _ => unreachable_task(),
-            })
+    /// Checks `request` against the published table and queues it for
+    /// its shard (see `ThreadEntry::submit`).
+    pub fn submit(&self, request: InferRequest, consume: Consumer) -> Result<(), Refused> {
+        self.entry.submit(&self.table(), request, consume)
     }
 
     pub fn env(&self) -> &Arc<FrontendEnv> {
         &self.env
     }
-}
-
-/// Never called: `run_on_shard` gets back exactly the message it sent.
-fn unreachable_task() -> ShardTask {
-    Box::new(|| {})
 }
 
 fn error_from(e: &InferError) -> ErrorPtr {
