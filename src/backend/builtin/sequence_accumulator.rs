@@ -13,12 +13,13 @@
 use super::{
     identity::execute_delay,
     sequence_io::{
-        complete_int32_io, int32_bytes, is_direct, sequence_batching, DataRows, FlagControl,
-        SequenceModel,
+        complete_int32_io, int32_bytes, is_direct, required_flag, sequence_batching, DataRows,
+        FlagControl, SequenceModel,
     },
 };
 use crate::{
     backend::{Backend, InstanceSpec, ModelFiles, ModelInstance},
+    config::SequenceControls,
     proto::inference::{model_sequence_batching::control::Kind, ModelConfig},
     types::{DataType, InferError, InferResult, Tensor},
 };
@@ -65,7 +66,8 @@ impl Backend for SequenceAccumulatorBackend {
             );
         }
         let slots = usize::try_from(config.max_batch_size.max(1))?;
-        let flag = |kind| FlagControl::required(config, sequence, kind, NAME);
+        let controls = SequenceControls::from_sequence_batching(sequence, &config.name)?;
+        let flag = |kind| required_flag(&controls, kind, &config.name, NAME);
         Ok(Box::new(SequenceAccumulatorInstance {
             base,
             start: flag(Kind::ControlSequenceStart)?,

@@ -1,7 +1,7 @@
-//! What the built-in sequence models share: finding the sequence batcher's
-//! control inputs (START, END, READY, CORRID) by the names the config's
-//! `sequence_batching.control_input` gives them, and reading those tensors
-//! row by row.
+//! What the built-in sequence models share: requiring the sequence
+//! batcher's control inputs (START, END, READY, CORRID), as
+//! `config::SequenceControls` compiled them, and reading those tensors row
+//! by row.
 //!
 //! The batcher passes each control as an extra input: shape `[b, 1]` when
 //! `max_batch_size > 0`, `[1]` otherwise. START/END/READY are INT32, FP32 or
@@ -13,9 +13,10 @@
 use bytes::Bytes;
 
 use crate::{
+    config::{sequence_controls, SequenceControls},
     proto::inference::{
         model_config::SchedulingChoice,
-        model_sequence_batching::{control::Kind, Control, StrategyChoice},
+        model_sequence_batching::{control::Kind, StrategyChoice},
         ModelConfig, ModelInput, ModelOutput, ModelSequenceBatching,
     },
     types::{bytes_elements, DataType, InferError, InferResult, Tensor},
@@ -41,153 +42,50 @@ pub fn is_direct(sequence: &ModelSequenceBatching) -> bool {
     !matches!(sequence.strategy_choice, Some(StrategyChoice::Oldest(_)))
 }
 
-/// The config name of a control kind, for messages.
-fn kind_name(kind: Kind) -> &'static str {
-    kind.as_str_name()
-}
-
-/// The control input of `kind`: its tensor name and the control. Errors if
-/// the config lists that kind more than once.
-fn find_control<'a>(
-    config: &ModelConfig,
-    sequence: &'a ModelSequenceBatching,
+/// The control of `kind` (START, END or READY) that `backend` cannot run
+/// without, from the configuration's compiled controls.
+pub fn required_flag(
+    controls: &SequenceControls,
     kind: Kind,
-) -> anyhow::Result<Option<(&'a str, &'a Control)>> {
-    let mut found = sequence.control_input.iter().flat_map(|input| {
-        input
-            .control
-            .iter()
-            .filter(|c| c.kind == kind as i32)
-            .map(move |c| (input.name.as_str(), c))
-    });
-    let first = found.next();
-    if let Some((other, _)) = found.next() {
-        anyhow::bail!(
-            "model '{}': sequence_batching lists {} more than once (on '{}' and '{other}')",
-            config.name,
-            kind_name(kind),
-            first.map_or("", |(n, _)| n)
-        );
-    }
-    if let Some((name, _)) = first {
-        if name.is_empty() {
-            anyhow::bail!(
-                "model '{}': the control input for {} has no name",
-                config.name,
-                kind_name(kind)
-            );
-        }
-    }
-    Ok(first)
-}
-
-/// The control input of `kind`, which the model cannot run without.
-fn require_control<'a>(
-    config: &ModelConfig,
-    sequence: &'a ModelSequenceBatching,
-    kind: Kind,
+    model: &str,
     backend: &str,
-) -> anyhow::Result<(&'a str, &'a Control)> {
-    find_control(config, sequence, kind)?.ok_or_else(|| {
-        anyhow::anyhow!(
-            "model '{}': backend '{backend}' needs a sequence_batching control_input of kind {}",
-            config.name,
-            kind_name(kind)
-        )
-    })
+) -> anyhow::Result<FlagControl> {
+    controls
+        .flag(kind)
+        .map(|c| FlagControl(c.clone()))
+        .ok_or_else(|| missing(kind, model, backend))
 }
 
-/// How a START/END/READY control encodes true.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Truth {
-    Int32(i32),
-    Fp32(f32),
-    Bool(bool),
+/// The CORRID control that `backend` cannot run without.
+pub fn required_corrid(
+    controls: &SequenceControls,
+    model: &str,
+    backend: &str,
+) -> anyhow::Result<CorridControl> {
+    controls
+        .corrid
+        .clone()
+        .map(CorridControl)
+        .ok_or_else(|| missing(Kind::ControlSequenceCorrid, model, backend))
 }
 
-impl Truth {
-    fn datatype(self) -> DataType {
-        match self {
-            Truth::Int32(_) => DataType::Int32,
-            Truth::Fp32(_) => DataType::Fp32,
-            Truth::Bool(_) => DataType::Bool,
-        }
-    }
+fn missing(kind: Kind, model: &str, backend: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "model '{model}': backend '{backend}' needs a sequence_batching control_input of kind {}",
+        kind.as_str_name()
+    )
 }
 
-/// A boolean control (START, END or READY): the tensor's name and encoding.
+/// A boolean control (START, END or READY) as a model reads it.
 #[derive(Debug, Clone)]
-pub struct FlagControl {
-    name: String,
-    truth: Truth,
-}
+pub struct FlagControl(sequence_controls::FlagControl);
 
 impl FlagControl {
-    /// The control of `kind` (START, END or READY) the config must list,
-    /// with exactly one of `int32_false_true`, `fp32_false_true`,
-    /// `bool_false_true` holding a false/true pair.
-    pub fn required(
-        config: &ModelConfig,
-        sequence: &ModelSequenceBatching,
-        kind: Kind,
-        backend: &str,
-    ) -> anyhow::Result<Self> {
-        let (name, control) = require_control(config, sequence, kind, backend)?;
-        let pairs = [
-            (!control.int32_false_true.is_empty(), "int32_false_true"),
-            (!control.fp32_false_true.is_empty(), "fp32_false_true"),
-            (!control.bool_false_true.is_empty(), "bool_false_true"),
-        ];
-        let given: Vec<&str> = pairs.iter().filter(|p| p.0).map(|p| p.1).collect();
-        let bad_pair = |field: &str| {
-            anyhow::anyhow!(
-                "model '{}': control '{name}' ({}) must give {field} exactly two values, false then true",
-                config.name,
-                kind_name(kind)
-            )
-        };
-        let truth = match given.as_slice() {
-            ["int32_false_true"] => match control.int32_false_true.as_slice() {
-                [_, t] => Truth::Int32(*t),
-                _ => return Err(bad_pair("int32_false_true")),
-            },
-            ["fp32_false_true"] => match control.fp32_false_true.as_slice() {
-                [_, t] => Truth::Fp32(*t),
-                _ => return Err(bad_pair("fp32_false_true")),
-            },
-            ["bool_false_true"] => match control.bool_false_true.as_slice() {
-                [_, t] => Truth::Bool(*t),
-                _ => return Err(bad_pair("bool_false_true")),
-            },
-            _ => anyhow::bail!(
-                "model '{}': control '{name}' ({}) must set exactly one of int32_false_true, \
-                 fp32_false_true or bool_false_true (backend '{backend}' reads INT32, FP32 or BOOL)",
-                config.name,
-                kind_name(kind)
-            ),
-        };
-        Ok(Self {
-            name: name.to_string(),
-            truth,
-        })
-    }
-
     /// One flag per batch row: true where the element equals the control's true value.
     pub fn read(&self, inputs: &[Tensor], rows: usize, model: &str) -> InferResult<Vec<bool>> {
-        let t = control_tensor(inputs, &self.name, self.truth.datatype(), rows, model)?;
-        Ok(match self.truth {
-            Truth::Int32(truth) => t
-                .data
-                .chunks_exact(4)
-                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) == truth)
-                .collect(),
-            Truth::Fp32(truth) => t
-                .data
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) == truth)
-                .collect(),
-            Truth::Bool(truth) => t.data.iter().map(|&b| (b != 0) == truth).collect(),
-        })
+        let values = &self.0.values;
+        let t = control_tensor(inputs, &self.0.name, values.datatype(), rows, model)?;
+        Ok(values.read_flags(&t.data))
     }
 }
 
@@ -240,52 +138,18 @@ impl std::fmt::Display for CorrId {
     }
 }
 
-/// The CORRID control: the tensor's name and datatype.
+/// The CORRID control as a model reads it.
 #[derive(Debug, Clone)]
-pub struct CorridControl {
-    name: String,
-    datatype: DataType,
-}
+pub struct CorridControl(sequence_controls::CorridControl);
 
 impl CorridControl {
-    /// The CONTROL_SEQUENCE_CORRID control the config must list, with a
-    /// `data_type` of TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 or
-    /// TYPE_STRING.
-    pub fn required(
-        config: &ModelConfig,
-        sequence: &ModelSequenceBatching,
-        backend: &str,
-    ) -> anyhow::Result<Self> {
-        let (name, control) =
-            require_control(config, sequence, Kind::ControlSequenceCorrid, backend)?;
-        let datatype = DataType::from_config_i32(control.data_type);
-        match datatype {
-            Some(
-                dt @ (DataType::Uint64
-                | DataType::Int64
-                | DataType::Uint32
-                | DataType::Int32
-                | DataType::Bytes),
-            ) => Ok(Self {
-                name: name.to_string(),
-                datatype: dt,
-            }),
-            _ => anyhow::bail!(
-                "model '{}': control '{name}' (CONTROL_SEQUENCE_CORRID) has data_type {}; \
-                 backend '{backend}' reads TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 \
-                 or TYPE_STRING",
-                config.name,
-                datatype.map_or("TYPE_INVALID", |d| d.to_config().as_str_name())
-            ),
-        }
-    }
-
     /// One correlation ID per batch row.
     pub fn read(&self, inputs: &[Tensor], rows: usize, model: &str) -> InferResult<Vec<CorrId>> {
-        let t = control_tensor(inputs, &self.name, self.datatype, rows, model)?;
+        let sequence_controls::CorridControl { name, datatype } = &self.0;
+        let t = control_tensor(inputs, name, *datatype, rows, model)?;
         let le8 = |c: &[u8]| [c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]];
         let le4 = |c: &[u8]| [c[0], c[1], c[2], c[3]];
-        Ok(match self.datatype {
+        Ok(match datatype {
             DataType::Uint64 => t
                 .data
                 .chunks_exact(8)
@@ -308,7 +172,7 @@ impl CorridControl {
                 .collect(),
             // `control_tensor` checked the framing and the element count.
             _ => bytes_elements(&t.data)
-                .map_err(|e| bad_control(model, &self.name, &e))?
+                .map_err(|e| bad_control(model, name, &e))?
                 .map(|e| CorrId::Text(t.data.slice_ref(e)))
                 .collect(),
         })
@@ -651,8 +515,16 @@ mod tests {
         )
     }
 
-    fn seq(config: &ModelConfig) -> &ModelSequenceBatching {
-        sequence_batching(config, "t").unwrap()
+    fn controls(config: &ModelConfig) -> anyhow::Result<SequenceControls> {
+        SequenceControls::from_sequence_batching(sequence_batching(config, "t")?, "m")
+    }
+
+    fn flag_of(config: &ModelConfig, kind: Kind) -> anyhow::Result<FlagControl> {
+        required_flag(&controls(config)?, kind, "m", "t")
+    }
+
+    fn corrid_of(config: &ModelConfig) -> anyhow::Result<CorridControl> {
+        required_corrid(&controls(config)?, "m", "t")
     }
 
     #[test]
@@ -664,9 +536,9 @@ mod tests {
                  { name: "R" control [ { kind: CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } ] }
                ]"#,
         );
-        let s = FlagControl::required(&c, seq(&c), Kind::ControlSequenceStart, "t").unwrap();
-        let e = FlagControl::required(&c, seq(&c), Kind::ControlSequenceEnd, "t").unwrap();
-        let r = FlagControl::required(&c, seq(&c), Kind::ControlSequenceReady, "t").unwrap();
+        let s = flag_of(&c, Kind::ControlSequenceStart).unwrap();
+        let e = flag_of(&c, Kind::ControlSequenceEnd).unwrap();
+        let r = flag_of(&c, Kind::ControlSequenceReady).unwrap();
         let fp: Vec<u8> = [1.0f32, 0.0].iter().flat_map(|x| x.to_le_bytes()).collect();
         let inputs = [
             i32_col("S", &[7, 5]),
@@ -691,24 +563,39 @@ mod tests {
         let c = sequence(
             r#"control_input [ { name: "S" control [ { kind: CONTROL_SEQUENCE_START } ] } ]"#,
         );
-        let e = FlagControl::required(&c, seq(&c), Kind::ControlSequenceStart, "t").unwrap_err();
+        let e = flag_of(&c, Kind::ControlSequenceStart).unwrap_err();
         assert!(
-            e.to_string().contains("exactly one of int32_false_true"),
+            e.to_string()
+                .contains("must specify either 'int32_false_true', 'fp32_false_true'"),
             "{e}"
         );
         let c = sequence(
             r#"control_input [ { name: "S" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 1 ] } ] } ]"#,
         );
-        let e = FlagControl::required(&c, seq(&c), Kind::ControlSequenceStart, "t").unwrap_err();
-        assert!(e.to_string().contains("exactly two values"), "{e}");
+        let e = flag_of(&c, Kind::ControlSequenceStart).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("'int32_false_true' must have exactly 2 entries"),
+            "{e}"
+        );
         let c = sequence(&format!(
             "control_input [ {}, {} ]",
             flag("A", "CONTROL_SEQUENCE_START"),
             flag("B", "CONTROL_SEQUENCE_START")
         ));
-        let e = FlagControl::required(&c, seq(&c), Kind::ControlSequenceStart, "t").unwrap_err();
-        assert!(e.to_string().contains("more than once"), "{e}");
-        let e = FlagControl::required(&c, seq(&c), Kind::ControlSequenceReady, "t").unwrap_err();
+        let e = flag_of(&c, Kind::ControlSequenceStart).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("specifies multiple CONTROL_SEQUENCE_START tensors"),
+            "{e}"
+        );
+        // The backend's own requirement: a control it reads must be there.
+        let c = sequence(&format!(
+            "control_input [ {} ]",
+            flag("A", "CONTROL_SEQUENCE_START")
+        ));
+        assert!(flag_of(&c, Kind::ControlSequenceStart).is_ok());
+        let e = flag_of(&c, Kind::ControlSequenceReady).unwrap_err();
         assert!(
             e.to_string()
                 .contains("needs a sequence_batching control_input of kind CONTROL_SEQUENCE_READY"),
@@ -741,14 +628,25 @@ mod tests {
             let c = sequence(&format!(
                 r#"control_input [ {{ name: "C" control [ {{ kind: CONTROL_SEQUENCE_CORRID data_type: {dt} }} ] }} ]"#
             ));
-            let corrid = CorridControl::required(&c, seq(&c), "t").unwrap();
+            let corrid = corrid_of(&c).unwrap();
             assert_eq!(corrid.read(&[tensor], 2, "m").unwrap(), expect, "{dt}");
         }
         let c = sequence(
             r#"control_input [ { name: "C" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_FP32 } ] } ]"#,
         );
-        let e = CorridControl::required(&c, seq(&c), "t").unwrap_err();
-        assert!(e.to_string().contains("has data_type TYPE_FP32"), "{e}");
+        let e = corrid_of(&c).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("unexpected data type for control CONTROL_SEQUENCE_CORRID"),
+            "{e}"
+        );
+        let e = corrid_of(&sequence("")).unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "needs a sequence_batching control_input of kind CONTROL_SEQUENCE_CORRID"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

@@ -14,12 +14,13 @@
 use super::{
     identity::execute_delay,
     sequence_io::{
-        complete_int32_io, int32_bytes, sequence_batching, CorridControl, DataRows, FlagControl,
-        SequenceModel,
+        complete_int32_io, int32_bytes, required_corrid, required_flag, sequence_batching,
+        CorridControl, DataRows, FlagControl, SequenceModel,
     },
 };
 use crate::{
     backend::{Backend, InstanceSpec, ModelFiles, ModelInstance},
+    config::SequenceControls,
     proto::inference::{model_sequence_batching::control::Kind, ModelConfig},
     types::{InferError, InferResult, Tensor},
 };
@@ -70,11 +71,12 @@ impl Backend for SimpleSequenceBackend {
     ) -> anyhow::Result<Box<dyn ModelInstance>> {
         let sequence = sequence_batching(config, self.name)?;
         let base = SequenceModel::from_config(config, self.name, &[])?;
-        let flag = |kind| FlagControl::required(config, sequence, kind, self.name);
+        let controls = SequenceControls::from_sequence_batching(sequence, &config.name)?;
+        let flag = |kind| required_flag(&controls, kind, &config.name, self.name);
         let end_corrid = if self.dyna {
             Some((
                 flag(Kind::ControlSequenceEnd)?,
-                CorridControl::required(config, sequence, self.name)?,
+                required_corrid(&controls, &config.name, self.name)?,
             ))
         } else {
             None

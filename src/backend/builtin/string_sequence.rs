@@ -17,12 +17,13 @@
 use super::{
     identity::execute_delay,
     sequence_io::{
-        complete_int32_io, int32_bytes, int32_rows, sequence_batching, CorridControl, DataRows,
-        FlagControl, SequenceModel,
+        complete_int32_io, int32_bytes, int32_rows, required_corrid, required_flag,
+        sequence_batching, CorridControl, DataRows, FlagControl, SequenceModel,
     },
 };
 use crate::{
     backend::{Backend, InstanceSpec, ModelFiles, ModelInstance},
+    config::SequenceControls,
     proto::inference::{model_sequence_batching::control::Kind, ModelConfig},
     types::{DataType, InferError, InferResult, Tensor},
 };
@@ -76,7 +77,8 @@ impl Backend for StringDynaSequenceBackend {
             );
         }
         let base = SequenceModel::from_config(config, NAME, &[state.output_name.as_str()])?;
-        let flag = |kind| FlagControl::required(config, sequence, kind, NAME);
+        let controls = SequenceControls::from_sequence_batching(sequence, &config.name)?;
+        let flag = |kind| required_flag(&controls, kind, &config.name, NAME);
         Ok(Box::new(StringDynaSequenceInstance {
             base,
             state_in: state.input_name.clone(),
@@ -84,7 +86,7 @@ impl Backend for StringDynaSequenceBackend {
             start: flag(Kind::ControlSequenceStart)?,
             end: flag(Kind::ControlSequenceEnd)?,
             ready: flag(Kind::ControlSequenceReady)?,
-            corrid: CorridControl::required(config, sequence, NAME)?,
+            corrid: required_corrid(&controls, &config.name, NAME)?,
         }))
     }
 }

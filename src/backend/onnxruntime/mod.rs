@@ -114,7 +114,7 @@ impl OnnxInstance {
         let model =
             ModelIo::from_session(&session).with_context(|| model_context(config, files))?;
         check(config, &model)?;
-        let sequence = SequenceTensors::from_config(config);
+        let sequence = SequenceTensors::from_config(config)?;
         let graph_inputs = model
             .inputs
             .iter()
@@ -321,7 +321,7 @@ impl ModelIo {
 /// added to `input`/`output`: the sequence batcher provides and consumes
 /// them (a state output the user wants clients to see is listed by hand).
 fn complete(config: &mut ModelConfig, model: &ModelIo) -> anyhow::Result<()> {
-    let sequence = SequenceTensors::from_config(config);
+    let sequence = SequenceTensors::from_config(config)?;
     if config.max_batch_size == 0
         && config.input.is_empty()
         && config.output.is_empty()
@@ -409,7 +409,7 @@ fn fill_missing(data_type: &mut i32, dims: &mut Vec<i64>, io: &IoInfo, model_dim
 /// possible where asked for.
 fn check(config: &ModelConfig, model: &ModelIo) -> anyhow::Result<()> {
     let name = &config.name;
-    let sequence = SequenceTensors::from_config(config);
+    let sequence = SequenceTensors::from_config(config)?;
     let batched = config.max_batch_size > 0;
     if batched && !model.supports_batching() {
         bail!(

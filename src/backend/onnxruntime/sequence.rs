@@ -4,14 +4,12 @@
 //! (`sequence_batching.state`). As in Triton's onnxruntime backend, they are
 //! graph inputs/outputs that the configuration does not list; auto-complete
 //! leaves them out and the load-time check accepts them, but checks that the
-//! graph has each one with the datatype the batcher will send.
+//! graph has each one with the datatype the batcher will send. Controls come
+//! from `config::SequenceControls`, the parser the sequence batcher uses.
 
 use crate::{
-    proto::inference::{
-        model_config::SchedulingChoice,
-        model_sequence_batching::{control::Kind, ControlInput},
-        ModelConfig,
-    },
+    config::SequenceControls,
+    proto::inference::{model_config::SchedulingChoice, ModelConfig},
     types::DataType,
 };
 
@@ -38,8 +36,8 @@ impl Role {
 pub(super) struct SequenceTensor {
     pub name: String,
     pub role: Role,
-    /// The datatype the batcher uses; `None` where the configuration does
-    /// not say (left for the configuration's own validation to refuse).
+    /// The datatype the batcher uses; `None` for a state whose data_type
+    /// is invalid (left for the sequence batcher's checks to refuse).
     pub dtype: Option<DataType>,
     /// Dims without the batch dimension (`-1` variable): `[1]` for controls,
     /// the state's `dims` for state tensors.
@@ -56,17 +54,33 @@ pub(super) struct SequenceTensors {
 }
 
 impl SequenceTensors {
-    pub(super) fn from_config(config: &ModelConfig) -> Self {
+    /// Errors where the configuration's control inputs break Triton's
+    /// rules (the same check, and text, as the sequence batcher's).
+    pub(super) fn from_config(config: &ModelConfig) -> anyhow::Result<Self> {
         let Some(SchedulingChoice::SequenceBatching(seq)) = &config.scheduling_choice else {
-            return Self::default();
+            return Ok(Self::default());
         };
-        let mut tensors = Vec::with_capacity(seq.control_input.len() + 2 * seq.state.len());
-        for control in &seq.control_input {
-            let (dtype, dtype_source) = control_dtype(control);
+        let controls = SequenceControls::from_sequence_batching(seq, &config.name)?;
+        let mut tensors: Vec<SequenceTensor> =
+            Vec::with_capacity(seq.control_input.len() + 2 * seq.state.len());
+        let flags = [&controls.start, &controls.end, &controls.ready];
+        let flag_tensors = flags
+            .into_iter()
+            .flatten()
+            .map(|f| (f.name.as_str(), f.values.datatype(), f.values.field()));
+        let corrid_tensor = controls
+            .corrid
+            .as_ref()
+            .map(|c| (c.name.as_str(), c.datatype, "CORRID data_type"));
+        for (name, dtype, dtype_source) in flag_tensors.chain(corrid_tensor) {
+            // One tensor may carry several flag kinds; the batcher sends it once.
+            if tensors.iter().any(|t| t.name == name) {
+                continue;
+            }
             tensors.push(SequenceTensor {
-                name: control.name.clone(),
+                name: name.to_string(),
                 role: Role::Control,
-                dtype,
+                dtype: Some(dtype),
                 dims: vec![1],
                 dtype_source,
             });
@@ -86,7 +100,7 @@ impl SequenceTensors {
                 });
             }
         }
-        Self { tensors }
+        Ok(Self { tensors })
     }
 
     /// The graph input `name` is fed by the sequence batcher (a control or
@@ -102,29 +116,5 @@ impl SequenceTensors {
         self.tensors
             .iter()
             .any(|t| t.name == name && t.role == Role::StateOutput)
-    }
-}
-
-/// The datatype the sequence batcher sends for a control input, from its
-/// first control (Triton allows several kinds on one tensor only for
-/// START/END/READY, which share the false/true encoding).
-fn control_dtype(control: &ControlInput) -> (Option<DataType>, &'static str) {
-    let Some(first) = control.control.first() else {
-        return (None, "no control");
-    };
-    if Kind::try_from(first.kind) == Ok(Kind::ControlSequenceCorrid) {
-        return (
-            DataType::from_config_i32(first.data_type),
-            "CORRID data_type",
-        );
-    }
-    if !first.int32_false_true.is_empty() {
-        (Some(DataType::Int32), "int32_false_true")
-    } else if !first.fp32_false_true.is_empty() {
-        (Some(DataType::Fp32), "fp32_false_true")
-    } else if !first.bool_false_true.is_empty() {
-        (Some(DataType::Bool), "bool_false_true")
-    } else {
-        (None, "no false/true values")
     }
 }

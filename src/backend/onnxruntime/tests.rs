@@ -768,6 +768,33 @@ fn check_compares_sequence_datatypes_and_dims() {
         err.contains("'CORRID' is TYPE_UINT64 (CORRID data_type)"),
         "{err}"
     );
+
+    // Controls are the sequence batcher's parse: a malformed one is refused
+    // with its Triton text, and one tensor carrying two flag kinds is one
+    // graph input.
+    let no_pair = seq_config(
+        r#"control_input [ { name: "END" control [ { kind: CONTROL_SEQUENCE_END } ] } ]"#,
+    );
+    let err = check(&no_pair, &seq_io()).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "sequence batching must specify either 'int32_false_true', 'fp32_false_true' or \
+         'bool_false_true' for CONTROL_SEQUENCE_END for acc"
+    );
+    let shared = crate::config::parse_model_config(
+        r#"name: "acc" max_batch_size: 8
+           sequence_batching { control_input [ { name: "SE" control [
+             { kind: CONTROL_SEQUENCE_START fp32_false_true: [ 0, 1 ] },
+             { kind: CONTROL_SEQUENCE_END fp32_false_true: [ 0, 1 ] } ] } ] }"#,
+    )
+    .unwrap();
+    let tensors = super::sequence::SequenceTensors::from_config(&shared).unwrap();
+    assert_eq!(tensors.tensors.len(), 1);
+    let se = tensors.feeds("SE").unwrap();
+    assert_eq!(
+        (se.dtype, se.dtype_source),
+        (Some(DataType::Fp32), "fp32_false_true")
+    );
 }
 
 // ---- the generated accumulators (models/sequence_accumulator_onnx*), through ORT ----

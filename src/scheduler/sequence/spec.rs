@@ -1,5 +1,6 @@
 //! `sequence_batching` compiled once at load time: strategy, control
-//! tensors and implicit states, checked as Triton checks them (same
+//! tensors (parsed by `config::sequence_controls`, which the backends read
+//! too) and implicit states, checked as Triton checks them (same
 //! phrasings), so the request path never re-reads the configuration.
 
 use std::{path::Path, time::Duration};
@@ -7,11 +8,11 @@ use std::{path::Path, time::Duration};
 use anyhow::{anyhow, bail, Context};
 use bytes::Bytes;
 
+pub use crate::config::sequence_controls::FlagControl;
 use crate::{
+    config::SequenceControls,
     proto::inference::{
-        model_sequence_batching::{
-            control::Kind, initial_state::StateData, Control, StrategyChoice,
-        },
+        model_sequence_batching::{initial_state::StateData, StrategyChoice},
         ModelConfig, ModelSequenceBatching,
     },
     types::DataType,
@@ -41,55 +42,6 @@ pub enum Strategy {
     },
 }
 
-/// The false/true pair of a START, END or READY control.
-#[derive(Debug, Clone, PartialEq)]
-pub enum FlagValues {
-    Int32([i32; 2]),
-    Fp32([f32; 2]),
-    Bool([bool; 2]),
-}
-
-impl FlagValues {
-    pub fn datatype(&self) -> DataType {
-        match self {
-            FlagValues::Int32(_) => DataType::Int32,
-            FlagValues::Fp32(_) => DataType::Fp32,
-            FlagValues::Bool(_) => DataType::Bool,
-        }
-    }
-
-    /// Appends one element (little-endian) for `on`.
-    pub fn push(&self, on: bool, out: &mut Vec<u8>) {
-        let i = usize::from(on);
-        match self {
-            FlagValues::Int32(v) => out.extend_from_slice(&v[i].to_le_bytes()),
-            FlagValues::Fp32(v) => out.extend_from_slice(&v[i].to_le_bytes()),
-            FlagValues::Bool(v) => out.push(u8::from(v[i])),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct FlagControl {
-    pub name: String,
-    pub values: FlagValues,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct CorridControl {
-    pub name: String,
-    /// UINT64, INT64, UINT32, INT32 or BYTES (`TYPE_STRING`).
-    pub datatype: DataType,
-}
-
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Controls {
-    pub start: Option<FlagControl>,
-    pub end: Option<FlagControl>,
-    pub ready: Option<FlagControl>,
-    pub corrid: Option<CorridControl>,
-}
-
 /// One implicit state: the model's `output` of one request becomes its
 /// `input` on the next request of the same sequence.
 #[derive(Debug, Clone, PartialEq)]
@@ -117,7 +69,7 @@ pub struct InitialState {
 pub struct SequenceSpec {
     pub strategy: Strategy,
     pub idle: Duration,
-    pub controls: Controls,
+    pub controls: SequenceControls,
     pub states: Vec<StateSpec>,
     /// `max_batch_size > 0`: tensors carry a batch dimension.
     pub batched: bool,
@@ -138,12 +90,7 @@ impl SequenceSpec {
         if sb.iterative_sequence {
             bail!("model '{name}': sequence_batching iterative_sequence is not supported yet by shardserve");
         }
-        let controls = Controls {
-            start: flag_control(sb, name, Kind::ControlSequenceStart)?,
-            end: flag_control(sb, name, Kind::ControlSequenceEnd)?,
-            ready: flag_control(sb, name, Kind::ControlSequenceReady)?,
-            corrid: corrid_control(sb, name)?,
-        };
+        let controls = SequenceControls::from_sequence_batching(sb, name)?;
         let max_batch_size = config.max_batch_size.max(0) as usize;
         let strategy = match &sb.strategy_choice {
             None => Strategy::Direct {
@@ -218,11 +165,9 @@ impl SequenceSpec {
     /// inputs): a client must not send them and the config's `input`
     /// list does not hold them.
     pub fn supplied_inputs(&self) -> impl Iterator<Item = &str> {
-        let c = &self.controls;
-        [&c.start, &c.end, &c.ready]
-            .into_iter()
-            .filter_map(|f| f.as_ref().map(|f| f.name.as_str()))
-            .chain(c.corrid.as_ref().map(|c| c.name.as_str()))
+        self.controls
+            .tensors()
+            .map(|(name, _)| name)
             .chain(self.states.iter().map(|s| s.input.as_str()))
     }
 }
@@ -237,127 +182,6 @@ fn sequence_batching(config: &ModelConfig) -> Option<&ModelSequenceBatching> {
         }
         _ => None,
     }
-}
-
-fn kind_name(kind: Kind) -> &'static str {
-    kind.as_str_name()
-}
-
-/// The one control of `kind`, with Triton's checks on names and
-/// duplicates.
-fn find_control<'a>(
-    sb: &'a ModelSequenceBatching,
-    model: &str,
-    kind: Kind,
-) -> anyhow::Result<Option<(&'a str, &'a Control)>> {
-    let mut seen_tensors = std::collections::HashSet::new();
-    let mut found = None;
-    for input in &sb.control_input {
-        if input.name.is_empty() {
-            bail!("sequence batching control tensor must have a name for {model}");
-        }
-        if !seen_tensors.insert(input.name.as_str()) {
-            bail!(
-                "sequence batching control tensor '{}' is specified for multiple control kinds for {model}",
-                input.name
-            );
-        }
-        for c in &input.control {
-            if c.kind == kind as i32 {
-                if found.is_some() {
-                    bail!(
-                        "sequence batching specifies multiple {} tensors for {model}",
-                        kind_name(kind)
-                    );
-                }
-                found = Some((input.name.as_str(), c));
-            }
-        }
-    }
-    Ok(found)
-}
-
-fn flag_control(
-    sb: &ModelSequenceBatching,
-    model: &str,
-    kind: Kind,
-) -> anyhow::Result<Option<FlagControl>> {
-    let Some((name, c)) = find_control(sb, model, kind)? else {
-        return Ok(None);
-    };
-    let k = kind_name(kind);
-    let set = [
-        !c.int32_false_true.is_empty(),
-        !c.fp32_false_true.is_empty(),
-        !c.bool_false_true.is_empty(),
-    ];
-    match set.iter().filter(|s| **s).count() {
-        0 => bail!("sequence batching must specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' for {k} for {model}"),
-        1 => {}
-        _ => bail!("sequence batching specifies more than one from 'int32_false_true', 'fp32_false_true' and 'bool_false_true' for {k} for {model}"),
-    }
-    let pair_error = |field: &str| {
-        anyhow!(
-            "sequence batching control '{field}' must have exactly 2 entries for {k} for {model}"
-        )
-    };
-    let values = if set[0] {
-        let v: [i32; 2] = c
-            .int32_false_true
-            .as_slice()
-            .try_into()
-            .map_err(|_| pair_error("int32_false_true"))?;
-        FlagValues::Int32(v)
-    } else if set[1] {
-        let v: [f32; 2] = c
-            .fp32_false_true
-            .as_slice()
-            .try_into()
-            .map_err(|_| pair_error("fp32_false_true"))?;
-        FlagValues::Fp32(v)
-    } else {
-        let v: [bool; 2] = c
-            .bool_false_true
-            .as_slice()
-            .try_into()
-            .map_err(|_| pair_error("bool_false_true"))?;
-        FlagValues::Bool(v)
-    };
-    Ok(Some(FlagControl {
-        name: name.to_string(),
-        values,
-    }))
-}
-
-fn corrid_control(
-    sb: &ModelSequenceBatching,
-    model: &str,
-) -> anyhow::Result<Option<CorridControl>> {
-    let kind = Kind::ControlSequenceCorrid;
-    let Some((name, c)) = find_control(sb, model, kind)? else {
-        return Ok(None);
-    };
-    let k = kind_name(kind);
-    if !c.int32_false_true.is_empty()
-        || !c.fp32_false_true.is_empty()
-        || !c.bool_false_true.is_empty()
-    {
-        bail!("sequence batching must not specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' for {k} for {model}");
-    }
-    let datatype = match DataType::from_config_i32(c.data_type) {
-        Some(
-            dt @ (DataType::Uint64
-            | DataType::Int64
-            | DataType::Uint32
-            | DataType::Int32
-            | DataType::Bytes),
-        ) => dt,
-        _ => bail!("unexpected data type for control {k} for {model}. Allowed data types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING"),
-    };
-    Ok(Some(CorridControl {
-        name: name.to_string(),
-        datatype,
-    }))
 }
 
 /// Largest initial state accepted (one item), so a config cannot make the
@@ -546,7 +370,7 @@ pub fn fill_defaults(config: &mut ModelConfig) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse_model_config;
+    use crate::config::{parse_model_config, sequence_controls::FlagValues};
 
     fn spec(text: &str) -> anyhow::Result<Option<SequenceSpec>> {
         let c = parse_model_config(text).expect("parses");
