@@ -37,7 +37,7 @@ use crate::{
         SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse,
         SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse,
     },
-    scheduler, shard,
+    shard,
     trace::Event,
     types::{clip, InferError, InferRequest},
 };

@@ -539,7 +539,10 @@ mod tests {
         let mut env = FrontendEnv::new(crate::trace::Tracer::new(&Default::default()));
         env.server_name = "inprocess".into();
         let env = Arc::new(env);
-        let server = TRITONSERVER_Server::new(env.clone(), Vec::new());
+        let server = TRITONSERVER_Server::new(
+            env.clone(),
+            crate::frontend::core::infer::ThreadEntry::start(&[]),
+        );
         let mut message: *mut TRITONSERVER_Message = ptr::null_mut();
         // SAFETY: a live server and a valid out-parameter.
         let err =
