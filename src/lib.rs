@@ -7,6 +7,7 @@ pub mod triton_abi;
 
 pub mod backend;
 pub mod bench;
+pub mod cli;
 pub mod compute;
 pub mod config;
 pub mod error_texts;

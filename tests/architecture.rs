@@ -873,6 +873,22 @@ fn only_the_bench_binary_imports_the_load_generator() {
 }
 
 #[test]
+fn only_the_server_binary_imports_the_command_line() {
+    let g = graph();
+    let bad: Vec<&Edge> = g
+        .edges
+        .iter()
+        .filter(|e| e.to_room == "cli" && !["cli", "main"].contains(&e.from_room.as_str()))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "only src/main.rs may import cli (the command line): {} forbidden import(s):\n{}",
+        bad.len(),
+        describe(g, &bad)
+    );
+}
+
+#[test]
 fn backends_never_import_the_scheduler() {
     assert_no_edges(
         "backend must not import scheduler",
@@ -1293,7 +1309,8 @@ fn scanner_sees_the_whole_crate() {
         ("scheduler", "types"),
         ("frontend", "scheduler"),
         ("backend", "types"),
-        ("main", "server"),
+        ("main", "cli"),
+        ("cli", "server"),
         ("bin", "bench"),
     ] {
         assert!(has(from, to), "the scanner lost the edge {from} -> {to}");

@@ -8,7 +8,7 @@ mod shard_thread;
 pub mod state;
 
 use std::{
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     sync::Arc,
     thread::JoinHandle,
     time::{Duration, Instant},
@@ -293,19 +293,39 @@ pub fn start_interruptible(
     tracing::info!("placement:\n{}", plan.describe(topology, gpus));
     // Held until every shard has bound its listeners (see `ports`).
     let mut reservations = Vec::new();
-    let mut reserve = |what, enabled: bool, port: u16| -> anyhow::Result<Option<SocketAddr>> {
-        if !enabled {
-            return Ok(None);
-        }
-        let reserved = ports::reserve(what, SocketAddr::new(options.host, port))?;
-        let addr = reserved.addr;
-        reservations.push(reserved);
-        Ok(Some(addr))
-    };
+    let mut reserve =
+        |what, enabled: bool, ip: IpAddr, port: u16| -> anyhow::Result<Option<SocketAddr>> {
+            if !enabled {
+                return Ok(None);
+            }
+            let reserved = ports::reserve(what, SocketAddr::new(ip, port))?;
+            let addr = reserved.addr;
+            reservations.push(reserved);
+            Ok(Some(addr))
+        };
     let addresses = Addresses {
-        http: reserve("HTTP", options.allow_http, options.http_port)?,
-        grpc: reserve("gRPC", options.allow_grpc, options.grpc_port)?,
-        metrics: reserve("metrics", options.allow_metrics, options.metrics_port)?,
+        http: reserve(
+            "HTTP",
+            options.allow_http,
+            options.http_address.unwrap_or(options.host),
+            options.http_port,
+        )?,
+        grpc: reserve(
+            "gRPC",
+            options.allow_grpc,
+            options.grpc_address.unwrap_or(options.host),
+            options.grpc_port,
+        )?,
+        // As tritonserver: the metrics listener follows the HTTP address unless given its own.
+        metrics: reserve(
+            "metrics",
+            options.allow_metrics,
+            options
+                .metrics_address
+                .or(options.http_address)
+                .unwrap_or(options.host),
+            options.metrics_port,
+        )?,
     };
     let state = ServerState::new(options.clone(), shard_count);
     let _ = state.env.tls.set(tls);

@@ -89,6 +89,48 @@ pub struct ServerOptions {
     pub http_restricted_api: crate::frontend::restricted::Restrictions,
     /// `--grpc-restricted-protocol`: gRPC method categories that need metadata.
     pub grpc_restricted_protocol: crate::frontend::restricted::Restrictions,
+    /// `--exit-on-error`: a model failing to load at start-up stops the server.
+    pub exit_on_error: bool,
+    /// `--strict-readiness`: ready only when every model is ready.
+    pub strict_readiness: bool,
+    /// `--model-load-thread-count`: models loaded at once.
+    pub model_load_thread_count: usize,
+    /// `--model-load-retry-count`: further attempts at a failed load.
+    pub model_load_retry_count: u32,
+    /// `--model-config-name`: `configs/<name>.pbtxt` read instead of config.pbtxt where present.
+    pub model_config_name: Option<String>,
+    /// `--http-address` (None = `host`).
+    pub http_address: Option<std::net::IpAddr>,
+    /// `--grpc-address` (None = `host`).
+    pub grpc_address: Option<std::net::IpAddr>,
+    /// `--reuse-http-port`: SO_REUSEPORT shared with other processes.
+    pub reuse_http_port: bool,
+    /// `--reuse-grpc-port`: SO_REUSEPORT shared with other processes.
+    pub reuse_grpc_port: bool,
+    /// `--http-header-forward-pattern`: headers matching this regex become request parameters.
+    pub http_header_forward_pattern: Option<String>,
+    /// `--grpc-header-forward-pattern`: metadata matching this regex becomes request parameters.
+    pub grpc_header_forward_pattern: Option<String>,
+    /// `--grpc-keepalive-permit-without-calls`.
+    pub grpc_keepalive_permit_without_calls: bool,
+    /// `--grpc-http2-max-pings-without-data`.
+    pub grpc_http2_max_pings_without_data: u32,
+    /// `--grpc-http2-min-recv-ping-interval-without-data`.
+    pub grpc_http2_min_recv_ping_interval_without_data: Duration,
+    /// `--grpc-http2-max-ping-strikes`.
+    pub grpc_http2_max_ping_strikes: u32,
+    /// `--grpc-max-connection-age` (None = infinite).
+    pub grpc_max_connection_age: Option<Duration>,
+    /// `--grpc-max-connection-age-grace` (None = infinite).
+    pub grpc_max_connection_age_grace: Option<Duration>,
+    /// `--metrics-address` (None = `http_address`, else `host`, as tritonserver).
+    pub metrics_address: Option<std::net::IpAddr>,
+    /// `--allow-gpu-metrics`.
+    pub allow_gpu_metrics: bool,
+    /// `--allow-cpu-metrics`.
+    pub allow_cpu_metrics: bool,
+    /// `--metrics-config`: raw `<setting>=<value>` settings as given.
+    pub metrics_config: Vec<String>,
 }
 
 impl ServerOptions {
@@ -135,6 +177,27 @@ impl ServerOptions {
             http_tls: None,
             http_restricted_api: Default::default(),
             grpc_restricted_protocol: Default::default(),
+            exit_on_error: true,
+            strict_readiness: true,
+            model_load_thread_count: 4,
+            model_load_retry_count: 0,
+            model_config_name: None,
+            http_address: None,
+            grpc_address: None,
+            reuse_http_port: false,
+            reuse_grpc_port: false,
+            http_header_forward_pattern: None,
+            grpc_header_forward_pattern: None,
+            grpc_keepalive_permit_without_calls: false,
+            grpc_http2_max_pings_without_data: 2,
+            grpc_http2_min_recv_ping_interval_without_data: Duration::from_millis(300_000),
+            grpc_http2_max_ping_strikes: 2,
+            grpc_max_connection_age: None,
+            grpc_max_connection_age_grace: None,
+            metrics_address: None,
+            allow_gpu_metrics: true,
+            allow_cpu_metrics: true,
+            metrics_config: Vec::new(),
         }
     }
 
@@ -149,6 +212,7 @@ impl ServerOptions {
             cores: Some(1),
             pin_threads: false,
             exit_timeout: Duration::from_secs(5),
+            exit_on_error: false,
             ..Self::new(vec![repository.into()])
         }
     }
