@@ -13,6 +13,8 @@ use crate::tuning::IoDriver;
 #[command(
     name = "shardserve",
     version,
+    // As tritonserver's getopt: a flag given twice takes its last value.
+    args_override_self = true,
     about = "Thread-per-core inference server, drop-in for Triton's KServe v2 protocols",
     long_about = "Thread-per-core inference server, drop-in for Triton Inference Server 2.51: \
                   the same protocols, model repositories and flags. Booleans take \
@@ -60,7 +62,7 @@ pub struct Cli {
 #[command(next_help_heading = "Server")]
 pub struct ServerArgs {
     /// Name of this server, reported as the server metadata's name.
-    #[arg(long = "id", alias = "server-name", value_name = "STRING",
+    #[arg(long = "id", visible_alias = "server-name", value_name = "STRING",
           default_value = crate::frontend::identity::DEFAULT_SERVER_NAME, value_parser = values::non_empty)]
     pub id: String,
     /// Seconds, from SIGINT/SIGTERM, for in-flight requests to finish and the backends'
@@ -109,7 +111,7 @@ pub struct RepositoryArgs {
     /// A model repository directory (repeatable); a model name found in two is unavailable.
     #[arg(
         long = "model-repository",
-        alias = "model-store",
+        visible_alias = "model-store",
         value_name = "STRING"
     )]
     pub model_repository: Vec<PathBuf>,
