@@ -11,6 +11,6 @@ pub(crate) use validate::client_output_shape;
 pub use io_spec::{InputSpec, IoSpec, OutputSpec};
 pub use metadata::ModelMetadata;
 pub use table::{
-    ExecutionPlace, InstanceInfo, ModelEntry, ModelState, ModelTable, ModelVersion, VersionEntry,
+    ExecutionPlace, InstanceInfo, ModelEntry, ModelState, ModelTable, UNLOADED, ModelVersion, VersionEntry,
 };
 pub use validate::validate_request;

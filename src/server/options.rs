@@ -89,6 +89,19 @@ pub struct ServerOptions {
     pub http_restricted_api: crate::frontend::restricted::Restrictions,
     /// `--grpc-restricted-protocol`: gRPC method categories that need metadata.
     pub grpc_restricted_protocol: crate::frontend::restricted::Restrictions,
+    /// `--exit-on-error`: a model that fails to load at start-up stops the
+    /// server (start returns an error naming it).
+    pub exit_on_error: bool,
+    /// `--strict-readiness`: ready only when live and every model that
+    /// should be loaded is ready; else ready as soon as live.
+    pub strict_readiness: bool,
+    /// `--model-load-thread-count`: model loads run at once.
+    pub model_load_thread_count: usize,
+    /// `--model-load-retry-count`: times a failed load is tried again.
+    pub model_load_retry_count: u32,
+    /// `--model-config-name`: load `<model>/configs/<name>.pbtxt` where it
+    /// exists instead of `config.pbtxt`.
+    pub model_config_name: Option<String>,
 }
 
 impl ServerOptions {
@@ -135,6 +148,11 @@ impl ServerOptions {
             http_tls: None,
             http_restricted_api: Default::default(),
             grpc_restricted_protocol: Default::default(),
+            exit_on_error: true,
+            strict_readiness: true,
+            model_load_thread_count: 4,
+            model_load_retry_count: 0,
+            model_config_name: None,
         }
     }
 
@@ -149,6 +167,8 @@ impl ServerOptions {
             cores: Some(1),
             pin_threads: false,
             exit_timeout: Duration::from_secs(5),
+            // Many tests keep broken models beside working ones.
+            exit_on_error: false,
             ..Self::new(vec![repository.into()])
         }
     }
