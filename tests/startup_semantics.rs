@@ -191,7 +191,10 @@ fn most_loads_at_once(tag: &str, threads: usize) -> usize {
     done.store(true, Ordering::Release);
     watcher.join().unwrap();
     for n in &names {
-        assert_eq!(get(server.http_addr(), &format!("/v2/models/{n}/ready")).status, 200);
+        assert_eq!(
+            get(server.http_addr(), &format!("/v2/models/{n}/ready")).status,
+            200
+        );
     }
     assert_eq!(ready(server.http_addr()), 200);
     server.shutdown().unwrap();
@@ -255,14 +258,20 @@ fn a_failed_load_is_retried_model_load_retry_count_times() {
     let mut opts = ServerOptions::for_tests(&repo.root);
     opts.model_load_retry_count = 2;
     let server = start_with(opts);
-    assert_eq!(get(server.http_addr(), "/v2/models/flaky/ready").status, 200);
+    assert_eq!(
+        get(server.http_addr(), "/v2/models/flaky/ready").status,
+        200
+    );
     assert_eq!(std::fs::read_to_string(&counter).unwrap(), "xxx");
     server.shutdown().unwrap();
 
     // No retry (the default): one attempt, failed.
     let (repo, counter) = flaky_python_repo("retry-0", 2);
     let server = start_with(ServerOptions::for_tests(&repo.root));
-    assert_eq!(get(server.http_addr(), "/v2/models/flaky/ready").status, 400);
+    assert_eq!(
+        get(server.http_addr(), "/v2/models/flaky/ready").status,
+        400
+    );
     assert_eq!(std::fs::read_to_string(&counter).unwrap(), "x");
     server.shutdown().unwrap();
 }
@@ -271,10 +280,7 @@ fn a_failed_load_is_retried_model_load_retry_count_times() {
 fn model_config_name_picks_the_custom_configuration_where_present() {
     let repo = TempRepo::new(
         "config-name",
-        &[
-            ("a", simple_config("a", "")),
-            ("b", simple_config("b", "")),
-        ],
+        &[("a", simple_config("a", "")), ("b", simple_config("b", ""))],
     );
     std::fs::create_dir_all(repo.root.join("a/configs")).unwrap();
     std::fs::write(
@@ -322,18 +328,31 @@ fn load_model_of_an_ensemble_brings_its_composing_models_and_unload_dependents_t
     assert_eq!(state(addr, "simple_ensemble").0, "UNAVAILABLE");
 
     // Loaded through the API: the composing model comes back with it.
-    let r = post_json(addr, "/v2/repository/models/simple_ensemble/load", &json!({}));
+    let r = post_json(
+        addr,
+        "/v2/repository/models/simple_ensemble/load",
+        &json!({}),
+    );
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(infer("simple_ensemble"), 200);
     // Unloaded without the flag: the composing model stays.
-    let r = post_json(addr, "/v2/repository/models/simple_ensemble/unload", &json!({}));
+    let r = post_json(
+        addr,
+        "/v2/repository/models/simple_ensemble/unload",
+        &json!({}),
+    );
     assert_eq!(r.status, 200);
     assert_eq!(state(addr, "simple").0, "READY");
     assert_eq!(infer("simple"), 200);
 
     // A composing model loaded by name is not taken by its ensemble.
     assert_eq!(
-        post_json(addr, "/v2/repository/models/simple_ensemble/load", &json!({})).status,
+        post_json(
+            addr,
+            "/v2/repository/models/simple_ensemble/load",
+            &json!({})
+        )
+        .status,
         200
     );
     assert_eq!(
@@ -352,7 +371,11 @@ fn load_model_of_an_ensemble_brings_its_composing_models_and_unload_dependents_t
 
 #[test]
 fn cloud_repositories_are_refused_by_name() {
-    for path in ["s3://bucket/models", "gs://bucket/models", "as://acct/c/models"] {
+    for path in [
+        "s3://bucket/models",
+        "gs://bucket/models",
+        "as://acct/c/models",
+    ] {
         let e = match server::start(ServerOptions::for_tests(path)) {
             Ok(_) => panic!("{path} must be refused"),
             Err(e) => format!("{e:#}"),
@@ -370,7 +393,10 @@ fn backend_fields_are_filled_as_triton_does() {
     let repo = TempRepo::new(
         "backend-fields",
         &[
-            ("trt", "platform: \"tensorrt_plan\"\nmax_batch_size: 0".to_string()),
+            (
+                "trt",
+                "platform: \"tensorrt_plan\"\nmax_batch_size: 0".to_string(),
+            ),
             ("onnx", "max_batch_size: 0".to_string()),
         ],
     );
@@ -384,7 +410,10 @@ fn backend_fields_are_filled_as_triton_does() {
     // tensorrt_plan is served by the `tensorrt` backend's library.
     let (s, reason) = state(addr, "trt");
     assert_eq!(s, "UNAVAILABLE");
-    assert!(reason.as_str().unwrap().contains("libtriton_tensorrt.so"), "{reason}");
+    assert!(
+        reason.as_str().unwrap().contains("libtriton_tensorrt.so"),
+        "{reason}"
+    );
     // A config naming neither: found from the file, both filled.
     let config = get(addr, "/v2/models/onnx/config").json();
     assert_eq!(config["backend"], "onnxruntime", "{config}");

@@ -33,18 +33,19 @@ pub fn complete_backend_fields(config: &mut ModelConfig, model_dir: &Path) {
             .map(|v| v.join(file))
             .is_some_and(|p| if dir { p.is_dir() } else { p.is_file() })
     };
-    let has_any = |file: &str| first_version.as_ref().is_some_and(|v| v.join(file).exists());
+    let has_any = |file: &str| {
+        first_version
+            .as_ref()
+            .is_some_and(|v| v.join(file).exists())
+    };
     let unset = |c: &ModelConfig| c.platform.is_empty() && c.default_model_filename.is_empty();
 
     // TensorFlow: the platform decides.
-    if config.platform.is_empty() && (config.backend.is_empty() || config.backend == "tensorflow")
-    {
+    if config.platform.is_empty() && (config.backend.is_empty() || config.backend == "tensorflow") {
         match config.default_model_filename.as_str() {
             "model.savedmodel" => config.platform = "tensorflow_savedmodel".into(),
             "model.graphdef" => config.platform = "tensorflow_graphdef".into(),
-            "" if has("model.savedmodel", true) => {
-                config.platform = "tensorflow_savedmodel".into()
-            }
+            "" if has("model.savedmodel", true) => config.platform = "tensorflow_savedmodel".into(),
             "" if has("model.graphdef", false) => config.platform = "tensorflow_graphdef".into(),
             _ => {}
         }
@@ -108,8 +109,7 @@ pub fn complete_backend_fields(config: &mut ModelConfig, model_dir: &Path) {
     }
     // Python.
     if config.backend.is_empty()
-        && (config.default_model_filename == "model.py"
-            || (unset(config) && has_any("model.py")))
+        && (config.default_model_filename == "model.py" || (unset(config) && has_any("model.py")))
     {
         config.backend = "python".into();
     }
@@ -159,13 +159,22 @@ mod tests {
     #[test]
     fn platforms_name_their_backends() {
         let c = filled(r#"platform: "tensorrt_plan""#, &[]);
-        assert_eq!((c.backend.as_str(), c.default_model_filename.as_str()), ("tensorrt", "model.plan"));
+        assert_eq!(
+            (c.backend.as_str(), c.default_model_filename.as_str()),
+            ("tensorrt", "model.plan")
+        );
         let c = filled(r#"platform: "onnxruntime_onnx""#, &[]);
-        assert_eq!((c.backend.as_str(), c.default_model_filename.as_str()), ("onnxruntime", "model.onnx"));
+        assert_eq!(
+            (c.backend.as_str(), c.default_model_filename.as_str()),
+            ("onnxruntime", "model.onnx")
+        );
         let c = filled(r#"platform: "pytorch_libtorch""#, &[]);
         assert_eq!(c.backend, "pytorch");
         let c = filled(r#"platform: "tensorflow_savedmodel""#, &[]);
-        assert_eq!((c.backend.as_str(), c.default_model_filename.as_str()), ("tensorflow", "model.savedmodel"));
+        assert_eq!(
+            (c.backend.as_str(), c.default_model_filename.as_str()),
+            ("tensorflow", "model.savedmodel")
+        );
         for (p, b) in [
             ("tensorrt_plan", "tensorrt"),
             ("onnxruntime_onnx", "onnxruntime"),
@@ -183,13 +192,30 @@ mod tests {
         let c = filled(r#"backend: "tensorrt""#, &[]);
         assert_eq!(c.platform, "tensorrt_plan");
         let c = filled("max_batch_size: 1", &["1/model.onnx"]);
-        assert_eq!((c.backend.as_str(), c.platform.as_str()), ("onnxruntime", "onnxruntime_onnx"));
+        assert_eq!(
+            (c.backend.as_str(), c.platform.as_str()),
+            ("onnxruntime", "onnxruntime_onnx")
+        );
         let c = filled("max_batch_size: 1", &["1/model.py"]);
-        assert_eq!((c.backend.as_str(), c.platform.as_str(), c.default_model_filename.as_str()), ("python", "", "model.py"));
+        assert_eq!(
+            (
+                c.backend.as_str(),
+                c.platform.as_str(),
+                c.default_model_filename.as_str()
+            ),
+            ("python", "", "model.py")
+        );
         let c = filled(r#"backend: "python""#, &[]);
         assert_eq!(c.default_model_filename, "model.py");
         // A custom backend is left alone.
         let c = filled(r#"backend: "simple""#, &["1/model.onnx"]);
-        assert_eq!((c.backend.as_str(), c.platform.as_str(), c.default_model_filename.as_str()), ("simple", "", ""));
+        assert_eq!(
+            (
+                c.backend.as_str(),
+                c.platform.as_str(),
+                c.default_model_filename.as_str()
+            ),
+            ("simple", "", "")
+        );
     }
 }

@@ -456,7 +456,11 @@ pub fn start_interruptible(
             }
         }
     };
-    handle.state.env.lifecycle.set_models_ready(table.strictly_ready());
+    handle
+        .state
+        .env
+        .lifecycle
+        .set_models_ready(table.strictly_ready());
     let failed = table.not_ready();
     if options.exit_on_error && !failed.is_empty() {
         // Triton: the server stops (what loaded is unloaded) and the
