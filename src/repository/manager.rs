@@ -483,7 +483,7 @@ impl Repository {
                 return;
             }
         };
-        let (models, ensembles) = closure(&found, &[dir.name.clone()], &self.m.load);
+        let (models, mut ensembles) = closure(&found, &[dir.name.clone()], &self.m.load);
         let mut loads = BTreeSet::new();
         for model in models {
             if model.name == dir.name {
@@ -501,7 +501,6 @@ impl Repository {
                 self.spawn_load(model, None, None, None, false);
             }
         }
-        let mut ensembles: Vec<ModelDir> = ensembles;
         if !ensembles.iter().any(|e| e.name == dir.name) {
             ensembles.push(dir.clone());
         }
