@@ -11,6 +11,21 @@ use crate::proto::inference::{
 };
 
 pub fn fill_defaults(config: &mut ModelConfig) {
+    // Triton reports pinned memory on for every model but an ensemble
+    // (core's NormalizeModelConfig); shardserve stages host tensors the
+    // same way whatever the setting, so this only makes `/config` agree.
+    let ensemble = matches!(
+        config.scheduling_choice,
+        Some(crate::proto::inference::model_config::SchedulingChoice::EnsembleScheduling(_))
+    );
+    if !ensemble {
+        let optimization = config.optimization.get_or_insert_with(Default::default);
+        let on = || crate::proto::inference::model_optimization_policy::PinnedMemoryBuffer {
+            enable: true,
+        };
+        optimization.input_pinned_memory.get_or_insert_with(on);
+        optimization.output_pinned_memory.get_or_insert_with(on);
+    }
     if config.version_policy.is_none() {
         config.version_policy = Some(ModelVersionPolicy {
             policy_choice: Some(PolicyChoice::Latest(Latest { num_versions: 1 })),
@@ -49,6 +64,8 @@ mod tests {
         assert_eq!(c.instance_group[0].name, "m");
         assert_eq!(c.instance_group[0].kind, Kind::Cpu as i32);
         assert_eq!(c.instance_group[0].count, 1);
+        let o = c.optimization.unwrap();
+        assert!(o.input_pinned_memory.unwrap().enable && o.output_pinned_memory.unwrap().enable);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! (`crate::proto::DESCRIPTOR_SET`), so field names, enum names and the JSON
 //! mapping always match `proto/model_config.proto`.
 
+mod backend_fields;
 mod defaults;
 mod descriptor;
 mod instance_kind;
@@ -19,6 +20,7 @@ mod supported;
 mod text_format;
 mod validate;
 
+pub use backend_fields::{backend_of_platform, complete_backend_fields};
 pub use defaults::fill_defaults;
 pub use instance_kind::resolve_instance_kinds;
 pub use json::{model_config_from_json, model_config_to_json};

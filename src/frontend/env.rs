@@ -49,6 +49,11 @@ impl Default for FrontendLimits {
 pub struct Lifecycle {
     ready: AtomicBool,
     shutting_down: AtomicBool,
+    /// `--strict-readiness`: readiness also needs `models_ready`.
+    strict: AtomicBool,
+    /// Every model the repository should serve is ready (Triton's rule,
+    /// see `ModelTable::strictly_ready`); kept by the repository thread.
+    models_ready: AtomicBool,
 }
 
 impl Lifecycle {
@@ -57,9 +62,20 @@ impl Lifecycle {
         true
     }
 
-    /// Ready: the initial load finished and shutdown has not begun.
+    /// Ready: the initial load finished, shutdown has not begun and, with
+    /// strict readiness, every model that should be loaded is ready.
     pub fn ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire) && !self.shutting_down.load(Ordering::Acquire)
+        self.ready.load(Ordering::Acquire)
+            && !self.shutting_down.load(Ordering::Acquire)
+            && (!self.strict.load(Ordering::Acquire) || self.models_ready.load(Ordering::Acquire))
+    }
+
+    pub fn set_strict(&self, strict: bool) {
+        self.strict.store(strict, Ordering::Release);
+    }
+
+    pub fn set_models_ready(&self, ready: bool) {
+        self.models_ready.store(ready, Ordering::Release);
     }
 
     pub fn set_ready(&self, ready: bool) {

@@ -12,5 +12,6 @@ pub use io_spec::{InputSpec, IoSpec, OutputSpec};
 pub use metadata::ModelMetadata;
 pub use table::{
     ExecutionPlace, InstanceInfo, ModelEntry, ModelState, ModelTable, ModelVersion, VersionEntry,
+    UNLOADED,
 };
 pub use validate::validate_request;

@@ -5,6 +5,10 @@ use bytes::Bytes;
 use super::{IoSpec, ModelMetadata};
 use crate::{metrics::ModelStats, proto::inference::ModelConfig, shard::Target, types::InferError};
 
+/// The reason of a version unloaded on purpose (Triton's text); such a
+/// version does not make the server unready.
+pub const UNLOADED: &str = "unloaded";
+
 /// Lifecycle state of one model version, as the repository index reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModelState {
@@ -158,10 +162,27 @@ impl ModelTable {
         })
     }
 
-    /// True when every model that should be served has a ready version.
-    pub fn all_ready(&self) -> bool {
-        self.models.values().all(|m| {
-            m.failure.is_none() && m.versions.values().all(|v| v.state == ModelState::Ready)
-        })
+    /// Triton's strict readiness: every model known has versions, each
+    /// READY or unloaded on purpose (a failed load, a model still loading
+    /// or an ensemble missing a composing model is not ready).
+    pub fn strictly_ready(&self) -> bool {
+        self.not_ready().is_empty()
+    }
+
+    /// The models that keep [`Self::strictly_ready`] false, by name.
+    pub fn not_ready(&self) -> Vec<String> {
+        self.models
+            .iter()
+            .filter(|(_, m)| {
+                m.failure.is_some()
+                    || m.versions.is_empty()
+                    || m.versions.values().any(|v| match &v.state {
+                        ModelState::Ready => false,
+                        ModelState::Unavailable { reason } => reason != UNLOADED,
+                        _ => true,
+                    })
+            })
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 }

@@ -34,6 +34,15 @@ fn is_ensemble_config(config: &ModelConfig) -> bool {
         )
 }
 
+/// The models an ensemble folder's steps name; `None` when the folder is
+/// not an ensemble (or its config cannot be read).
+pub fn composing_of(dir: &ModelDir, opts: &LoadOptions) -> Option<BTreeSet<String>> {
+    read_config(dir, opts)
+        .ok()
+        .filter(is_ensemble_config)
+        .map(|c| composing_names(&c))
+}
+
 fn composing_names(config: &ModelConfig) -> BTreeSet<String> {
     graph::steps(config)
         .map(|steps| steps.iter().map(|s| s.model_name.clone()).collect())

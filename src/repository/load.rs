@@ -44,6 +44,37 @@ pub struct LoadOptions {
     /// `--model-load-allow-uploaded-python`: Python sent with a load
     /// request may run (native code in an upload never does).
     pub allow_uploaded_python: bool,
+    /// `--model-load-retry-count`: a version whose load fails is loaded
+    /// again this many times, at once (as Triton's load pool does).
+    pub retry_count: u32,
+    /// `--model-config-name`: `configs/<name>.pbtxt` replaces
+    /// `config.pbtxt` in the model folders that have it.
+    pub config_name: Option<String>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            strict: false,
+            intra_op_threads: 1,
+            allow_uploaded_python: false,
+            retry_count: 0,
+            config_name: None,
+        }
+    }
+}
+
+/// The configuration file a model folder is loaded from: Triton's custom
+/// configuration (`configs/<name>.pbtxt`) where `--model-config-name`
+/// names one the folder has, else `config.pbtxt`.
+pub fn config_path(model_dir: &Path, opts: &LoadOptions) -> std::path::PathBuf {
+    if let Some(name) = &opts.config_name {
+        let custom = model_dir.join("configs").join(format!("{name}.pbtxt"));
+        if custom.is_file() {
+            return custom;
+        }
+    }
+    model_dir.join("config.pbtxt")
 }
 
 /// Chooses the owner shard of each model version's scheduler
@@ -281,10 +312,15 @@ pub fn load_model_with(
     let mut entry = crate::model::ModelEntry::default();
     for version in versions {
         let version_dir = dir.path.join(version.to_string());
-        let loaded = match super::scan::broken_link(&version_dir) {
+        let mut loaded = match super::scan::broken_link(&version_dir) {
             Some(reason) => Err(anyhow::anyhow!(reason)),
             None => load_version(dir, &config, version, opts, placement, send),
         };
+        for attempt in 1..=opts.retry_count {
+            let Err(e) = &loaded else { break };
+            tracing::warn!(model = %dir.name, version, attempt, error = %format!("{e:#}"), "load failed; retrying (--model-load-retry-count)");
+            loaded = load_version(dir, &config, version, opts, placement, send);
+        }
         if let Ok(model) = &loaded {
             tracing::info!(model = %dir.name, version, instances = model.instances.len(), "loaded");
         }
@@ -323,7 +359,7 @@ pub(crate) fn version_entry(
 /// Reads and parses `config.pbtxt`; without one (and not strict), an ONNX
 /// model gets a minimal config that auto-complete fills in, as in Triton.
 pub(crate) fn read_config(dir: &ModelDir, opts: &LoadOptions) -> anyhow::Result<ModelConfig> {
-    let path = dir.path.join("config.pbtxt");
+    let path = config_path(&dir.path, opts);
     if let Some(reason) = super::scan::broken_link(&path) {
         bail!("{reason}");
     }
@@ -345,6 +381,7 @@ pub(crate) fn read_config(dir: &ModelDir, opts: &LoadOptions) -> anyhow::Result<
 /// Names the config after its folder (or checks that it matches), then
 /// refuses what this server does not support.
 fn named(mut config: ModelConfig, dir: &ModelDir) -> anyhow::Result<ModelConfig> {
+    config::complete_backend_fields(&mut config, &dir.path);
     if config.name.is_empty() {
         config.name = dir.name.clone();
     } else if config.name != dir.name {

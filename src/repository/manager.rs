@@ -17,7 +17,7 @@
 //! [`CHILD_EXIT_GRACE`], and the child is reaped.
 
 use std::{
-    collections::{BTreeMap, VecDeque},
+    collections::{BTreeMap, BTreeSet, VecDeque},
     panic::AssertUnwindSafe,
     path::{Component, Path, PathBuf},
     sync::{
@@ -229,6 +229,8 @@ pub struct Manager {
     /// Told of every table published, after the shards (the in-process
     /// C API, which C API backends call, reads it); installed by `server`.
     pub on_publish: TableListener,
+    /// `--model-load-thread-count`: start-up loads running at once.
+    pub load_threads: usize,
 }
 
 /// How an ensemble's unavailability names a missing composing model.
@@ -246,10 +248,6 @@ pub const CHILD_EXIT_GRACE: Duration = Duration::from_secs(1);
 
 /// How often the repository thread looks at running loads' children.
 const WATCH_EVERY: Duration = Duration::from_millis(100);
-
-/// Start-up loads running at once (Triton's `--model-load-thread-count`
-/// default). Loads through the repository API are not held back.
-const INITIAL_LOAD_THREADS: usize = 4;
 
 static OVERRIDE_DIRS: AtomicU64 = AtomicU64::new(0);
 
@@ -273,6 +271,17 @@ struct Abandoned {
     /// Failed for a dead child: its thread waits in the backend for good,
     /// so what else it forks and leaves dead is reaped here.
     reap: bool,
+}
+
+/// An ensemble load through the API waiting for the composing models it
+/// brought (explicit mode loads them with it, as Triton does).
+struct EnsembleWait {
+    name: String,
+    /// The ensembles to wire once `loads` are done: the one asked for and
+    /// the ensembles among its steps.
+    ensembles: Vec<ModelDir>,
+    loads: BTreeSet<String>,
+    reply: Option<oneshot::Sender<InferResult<()>>>,
 }
 
 /// The start-up load in progress.
@@ -301,6 +310,10 @@ struct Repository {
     abandoned: Vec<Abandoned>,
     next_id: u64,
     initial: Option<Initial>,
+    waits: Vec<EnsembleWait>,
+    /// Models loaded only because an ensemble needed them (explicit mode):
+    /// unloading that ensemble with `unload_dependents` unloads them too.
+    implicit: BTreeSet<String>,
 }
 
 impl Manager {
@@ -316,6 +329,8 @@ impl Manager {
             abandoned: Vec::new(),
             next_id: 1,
             initial: None,
+            waits: Vec::new(),
+            implicit: BTreeSet::new(),
         };
         std::thread::Builder::new()
             .name("repository".into())
@@ -361,6 +376,7 @@ impl Repository {
                     if let Err(e) = self.m.explicit() {
                         let _ = reply.send(Err(e));
                     } else {
+                        self.implicit.remove(&name);
                         self.start_load(&name, load, Some(reply), false);
                     }
                 }
@@ -436,6 +452,9 @@ impl Repository {
         }
         match self.m.prepare(name, load) {
             Err(e) => answer(name, reply, Err(e)),
+            Ok(Prepared::Ensemble(dir)) if self.m.mode == ModelControlMode::Explicit => {
+                self.load_with_composing(dir, reply)
+            }
             Ok(Prepared::Ensemble(dir)) => {
                 let done = self.m.load_ensemble(&dir);
                 // Dependents load here too: they are back when this answers.
@@ -445,6 +464,80 @@ impl Repository {
             Ok(Prepared::Model { dir, config, files }) => {
                 self.spawn_load(dir, config.map(|c| *c), files, reply, initial)
             }
+        }
+    }
+
+    /// Explicit mode: an ensemble brings the composing models that are not
+    /// loaded (recursively through ensembles of ensembles), loaded in
+    /// parallel; it is wired once they have settled.
+    fn load_with_composing(
+        &mut self,
+        dir: ModelDir,
+        reply: Option<oneshot::Sender<InferResult<()>>>,
+    ) {
+        let found = match scan_repositories(&self.m.repositories) {
+            Ok(found) => found,
+            Err(e) => {
+                let e = load_failed(&dir.name, &format!("{e:#}"));
+                answer(&dir.name, reply, Err(e));
+                return;
+            }
+        };
+        let (models, mut ensembles) = closure(&found, &[dir.name.clone()], &self.m.load);
+        let mut loads = BTreeSet::new();
+        for model in models {
+            if model.name == dir.name {
+                continue;
+            }
+            let loading = self.in_flight.iter().any(|f| f.name == model.name);
+            if !self.m.serving(&model.name) && !loading {
+                // Not asked for itself: it goes when the ensemble goes.
+                self.implicit.insert(model.name.clone());
+            }
+            if loading {
+                loads.insert(model.name.clone());
+            } else if !self.m.serving(&model.name) {
+                loads.insert(model.name.clone());
+                self.spawn_load(model, None, None, None, false);
+            }
+        }
+        if !ensembles.iter().any(|e| e.name == dir.name) {
+            ensembles.push(dir.clone());
+        }
+        for e in ensembles.iter().filter(|e| e.name != dir.name) {
+            if !self.m.serving(&e.name) {
+                self.implicit.insert(e.name.clone());
+            }
+        }
+        self.waits.push(EnsembleWait {
+            name: dir.name,
+            ensembles,
+            loads,
+            reply,
+        });
+        self.settle_waits(None);
+    }
+
+    /// Wires the waiting ensembles whose composing loads are all done
+    /// (`done`: the load that just settled).
+    fn settle_waits(&mut self, done: Option<&str>) {
+        if let Some(name) = done {
+            for w in &mut self.waits {
+                w.loads.remove(name);
+            }
+        }
+        while let Some(at) = self.waits.iter().position(|w| w.loads.is_empty()) {
+            let w = self.waits.swap_remove(at);
+            // Ensembles already serving stay as they are, except the one
+            // asked for, which is (re)loaded as any explicit load is.
+            let dirs: Vec<&ModelDir> = w
+                .ensembles
+                .iter()
+                .filter(|e| e.name == w.name || !self.m.serving(&e.name))
+                .collect();
+            let done = self.m.load_ensembles_now(&dirs, &w.name);
+            self.reload_dependents(&w.name);
+            answer(&w.name, w.reply, done);
         }
     }
 
@@ -523,6 +616,7 @@ impl Repository {
         // Ensembles reload here, synchronously: back when this answers.
         self.reload_dependents(&f.name);
         answer(&f.name, f.reply, done);
+        self.settle_waits(Some(&f.name));
         if f.initial {
             self.pump_initial();
         }
@@ -600,6 +694,7 @@ impl Repository {
         let e = load_failed(&f.name, &why);
         self.m.record_failure(&f.name, &e.message);
         answer(&f.name, f.reply, Err(e));
+        self.settle_waits(Some(&f.name));
         if f.initial {
             self.pump_initial();
         }
@@ -622,6 +717,22 @@ impl Repository {
                 );
             }
         }
+        // `--load-model=<ensemble>` brings its composing models, as in
+        // Triton; those not named themselves go when it is unloaded with
+        // `unload_dependents`.
+        let only = only.map(|names| {
+            let (models, ensembles) = closure(&found, &names, &self.m.load);
+            let all: BTreeSet<String> = models
+                .iter()
+                .chain(ensembles.iter())
+                .map(|d| d.name.clone())
+                .chain(names.iter().cloned())
+                .collect();
+            for name in all.iter().filter(|n| !names.contains(n)) {
+                self.implicit.insert(name.clone());
+            }
+            all
+        });
         let mut queue = VecDeque::new();
         let mut ensembles = Vec::new();
         for (name, dir) in found {
@@ -649,13 +760,14 @@ impl Repository {
     }
 
     /// Starts queued start-up loads while fewer than
-    /// [`INITIAL_LOAD_THREADS`] run; once all have settled, loads the
+    /// `--model-load-thread-count` run; once all have settled, loads the
     /// ensembles (they need their composing models) and answers.
     fn pump_initial(&mut self) {
         let Some(mut initial) = self.initial.take() else {
             return;
         };
-        while self.in_flight.iter().filter(|f| f.initial).count() < INITIAL_LOAD_THREADS {
+        let threads = self.m.load_threads.max(1);
+        while self.in_flight.iter().filter(|f| f.initial).count() < threads {
             let Some(dir) = initial.queue.pop_front() else {
                 break;
             };
@@ -680,6 +792,23 @@ impl Repository {
     /// Unloads `name` (see [`Manager::unload`]); a load of it still running
     /// is answered now, and what it brings retired when it ends.
     fn unload(&mut self, name: &str, dependents: bool) {
+        // Triton's cascading removal: the composing models this ensemble
+        // brought, used by no other loaded ensemble, go with it.
+        let upstream: Vec<String> = if dependents {
+            self.m.composing_loaded(name)
+        } else {
+            Vec::new()
+        };
+        self.unload_one(name, dependents);
+        self.implicit.remove(name);
+        for model in upstream {
+            if self.implicit.contains(&model) && self.m.dependents(&model).is_empty() {
+                self.unload(&model, true);
+            }
+        }
+    }
+
+    fn unload_one(&mut self, name: &str, dependents: bool) {
         let mut initial = false;
         while let Some(at) = self.in_flight.iter().position(|f| f.name == name) {
             let f = self.in_flight.swap_remove(at);
@@ -691,6 +820,7 @@ impl Repository {
             });
             let e = load_failed(name, "the model was unloaded while it was loading");
             answer(name, f.reply, Err(e));
+            self.settle_waits(Some(name));
         }
         self.m.unload(name, dependents);
         if initial {
@@ -742,6 +872,36 @@ impl Repository {
         }
         now
     }
+}
+
+/// `roots` and, through the steps of the ensembles among them
+/// (recursively), every model they use: the non-ensembles and the
+/// ensembles, each once. Names not in the repository are left out (the
+/// ensemble's wiring names them).
+fn closure(
+    found: &BTreeMap<String, Result<ModelDir, String>>,
+    roots: &[String],
+    opts: &LoadOptions,
+) -> (Vec<ModelDir>, Vec<ModelDir>) {
+    let mut seen = BTreeSet::new();
+    let mut todo: Vec<String> = roots.to_vec();
+    let (mut models, mut ensembles) = (Vec::new(), Vec::new());
+    while let Some(name) = todo.pop() {
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let Some(Ok(dir)) = found.get(&name) else {
+            continue;
+        };
+        match ensemble::composing_of(dir, opts) {
+            Some(steps) => {
+                todo.extend(steps);
+                ensembles.push(dir.clone());
+            }
+            None => models.push(dir.clone()),
+        }
+    }
+    (models, ensembles)
 }
 
 /// Sends a load's outcome, or logs a failure nobody asked to hear about.
@@ -932,7 +1092,7 @@ impl Manager {
                 Some(tmp),
             )
         };
-        let override_config = override_config.map(|c| inherit_backend(c, &dir));
+        let override_config = override_config.map(|c| inherit_backend(c, &dir, &self.load));
         if let Some(config) = &override_config {
             uploads::check_config(config, with_files, allow_python).map_err(refused)?;
         }
@@ -944,6 +1104,38 @@ impl Manager {
             config: override_config.map(Box::new),
             files: tmp,
         })
+    }
+
+    /// Wires `dirs` (ensembles, in any order) against the table now and
+    /// installs each; the outcome of `asked`'s is returned.
+    fn load_ensembles_now(&mut self, dirs: &[&ModelDir], asked: &str) -> InferResult<()> {
+        let mut scratch = ModelTable {
+            models: self.table.models.clone(),
+        };
+        ensemble::load_ensembles(dirs, &self.load, &mut scratch, &mut self.placement);
+        let mut outcome = Ok(());
+        for dir in dirs {
+            let entry = scratch.models.remove(&dir.name).unwrap_or_default();
+            let done = self.install(&dir.name, entry);
+            if dir.name == asked {
+                outcome = done;
+            }
+        }
+        outcome
+    }
+
+    /// The models the loaded ensemble `name`'s steps use.
+    fn composing_loaded(&self, name: &str) -> Vec<String> {
+        let Some(entry) = self.table.models.get(name) else {
+            return Vec::new();
+        };
+        let names: BTreeSet<String> = entry
+            .versions
+            .values()
+            .filter_map(|v| v.loaded.as_ref()?.ensemble.as_ref())
+            .flat_map(|plan| plan.steps.iter().map(|s| s.model_name.clone()))
+            .collect();
+        names.into_iter().collect()
     }
 
     /// An ensemble resolves its steps against the models loaded now.
@@ -1059,7 +1251,7 @@ impl Manager {
                     crate::model::VersionEntry {
                         version,
                         state: ModelState::Unavailable {
-                            reason: "unloaded".into(),
+                            reason: crate::model::UNLOADED.into(),
                         },
                         loaded: None,
                     },
@@ -1117,11 +1309,12 @@ fn modified_deep(path: &Path) -> Option<SystemTime> {
 fn inherit_backend(
     mut config: crate::proto::inference::ModelConfig,
     dir: &ModelDir,
+    opts: &LoadOptions,
 ) -> crate::proto::inference::ModelConfig {
     if !config.backend.is_empty() || !config.platform.is_empty() {
         return config;
     }
-    let on_disk = std::fs::read_to_string(dir.path.join("config.pbtxt"))
+    let on_disk = std::fs::read_to_string(super::config_path(&dir.path, opts))
         .ok()
         .and_then(|text| config::parse_model_config(&text).ok());
     if let Some(base) = on_disk {

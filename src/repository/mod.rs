@@ -11,7 +11,9 @@ mod scan;
 pub mod uploads;
 mod versions;
 
-pub use load::{load_model_with, load_repository, send_control, LoadOptions, Placement};
+pub use load::{
+    config_path, load_model_with, load_repository, send_control, LoadOptions, Placement,
+};
 pub(crate) use load::{read_config, version_entry};
 pub(crate) use scan::{broken_link, version_folders};
 pub use scan::{scan_repositories, ModelDir};

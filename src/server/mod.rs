@@ -237,7 +237,8 @@ fn finalize_backends(deadline: Instant, unfinished: &mut Vec<String>) {
 
 /// Starts the shards, binds the listeners and loads the repository.
 /// Returns once the initial load is done; models that failed to load are
-/// reported in the log and the model table, and do not stop the server.
+/// reported in the log and the model table, and stop the server (an error
+/// naming them) under `exit_on_error`.
 pub fn start(options: ServerOptions) -> anyhow::Result<ServerHandle> {
     start_interruptible(options, &|| false)?
         .context("the server start was interrupted without an interruption source")
@@ -257,6 +258,12 @@ pub fn start_interruptible(
     crate::backend::capi::keep_exported();
     crate::frontend::inprocess::keep_exported();
     for repo in &options.model_repositories {
+        if let Some(scheme) = cloud_scheme(repo) {
+            bail!(
+                "model repository {}: cloud storage repositories ({scheme}...) are not supported by shardserve; use a local path",
+                repo.display()
+            );
+        }
         if !repo.is_dir() {
             bail!(
                 "model repository {} is not a readable directory",
@@ -328,6 +335,7 @@ pub fn start_interruptible(
         )?,
     };
     let state = ServerState::new(options.clone(), shard_count);
+    state.env.lifecycle.set_strict(options.strict_readiness);
     let _ = state.env.tls.set(tls);
     let transport = TransportStats::new(shard_count, transport_limits(&options, plan.accept.len()));
 
@@ -417,8 +425,13 @@ pub fn start_interruptible(
         table: ModelTable::default(),
         on_publish: {
             let capi_server = capi_server.clone();
-            Arc::new(move |table| capi_server.publish(table))
+            let env = handle.state.env.clone();
+            Arc::new(move |table: Arc<ModelTable>| {
+                env.lifecycle.set_models_ready(table.strictly_ready());
+                capi_server.publish(table)
+            })
         },
+        load_threads: options.model_load_thread_count,
     };
     let initial = manager.spawn().and_then(|client| {
         let only = match options.model_control_mode {
@@ -463,6 +476,25 @@ pub fn start_interruptible(
             }
         }
     };
+    handle
+        .state
+        .env
+        .lifecycle
+        .set_models_ready(table.strictly_ready());
+    let failed = table.not_ready();
+    if options.exit_on_error && !failed.is_empty() {
+        // Triton: the server stops (what loaded is unloaded) and the
+        // binary exits 1 with "failed to load all models".
+        tracing::error!(models = ?failed, "failed to load all models; stopping (--exit-on-error)");
+        handle.table = Arc::new(table);
+        if let Err(e) = handle.shutdown() {
+            tracing::error!(error = %format!("{e:#}"), "shutdown after the failed start-up load");
+        }
+        bail!(
+            "failed to load all models: {} (--exit-on-error=false serves the others)",
+            failed.join(", ")
+        );
+    }
     handle.table = Arc::new(table);
     handle.state.set_ready(true);
     Ok(Some(handle))
@@ -544,7 +576,18 @@ fn load_options(options: &ServerOptions) -> LoadOptions {
         strict: options.strict_model_config,
         intra_op_threads: options.intra_op_threads,
         allow_uploaded_python: options.model_load_allow_uploaded_python,
+        retry_count: options.model_load_retry_count,
+        config_name: options.model_config_name.clone(),
     }
+}
+
+/// The cloud scheme a repository path starts with (`s3://`, `gs://`,
+/// `as://`), which Triton reads and shardserve does not.
+fn cloud_scheme(repo: &std::path::Path) -> Option<&'static str> {
+    let text = repo.to_string_lossy();
+    ["s3://", "gs://", "as://"]
+        .into_iter()
+        .find(|scheme| text.starts_with(scheme))
 }
 
 fn log_addresses(a: &Addresses, shards: usize) {

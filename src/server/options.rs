@@ -89,15 +89,18 @@ pub struct ServerOptions {
     pub http_restricted_api: crate::frontend::restricted::Restrictions,
     /// `--grpc-restricted-protocol`: gRPC method categories that need metadata.
     pub grpc_restricted_protocol: crate::frontend::restricted::Restrictions,
-    /// `--exit-on-error`: a model failing to load at start-up stops the server.
+    /// `--exit-on-error`: a model that fails to load at start-up stops the
+    /// server (start returns an error naming it).
     pub exit_on_error: bool,
-    /// `--strict-readiness`: ready only when every model is ready.
+    /// `--strict-readiness`: ready only when live and every model that
+    /// should be loaded is ready; else ready as soon as live.
     pub strict_readiness: bool,
-    /// `--model-load-thread-count`: models loaded at once.
+    /// `--model-load-thread-count`: model loads run at once.
     pub model_load_thread_count: usize,
-    /// `--model-load-retry-count`: further attempts at a failed load.
+    /// `--model-load-retry-count`: times a failed load is tried again.
     pub model_load_retry_count: u32,
-    /// `--model-config-name`: `configs/<name>.pbtxt` read instead of config.pbtxt where present.
+    /// `--model-config-name`: load `<model>/configs/<name>.pbtxt` where it
+    /// exists instead of `config.pbtxt`.
     pub model_config_name: Option<String>,
     /// `--http-address` (None = `host`).
     pub http_address: Option<std::net::IpAddr>,
@@ -212,6 +215,7 @@ impl ServerOptions {
             cores: Some(1),
             pin_threads: false,
             exit_timeout: Duration::from_secs(5),
+            // Many tests keep broken models beside working ones.
             exit_on_error: false,
             ..Self::new(vec![repository.into()])
         }
