@@ -68,7 +68,9 @@ fn h2_connect(addr: SocketAddr) -> TcpStream {
 }
 
 fn empty_repo(tag: &str) -> TempRepo {
-    TempRepo::new(tag, &[])
+    let repo = TempRepo::new(tag, &[]);
+    std::fs::create_dir_all(&repo.root).expect("repository folder");
+    repo
 }
 
 fn options(repo: &TempRepo) -> ServerOptions {
@@ -395,7 +397,7 @@ fn forwarded_headers_reach_the_model_as_parameters() {
                 shape: vec![1],
                 ..Default::default()
             }],
-            raw_input_contents: vec![1i32.to_le_bytes().to_vec()],
+            raw_input_contents: vec![1i32.to_le_bytes().to_vec().into()],
             ..Default::default()
         };
         let decode = |raw: &[u8]| -> serde_json::Value {
