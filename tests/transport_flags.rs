@@ -102,17 +102,32 @@ fn reuse_port_lets_servers_share_a_port_and_only_then() {
     let e = server::start(plain).err().expect("a taken port is refused");
     assert!(format!("{e:#}").contains("gRPC port"), "{e:#}");
 
-    // With it, both listen on both ports.
+    // With it, both listen on both ports, and the kernel spreads new
+    // connections over the two.
     let mut second = first;
     second.http_port = http.port();
     second.grpc_port = grpc.port();
     let b = start_with(second);
     assert_eq!(b.http_addr(), http);
     assert_eq!(b.grpc_addr(), grpc);
-    a.shutdown().expect("first server stops");
-    // The port is still served: by the second server alone now.
+    for addr in [http, grpc] {
+        let held: Vec<TcpStream> = (0..24)
+            .map(|_| TcpStream::connect(addr).expect("connect"))
+            .collect();
+        wait_for("both servers to accept", Duration::from_secs(10), || {
+            a.transport().open_connections() + b.transport().open_connections() == held.len()
+        });
+        assert!(
+            a.transport().open_connections() > 0 && b.transport().open_connections() > 0,
+            "{addr}: connections spread over both servers"
+        );
+        drop(held);
+        wait_for("connections to close", Duration::from_secs(10), || {
+            a.transport().open_connections() + b.transport().open_connections() == 0
+        });
+    }
     assert_eq!(get(http, "/v2/health/live").status, 200);
-    drop(h2_connect(grpc));
+    a.shutdown().expect("first server stops");
     b.shutdown().expect("second server stops");
 }
 
