@@ -17,7 +17,11 @@ use std::{
     },
 };
 
-use super::{identity::DEFAULT_SERVER_NAME, restricted::Restrictions, transport::ServerTls};
+use super::{
+    identity::DEFAULT_SERVER_NAME,
+    restricted::Restrictions,
+    transport::{HeaderForward, ServerTls},
+};
 use crate::{repository::manager::RepositoryClient, trace::Tracer};
 
 /// The per-request limits the front ends enforce themselves (the
@@ -108,6 +112,10 @@ pub struct FrontendEnv {
     pub repository: OnceLock<RepositoryClient>,
     /// The listeners' TLS, loaded at start before any shard accepts.
     pub tls: OnceLock<ServerTls>,
+    /// `--http-header-forward-pattern`, compiled at start (empty: off).
+    pub http_header_forward: OnceLock<HeaderForward>,
+    /// `--grpc-header-forward-pattern`, compiled at start (empty: off).
+    pub grpc_header_forward: OnceLock<HeaderForward>,
     pub lifecycle: Lifecycle,
 }
 
@@ -124,6 +132,8 @@ impl FrontendEnv {
             trace,
             repository: OnceLock::new(),
             tls: OnceLock::new(),
+            http_header_forward: OnceLock::new(),
+            grpc_header_forward: OnceLock::new(),
             lifecycle: Lifecycle::default(),
         }
     }

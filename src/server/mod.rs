@@ -300,28 +300,34 @@ pub fn start_interruptible(
     tracing::info!("placement:\n{}", plan.describe(topology, gpus));
     // Held until every shard has bound its listeners (see `ports`).
     let mut reservations = Vec::new();
-    let mut reserve =
-        |what, enabled: bool, ip: IpAddr, port: u16| -> anyhow::Result<Option<SocketAddr>> {
-            if !enabled {
-                return Ok(None);
-            }
-            let reserved = ports::reserve(what, SocketAddr::new(ip, port))?;
-            let addr = reserved.addr;
-            reservations.push(reserved);
-            Ok(Some(addr))
-        };
+    let mut reserve = |what,
+                       enabled: bool,
+                       ip: std::net::IpAddr,
+                       port: u16,
+                       reuse: bool|
+     -> anyhow::Result<Option<SocketAddr>> {
+        if !enabled {
+            return Ok(None);
+        }
+        let reserved = ports::reserve(what, SocketAddr::new(ip, port), reuse)?;
+        let addr = reserved.addr;
+        reservations.push(reserved);
+        Ok(Some(addr))
+    };
     let addresses = Addresses {
         http: reserve(
             "HTTP",
             options.allow_http,
             options.http_address.unwrap_or(options.host),
             options.http_port,
+            options.reuse_http_port,
         )?,
         grpc: reserve(
             "gRPC",
             options.allow_grpc,
             options.grpc_address.unwrap_or(options.host),
             options.grpc_port,
+            options.reuse_grpc_port,
         )?,
         // As tritonserver: the metrics listener follows the HTTP address unless given its own.
         metrics: reserve(
@@ -332,11 +338,30 @@ pub fn start_interruptible(
                 .or(options.http_address)
                 .unwrap_or(options.host),
             options.metrics_port,
+            false,
         )?,
     };
     let state = ServerState::new(options.clone(), shard_count);
     state.env.lifecycle.set_strict(options.strict_readiness);
     let _ = state.env.tls.set(tls);
+    for (flag, pattern, slot) in [
+        (
+            "--http-header-forward-pattern",
+            &options.http_header_forward_pattern,
+            &state.env.http_header_forward,
+        ),
+        (
+            "--grpc-header-forward-pattern",
+            &options.grpc_header_forward_pattern,
+            &state.env.grpc_header_forward,
+        ),
+    ] {
+        if let Some(pattern) = pattern {
+            let forward =
+                transport::HeaderForward::compile(flag, pattern).map_err(anyhow::Error::msg)?;
+            let _ = slot.set(forward);
+        }
+    }
     let transport = TransportStats::new(shard_count, transport_limits(&options, plan.accept.len()));
 
     let links = ring::mesh(shard_count, options.ring_capacity);
@@ -544,6 +569,12 @@ fn transport_limits(options: &ServerOptions, accepting: usize) -> TransportLimit
         grpc_handshake_timeout: options.grpc_handshake_timeout,
         grpc_keepalive_time: options.grpc_keepalive_time,
         grpc_keepalive_timeout: options.grpc_keepalive_timeout,
+        grpc_keepalive_permit_without_calls: options.grpc_keepalive_permit_without_calls,
+        grpc_max_pings_without_data: options.grpc_http2_max_pings_without_data,
+        grpc_min_recv_ping_interval: options.grpc_http2_min_recv_ping_interval_without_data,
+        grpc_max_ping_strikes: options.grpc_http2_max_ping_strikes,
+        grpc_max_connection_age: options.grpc_max_connection_age,
+        grpc_max_connection_age_grace: options.grpc_max_connection_age_grace,
     };
     let total = (max_connections as u64).saturating_mul(accepting.max(1) as u64);
     if total > soft {

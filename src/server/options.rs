@@ -102,29 +102,40 @@ pub struct ServerOptions {
     /// `--model-config-name`: load `<model>/configs/<name>.pbtxt` where it
     /// exists instead of `config.pbtxt`.
     pub model_config_name: Option<String>,
-    /// `--http-address` (None = `host`).
+    /// `--http-address`: the HTTP listener's address (`None` = `host`).
     pub http_address: Option<std::net::IpAddr>,
-    /// `--grpc-address` (None = `host`).
+    /// `--grpc-address`: the gRPC listener's address (`None` = `host`).
     pub grpc_address: Option<std::net::IpAddr>,
-    /// `--reuse-http-port`: SO_REUSEPORT shared with other processes.
+    /// `--reuse-http-port`: another process may bind the HTTP port too
+    /// (SO_REUSEPORT; the kernel spreads connections over both).
     pub reuse_http_port: bool,
-    /// `--reuse-grpc-port`: SO_REUSEPORT shared with other processes.
+    /// `--reuse-grpc-port`: another process may bind the gRPC port too.
     pub reuse_grpc_port: bool,
-    /// `--http-header-forward-pattern`: headers matching this regex become request parameters.
+    /// `--http-header-forward-pattern`: request headers whose names match
+    /// this regex become string parameters of the inference request.
     pub http_header_forward_pattern: Option<String>,
-    /// `--grpc-header-forward-pattern`: metadata matching this regex becomes request parameters.
+    /// `--grpc-header-forward-pattern`: the same for gRPC metadata.
     pub grpc_header_forward_pattern: Option<String>,
-    /// `--grpc-keepalive-permit-without-calls`.
+    /// `--grpc-keepalive-permit-without-calls`: the server sends keepalive
+    /// pings, and accepts the client's at `min_recv_ping_interval`, with
+    /// no call open (otherwise a client ping more often than every 2 hours
+    /// with no call open is a strike).
     pub grpc_keepalive_permit_without_calls: bool,
-    /// `--grpc-http2-max-pings-without-data`.
+    /// `--grpc-http2-max-pings-without-data`: keepalive pings the server
+    /// sends before it must send data or headers again (0 = unlimited).
     pub grpc_http2_max_pings_without_data: u32,
-    /// `--grpc-http2-min-recv-ping-interval-without-data`.
+    /// `--grpc-http2-min-recv-ping-interval-without-data`: a client ping
+    /// sooner than this after the last one, with no data sent between, is
+    /// a strike.
     pub grpc_http2_min_recv_ping_interval_without_data: Duration,
-    /// `--grpc-http2-max-ping-strikes`.
+    /// `--grpc-http2-max-ping-strikes`: strikes tolerated before GOAWAY
+    /// ENHANCE_YOUR_CALM "too_many_pings" (0 = unlimited).
     pub grpc_http2_max_ping_strikes: u32,
-    /// `--grpc-max-connection-age` (None = infinite).
+    /// `--grpc-max-connection-age`: a connection older than this gets
+    /// GOAWAY (`None` = never).
     pub grpc_max_connection_age: Option<Duration>,
-    /// `--grpc-max-connection-age-grace` (None = infinite).
+    /// `--grpc-max-connection-age-grace`: how long its open streams may
+    /// still run after that GOAWAY before it closes (`None` = unbounded).
     pub grpc_max_connection_age_grace: Option<Duration>,
     /// `--metrics-address` (None = `http_address`, else `host`, as tritonserver).
     pub metrics_address: Option<std::net::IpAddr>,

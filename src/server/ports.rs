@@ -3,6 +3,13 @@
 //! second server bind the same port silently: a fixed port is probed first
 //! without SO_REUSEPORT, so a port in use is a start-up error.
 //!
+//! With `--reuse-http-port` / `--reuse-grpc-port` (Triton's meaning:
+//! servers that all set it may listen on the same port, the kernel
+//! spreading connections over them) a fixed port is held like an
+//! ephemeral one: by a placeholder with SO_REUSEPORT, which binds only if
+//! whoever holds the port set SO_REUSEPORT too (and runs as the same
+//! user), so a port held by a server without the flag is still an error.
+//!
 //! Port 0 (tests, tools) is resolved by binding a placeholder socket with
 //! SO_REUSEPORT and holding it until every shard has bound the same port:
 //! releasing a probe first would leave a window in which another server
@@ -21,12 +28,19 @@ pub struct Reserved {
     _placeholder: Option<Socket>,
 }
 
-pub fn reserve(what: &str, addr: SocketAddr) -> anyhow::Result<Reserved> {
-    if addr.port() == 0 {
-        return hold_ephemeral(what, addr);
+/// Reserves `addr` for the `what` listener; `reuse`: the port may be
+/// shared with other processes that set SO_REUSEPORT too.
+pub fn reserve(what: &str, addr: SocketAddr, reuse: bool) -> anyhow::Result<Reserved> {
+    if addr.port() == 0 || reuse {
+        return hold_shared(what, addr);
     }
     let probe = TcpListener::bind(addr).with_context(|| {
-        format!("cannot bind the {what} port {addr}: is another server using it?")
+        let hint = match what {
+            "HTTP" => " (servers share a port only when each sets --reuse-http-port)",
+            "gRPC" => " (servers share a port only when each sets --reuse-grpc-port)",
+            _ => "",
+        };
+        format!("cannot bind the {what} port {addr}: is another server using it?{hint}")
     })?;
     let bound = probe
         .local_addr()
@@ -38,8 +52,17 @@ pub fn reserve(what: &str, addr: SocketAddr) -> anyhow::Result<Reserved> {
     })
 }
 
-fn hold_ephemeral(what: &str, addr: SocketAddr) -> anyhow::Result<Reserved> {
-    let context = || format!("cannot reserve an ephemeral {what} port on {}", addr.ip());
+fn hold_shared(what: &str, addr: SocketAddr) -> anyhow::Result<Reserved> {
+    let context = || {
+        if addr.port() == 0 {
+            format!("cannot reserve an ephemeral {what} port on {}", addr.ip())
+        } else {
+            format!(
+                "cannot bind the {what} port {addr} with SO_REUSEPORT: it is held by a \
+                 process that did not set it (or runs as another user)"
+            )
+        }
+    };
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
         .with_context(context)?;
     socket.set_reuse_port(true).with_context(context)?;
@@ -61,7 +84,7 @@ mod tests {
 
     #[test]
     fn an_ephemeral_port_stays_taken_while_reserved() {
-        let r = reserve("test", "127.0.0.1:0".parse().unwrap()).unwrap();
+        let r = reserve("test", "127.0.0.1:0".parse().unwrap(), false).unwrap();
         assert_ne!(r.addr.port(), 0);
         // A plain bind (no SO_REUSEPORT) of the same port fails meanwhile.
         assert!(TcpListener::bind(r.addr).is_err());
@@ -70,10 +93,25 @@ mod tests {
     #[test]
     fn a_fixed_port_in_use_is_refused() {
         let taken = TcpListener::bind("127.0.0.1:0").unwrap();
-        let e = reserve("HTTP", taken.local_addr().unwrap()).err().unwrap();
+        let e = reserve("HTTP", taken.local_addr().unwrap(), false)
+            .err()
+            .unwrap();
         assert!(
             format!("{e:#}").contains("is another server using it"),
             "{e:#}"
         );
+        // Sharing needs SO_REUSEPORT on both sides: the plain holder refuses.
+        let e = reserve("HTTP", taken.local_addr().unwrap(), true)
+            .err()
+            .unwrap();
+        assert!(format!("{e:#}").contains("SO_REUSEPORT"), "{e:#}");
+    }
+
+    #[test]
+    fn a_reused_port_is_shared_with_another_reuser() {
+        let first = reserve("HTTP", "127.0.0.1:0".parse().unwrap(), true).unwrap();
+        let second = reserve("HTTP", first.addr, true).unwrap();
+        assert_eq!(second.addr, first.addr);
+        assert!(reserve("HTTP", first.addr, false).is_err());
     }
 }

@@ -35,7 +35,8 @@ use crate::{
         transport::{
             self,
             tls::{self, TlsAcceptor},
-            ActiveRequest, ConnIo, ConnSlot, ConnState, Decision, PacedBody, TrackedBody,
+            ActiveRequest, ConnIo, ConnSlot, ConnState, Decision, KeepAlive, PacedBody,
+            TrackedBody,
         },
     },
     proto::{
@@ -167,6 +168,8 @@ async fn serve_connection(
 ) {
     let state = slot.state().clone();
     let limits = *slot.limits();
+    // Before the first byte: the watch counts frames from the preface on.
+    state.watch_h2(transport::H2Watch::new(limits.h2_rules()));
     let io = match stream.into_poll_io() {
         Ok(io) => io,
         Err(e) => {
@@ -209,8 +212,9 @@ async fn serve_http2<T>(
     builder
         .timer(MonoioTimer)
         .max_concurrent_streams(1024)
-        .keep_alive_interval(limits.grpc_keepalive_time)
-        .keep_alive_timeout(limits.grpc_keepalive_timeout);
+        // Keepalive is the frame watch's (`transport::H2Watch`): hyper's
+        // would ping without gRPC's limits.
+        .keep_alive_interval(None);
     let conn = builder.serve_connection(MonoioIo::new(io), TowerToHyperService::new(router));
     let policy = move |s: &ConnState, now: Instant| {
         if s.started() == 0 && s.bytes_read() < HANDSHAKE_BYTES {
@@ -221,14 +225,37 @@ async fn serve_http2<T>(
                 Decision::WaitUntil(by)
             };
         }
+        if let Some(age) = limits.grpc_max_connection_age {
+            let by = s.born() + age;
+            if now >= by {
+                return Decision::CloseWithin(
+                    "older than --grpc-max-connection-age (GOAWAY)",
+                    limits.grpc_max_connection_age_grace,
+                );
+            }
+        }
+        let keepalive = match s.h2().map(|w| w.keepalive(now, s.active() > 0)) {
+            Some(KeepAlive::Dead) => {
+                return Decision::Drop("keepalive PING not acknowledged in time")
+            }
+            Some(KeepAlive::Until(t)) => t,
+            None => None,
+        };
+        let age = limits.grpc_max_connection_age.map(|a| s.born() + a);
+        let soonest = |by: Instant| {
+            [keepalive, age]
+                .into_iter()
+                .flatten()
+                .fold(by, Instant::min)
+        };
         if s.active() > 0 {
-            return Decision::WaitUntil(now + limits.idle_timeout);
+            return Decision::WaitUntil(soonest(now + limits.idle_timeout));
         }
         let by = s.idle_since() + limits.idle_timeout;
         if now >= by {
             Decision::Close("no open stream within the idle timeout (GOAWAY)")
         } else {
-            Decision::WaitUntil(by)
+            Decision::WaitUntil(soonest(by))
         }
     };
     transport::drive(conn, state, "grpc", policy, |c: Pin<&mut _>| {

@@ -227,9 +227,13 @@ impl GrpcInferenceService for InferenceService {
             }
             trace.stamp(Event::GrpcWaitreadEnd);
         }
+        let forwarded = forwarded_metadata(req.metadata());
         let mut request = decode_infer_request(req.into_inner())
             .await
             .map_err(to_status)?;
+        if let Some(forwarded) = forwarded {
+            merge_forwarded(&mut request, forwarded).map_err(to_status)?;
+        }
         request.trace = trace;
         let mut response = core::infer(request).await.map_err(to_status)?;
         let mut trace = response.trace.take();
@@ -336,8 +340,37 @@ impl GrpcInferenceService for InferenceService {
         &self,
         req: Request<Streaming<ModelInferRequest>>,
     ) -> Result<Response<BoxStream<ModelStreamInferResponse>>, Status> {
-        Ok(Response::new(Box::pin(InferStream::new(req.into_inner()))))
+        let forwarded = forwarded_metadata(req.metadata());
+        Ok(Response::new(Box::pin(InferStream::new(
+            req.into_inner(),
+            forwarded,
+        ))))
     }
+}
+
+/// `--grpc-header-forward-pattern`: the call's matching metadata as
+/// request parameters, read once per call (a stream's requests share
+/// them); `None` when the pattern is unset.
+pub(super) fn forwarded_metadata(
+    metadata: &tonic::metadata::MetadataMap,
+) -> Option<Result<crate::types::Parameters, InferError>> {
+    env::with_current(|e| {
+        e.grpc_header_forward.get().map(|f| {
+            let mut forwarded = crate::types::Parameters::new();
+            f.apply_grpc(metadata, &mut forwarded).map(|()| forwarded)
+        })
+    })
+    .flatten()
+}
+
+/// Sets the forwarded metadata over the request's own parameters (Triton
+/// sets them last, so they win).
+pub(super) fn merge_forwarded(
+    request: &mut InferRequest,
+    forwarded: Result<crate::types::Parameters, InferError>,
+) -> Result<(), InferError> {
+    request.parameters.extend(forwarded?);
+    Ok(())
 }
 
 /// Takes large raw outputs out of the message tonic will encode, to be

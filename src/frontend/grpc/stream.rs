@@ -172,11 +172,18 @@ pub struct InferStream {
     /// This stream's place among the shard's open streams woken at
     /// shutdown.
     watch: Option<u64>,
+    /// `--grpc-header-forward-pattern`: the call's forwarded metadata,
+    /// added to each of its requests.
+    forwarded: Option<Result<crate::types::Parameters, InferError>>,
 }
 
 impl InferStream {
-    pub fn new(inbound: Streaming<ModelInferRequest>) -> Self {
+    pub fn new(
+        inbound: Streaming<ModelInferRequest>,
+        forwarded: Option<Result<crate::types::Parameters, InferError>>,
+    ) -> Self {
         Self {
+            forwarded,
             inbound: Some(inbound),
             failure: None,
             decoding: None,
@@ -250,6 +257,12 @@ impl InferStream {
         decoded: Result<InferRequest, InferError>,
         cx: &mut Context<'_>,
     ) {
+        let decoded = match (decoded, &self.forwarded) {
+            (Ok(mut request), Some(forwarded)) => {
+                super::service::merge_forwarded(&mut request, forwarded.clone()).map(|()| request)
+            }
+            (decoded, _) => decoded,
+        };
         let request = match decoded {
             Ok(request) => request,
             Err(e) => {

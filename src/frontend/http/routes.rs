@@ -280,6 +280,15 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
     // A request refused here is counted nowhere, as in Triton (see
     // `frontend::core::infer`).
     let mut request = decoded?;
+    // After the body's own parameters, so a forwarded header wins, as in
+    // Triton (which sets them last).
+    if let Some(Err(e)) = with_env(|e| {
+        e.http_header_forward
+            .get()
+            .map(|f| f.apply_http(&headers, &mut request.parameters))
+    })? {
+        return Err(e);
+    }
     request.trace = trace;
     let requested = request.outputs.clone();
     let parameters = request.parameters.clone();

@@ -13,7 +13,7 @@
 //! connections cost nothing until their deadlines.
 
 use std::{
-    cell::{Cell, RefCell},
+    cell::{Cell, OnceCell, RefCell},
     future::{poll_fn, Future},
     io,
     os::fd::RawFd,
@@ -27,6 +27,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use monoio::io::poll_io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::h2watch::H2Watch;
+
 /// What the policy wants done with a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -35,6 +37,9 @@ pub enum Decision {
     /// Ask the protocol to finish and close (HTTP/1: close when idle;
     /// HTTP/2: GOAWAY), for the given reason.
     Close(&'static str),
+    /// As `Close`, letting open requests or streams run for the grace
+    /// (`None`: as long as they take) before the connection is dropped.
+    CloseWithin(&'static str, Option<Duration>),
     /// Drop the connection now (a handshake that never came).
     Drop(&'static str),
     /// HTTP/1 request headers too slow: answer 408 and close.
@@ -73,6 +78,8 @@ pub struct ConnState {
     encrypted: Cell<bool>,
     draining: Cell<bool>,
     waker: RefCell<Option<Waker>>,
+    /// gRPC connections: the HTTP/2 frame watch (keepalive, ping abuse).
+    h2: OnceCell<H2Watch>,
 }
 
 impl ConnState {
@@ -91,7 +98,17 @@ impl ConnState {
             encrypted: Cell::new(false),
             draining: Cell::new(false),
             waker: RefCell::new(None),
+            h2: OnceCell::new(),
         }
+    }
+
+    /// Watches this connection's HTTP/2 frames (before any byte is read).
+    pub fn watch_h2(&self, watch: H2Watch) {
+        let _ = self.h2.set(watch);
+    }
+
+    pub fn h2(&self) -> Option<&H2Watch> {
+        self.h2.get()
     }
 
     pub fn born(&self) -> Instant {
@@ -312,18 +329,91 @@ impl<T> ConnIo<T> {
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for ConnIo<T> {
+impl<T: AsyncWrite + Unpin> ConnIo<T> {
+    /// Writes the HTTP/2 watch's own frames when hyper's writes are at a
+    /// frame boundary. `Ready(Ok)` when nothing (more) can be written now.
+    fn poll_inject(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Some(watch) = self.state.h2.get() else {
+            return Poll::Ready(Ok(()));
+        };
+        let mut wrote = false;
+        while let Some(frames) = watch.injectable() {
+            match Pin::new(&mut self.inner).poll_write(cx, &frames) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    watch.injected(n);
+                    wrote = true;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    self.state.write_blocked.set(true);
+                    return Poll::Pending;
+                }
+            }
+        }
+        if wrote {
+            let r = Pin::new(&mut self.inner).poll_flush(cx);
+            self.state.write_blocked.set(r.is_pending());
+            return r;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn h2_closed(&self) -> bool {
+        self.state.h2.get().is_some_and(H2Watch::is_closed)
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for ConnIo<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = r {
-            self.state.on_read(buf.filled().len() - before);
+        if self.state.h2.get().is_none() {
+            let before = buf.filled().len();
+            let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+            if let Poll::Ready(Ok(())) = r {
+                self.state.on_read(buf.filled().len() - before);
+            }
+            return r;
         }
-        r
+        // hyper polls the read side whenever the connection is polled, so
+        // our frames go out from here when hyper has nothing to write.
+        if let Poll::Ready(Err(e)) = self.poll_inject(cx) {
+            return Poll::Ready(Err(e));
+        }
+        loop {
+            if self.h2_closed() {
+                // Our GOAWAY ended the connection: hyper sees EOF.
+                return Poll::Ready(Ok(()));
+            }
+            let before = buf.filled().len();
+            let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+            let Poll::Ready(Ok(())) = r else {
+                return r;
+            };
+            let read = buf.filled().len() - before;
+            self.state.on_read(read);
+            let Some(watch) = self.state.h2.get() else {
+                return Poll::Ready(Ok(()));
+            };
+            let strip = watch.on_read(&buf.filled()[before..], self.state.active() > 0);
+            if let Some((from, to)) = strip {
+                // Our ping's ACK is ours alone: h2 never sent that ping.
+                let filled = buf.filled_mut();
+                filled.copy_within(before + to.., before + from);
+                let len = buf.filled().len() - (to - from);
+                buf.set_filled(len);
+            }
+            if let Poll::Ready(Err(e)) = self.poll_inject(cx) {
+                return Poll::Ready(Err(e));
+            }
+            // Nothing left for hyper is not EOF: read again.
+            if read == 0 || buf.filled().len() > before {
+                return Poll::Ready(Ok(()));
+            }
+        }
     }
 }
 
@@ -333,8 +423,28 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ConnIo<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        let Some(watch) = self.state.h2.get() else {
+            let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+            self.state.write_blocked.set(r.is_pending());
+            return r;
+        };
+        let limit = watch.writable(buf.len());
+        if limit == 0 && !buf.is_empty() {
+            std::task::ready!(self.poll_inject(cx))?;
+        }
+        if self.h2_closed() {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        let limit = self
+            .state
+            .h2
+            .get()
+            .map_or(buf.len(), |w| w.writable(buf.len()));
+        let r = Pin::new(&mut self.inner).poll_write(cx, &buf[..limit]);
         self.state.write_blocked.set(r.is_pending());
+        if let (Poll::Ready(Ok(n)), Some(watch)) = (&r, self.state.h2.get()) {
+            watch.on_written(&buf[..*n]);
+        }
         r
     }
     fn poll_write_vectored(
@@ -342,8 +452,34 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ConnIo<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        let Some(watch) = self.state.h2.get() else {
+            let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+            self.state.write_blocked.set(r.is_pending());
+            return r;
+        };
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if watch.writable(total) < total {
+            // Our frames wait for the end of hyper's current frame: write
+            // up to it from the first slice, then ours.
+            let first = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &b[..]);
+            return self.poll_write(cx, first);
+        }
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         self.state.write_blocked.set(r.is_pending());
+        if let (Poll::Ready(Ok(n)), Some(watch)) = (&r, self.state.h2.get()) {
+            let mut left = *n;
+            for b in bufs {
+                if left == 0 {
+                    break;
+                }
+                let take = left.min(b.len());
+                watch.on_written(&b[..take]);
+                left -= take;
+            }
+        }
         r
     }
     fn is_write_vectored(&self) -> bool {
@@ -378,6 +514,8 @@ pub async fn drive<C, E>(
     enum Closing {
         /// Told to close by the policy: dropped if still open by then.
         By(Instant),
+        /// Told to close by the policy, with no bound on its streams.
+        Unbounded,
         /// Draining for shutdown since then.
         Draining(Instant),
     }
@@ -395,6 +533,8 @@ pub async fn drive<C, E>(
         let now = Instant::now();
         let deadline = match closing {
             Some(Closing::By(by)) => by,
+            // Only the drain wakes it; the deadline merely re-arms.
+            Some(Closing::Unbounded) => now + Duration::from_secs(3600),
             Some(Closing::Draining(since)) if state.active() == 0 && !state.write_blocked() => {
                 // In-flight work is done; give the peer a moment to see the
                 // GOAWAY (and answer hyper's PING) rather than depend on it.
@@ -420,9 +560,18 @@ pub async fn drive<C, E>(
                     closing = Some(Closing::By(now + CLOSE_GRACE));
                     continue;
                 }
+                Decision::CloseWithin(reason, grace) => {
+                    tracing::debug!("{what}: closing connection: {reason}");
+                    graceful(conn.as_mut());
+                    closing = Some(match grace {
+                        Some(grace) => Closing::By(now + grace),
+                        None => Closing::Unbounded,
+                    });
+                    continue;
+                }
             },
         };
-        if closing.is_some() && now >= deadline {
+        if matches!(closing, Some(Closing::By(_) | Closing::Draining(_))) && now >= deadline {
             tracing::debug!("{what}: connection did not close in time; dropped");
             return;
         }

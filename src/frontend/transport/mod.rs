@@ -14,6 +14,8 @@
 
 mod body;
 mod conn;
+mod forward;
+mod h2watch;
 mod listener;
 mod paced;
 pub mod tls;
@@ -31,6 +33,8 @@ use std::{
 
 pub use body::{read_body, reserve_buffered, BodyError, BufferedHold};
 pub use conn::{drive, ActiveRequest, ConnIo, ConnState, Decision, TrackedBody};
+pub use forward::HeaderForward;
+pub use h2watch::{H2Rules, H2Watch, KeepAlive};
 pub use listener::{accept_loop, ConnSlot};
 pub use paced::{PacedBody, Pacer, PAUSE_EVERY_BYTES};
 pub use tls::{ServerTls, TlsFiles};
@@ -72,6 +76,28 @@ pub struct TransportLimits {
     pub grpc_handshake_timeout: Duration,
     pub grpc_keepalive_time: Option<Duration>,
     pub grpc_keepalive_timeout: Duration,
+    pub grpc_keepalive_permit_without_calls: bool,
+    pub grpc_max_pings_without_data: u32,
+    pub grpc_min_recv_ping_interval: Duration,
+    pub grpc_max_ping_strikes: u32,
+    /// GOAWAY a gRPC connection this old (`None`: never).
+    pub grpc_max_connection_age: Option<Duration>,
+    /// How long its streams may run after that GOAWAY (`None`: no bound).
+    pub grpc_max_connection_age_grace: Option<Duration>,
+}
+
+impl TransportLimits {
+    /// The HTTP/2 frame rules of a gRPC connection.
+    pub fn h2_rules(&self) -> H2Rules {
+        H2Rules {
+            keepalive_time: self.grpc_keepalive_time,
+            keepalive_timeout: self.grpc_keepalive_timeout,
+            permit_without_calls: self.grpc_keepalive_permit_without_calls,
+            max_pings_without_data: self.grpc_max_pings_without_data,
+            min_recv_ping_interval: self.grpc_min_recv_ping_interval,
+            max_ping_strikes: self.grpc_max_ping_strikes,
+        }
+    }
 }
 
 /// One shard's transport counters. Written by that shard only, except
@@ -369,6 +395,12 @@ mod tests {
             grpc_handshake_timeout: second,
             grpc_keepalive_time: None,
             grpc_keepalive_timeout: second,
+            grpc_keepalive_permit_without_calls: false,
+            grpc_max_pings_without_data: 2,
+            grpc_min_recv_ping_interval: second,
+            grpc_max_ping_strikes: 2,
+            grpc_max_connection_age: None,
+            grpc_max_connection_age_grace: None,
         };
         let stats = TransportStats::new(2, limits);
         let blocks: Vec<usize> = (0..2)
