@@ -93,6 +93,9 @@ pub struct FrontendEnv {
     /// The listeners' TLS, loaded at start before any shard accepts.
     pub tls: OnceLock<ServerTls>,
     pub lifecycle: Lifecycle,
+    /// What the metrics port shows (`--allow-cpu-metrics`,
+    /// `--allow-gpu-metrics`, `--metrics-config`).
+    pub metrics: Arc<crate::metrics::prometheus::Exposition>,
 }
 
 impl FrontendEnv {
@@ -109,6 +112,7 @@ impl FrontendEnv {
             repository: OnceLock::new(),
             tls: OnceLock::new(),
             lifecycle: Lifecycle::default(),
+            metrics: Arc::default(),
         }
     }
 

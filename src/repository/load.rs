@@ -44,6 +44,9 @@ pub struct LoadOptions {
     /// `--model-load-allow-uploaded-python`: Python sent with a load
     /// request may run (native code in an upload never does).
     pub allow_uploaded_python: bool,
+    /// `--metrics-config summary_latencies=true`: models keep latency
+    /// windows for the summary metrics.
+    pub latency_summaries: bool,
 }
 
 /// Chooses the owner shard of each model version's scheduler
@@ -459,12 +462,17 @@ fn load_version(
             .collect(),
         sequence,
         // One counter block per shard, then one per compute worker.
-        stats: Arc::new(ModelStats::new(placement.shard_count + count, max_batch)),
+        stats: Arc::new(ModelStats::with_summaries(
+            placement.shard_count + count,
+            max_batch,
+            opts.latency_summaries,
+        )),
         ensemble: None,
     });
     let done_bell = Arc::new(futures::task::AtomicWaker::new());
     let mut executors = Vec::with_capacity(created.len());
-    for (index, (name, instance)) in created.into_iter().enumerate() {
+    for (index, (name, mut instance)) in created.into_iter().enumerate() {
+        instance.attach_statistics(model.stats.clone(), placement.shard_count + index);
         executors.push(match place {
             ExecutionPlace::Inline => InstanceExecutor::Inline(instance),
             ExecutionPlace::Worker => InstanceExecutor::spawn_worker(

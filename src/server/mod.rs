@@ -277,11 +277,17 @@ pub fn start_interruptible(
         tracing::warn!(%reason, "hwloc unavailable: placing by the CPU affinity list only");
     }
     let gpus = GpuInventory::shared();
+    let metrics_config = crate::metrics::config::MetricsConfig::parse(&options.metrics_config)
+        .map_err(|e| anyhow::anyhow!(e))?;
     if options.allow_metrics {
-        match crate::metrics::gpu::start(gpus, options.metrics_interval) {
-            Ok(()) => tracing::info!(gpus = gpus.gpus.len(), "GPU metrics collected"),
-            Err(reason) => tracing::info!(%reason, "no GPU metrics"),
+        if options.allow_gpu_metrics {
+            match crate::metrics::gpu::start(gpus, options.metrics_interval) {
+                Ok(()) => tracing::info!(gpus = gpus.gpus.len(), "GPU metrics collected"),
+                Err(reason) => tracing::info!(%reason, "no GPU metrics"),
+            }
         }
+        crate::metrics::host::start(options.metrics_interval);
+        tracing::debug!(?metrics_config, "metrics settings");
     }
     let plan = ShardPlan::build(
         &options.tuning,
@@ -293,19 +299,28 @@ pub fn start_interruptible(
     tracing::info!("placement:\n{}", plan.describe(topology, gpus));
     // Held until every shard has bound its listeners (see `ports`).
     let mut reservations = Vec::new();
-    let mut reserve = |what, enabled: bool, port: u16| -> anyhow::Result<Option<SocketAddr>> {
+    let mut reserve = |what,
+                       enabled: bool,
+                       ip: std::net::IpAddr,
+                       port: u16|
+     -> anyhow::Result<Option<SocketAddr>> {
         if !enabled {
             return Ok(None);
         }
-        let reserved = ports::reserve(what, SocketAddr::new(options.host, port))?;
+        let reserved = ports::reserve(what, SocketAddr::new(ip, port))?;
         let addr = reserved.addr;
         reservations.push(reserved);
         Ok(Some(addr))
     };
     let addresses = Addresses {
-        http: reserve("HTTP", options.allow_http, options.http_port)?,
-        grpc: reserve("gRPC", options.allow_grpc, options.grpc_port)?,
-        metrics: reserve("metrics", options.allow_metrics, options.metrics_port)?,
+        http: reserve("HTTP", options.allow_http, options.host, options.http_port)?,
+        grpc: reserve("gRPC", options.allow_grpc, options.host, options.grpc_port)?,
+        metrics: reserve(
+            "metrics",
+            options.allow_metrics,
+            options.metrics_address.unwrap_or(options.host),
+            options.metrics_port,
+        )?,
     };
     let state = ServerState::new(options.clone(), shard_count);
     let _ = state.env.tls.set(tls);
@@ -524,6 +539,8 @@ fn load_options(options: &ServerOptions) -> LoadOptions {
         strict: options.strict_model_config,
         intra_op_threads: options.intra_op_threads,
         allow_uploaded_python: options.model_load_allow_uploaded_python,
+        latency_summaries: crate::metrics::config::MetricsConfig::parse(&options.metrics_config)
+            .is_ok_and(|c| c.summary_latencies),
     }
 }
 

@@ -89,6 +89,15 @@ pub struct ServerOptions {
     pub http_restricted_api: crate::frontend::restricted::Restrictions,
     /// `--grpc-restricted-protocol`: gRPC method categories that need metadata.
     pub grpc_restricted_protocol: crate::frontend::restricted::Restrictions,
+    /// `--metrics-address`: where the metrics port binds (None: `host`).
+    pub metrics_address: Option<std::net::IpAddr>,
+    /// `--allow-gpu-metrics`: the `nv_gpu_*` families (with GPUs).
+    pub allow_gpu_metrics: bool,
+    /// `--allow-cpu-metrics`: `nv_cpu_utilization` and `nv_cpu_memory_*`.
+    pub allow_cpu_metrics: bool,
+    /// `--metrics-config`: the raw `<setting>=<value>` settings, checked at
+    /// start by `metrics::config::MetricsConfig::parse`.
+    pub metrics_config: Vec<String>,
 }
 
 impl ServerOptions {
@@ -135,6 +144,10 @@ impl ServerOptions {
             http_tls: None,
             http_restricted_api: Default::default(),
             grpc_restricted_protocol: Default::default(),
+            metrics_address: None,
+            allow_gpu_metrics: true,
+            allow_cpu_metrics: true,
+            metrics_config: Vec::new(),
         }
     }
 
