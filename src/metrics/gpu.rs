@@ -84,15 +84,6 @@ fn since_start(
 }
 
 /// The latest readings, if the collector runs.
-/// Puts readings in place as the collector would (for tests of the
-/// exposition on machines without GPUs).
-#[cfg(test)]
-pub(crate) fn set_latest(readings: Vec<GpuReading>) {
-    if let Ok(mut latest) = LATEST.lock() {
-        *latest = Some(Arc::new(readings));
-    }
-}
-
 pub fn latest() -> Option<Arc<Vec<GpuReading>>> {
     LATEST.lock().ok().and_then(|l| l.clone())
 }

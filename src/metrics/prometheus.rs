@@ -245,12 +245,20 @@ pub fn render(table: &ModelTable, shards: &[ShardGauges], show: &Exposition) -> 
         }
     }
     super::custom::render(&mut out);
-    if show.gpu {
-        if let Some(readings) = super::gpu::latest() {
-            out.push_str(&super::gpu::render(&readings));
-        }
-    }
+    let readings = super::gpu::latest();
+    out.push_str(&gpu_families(
+        show.gpu,
+        readings.as_deref().map(Vec::as_slice),
+    ));
     out
+}
+
+/// The GPU families of the collector's latest readings, if shown.
+fn gpu_families(show: bool, readings: Option<&[super::gpu::GpuReading]>) -> String {
+    match readings {
+        Some(r) if show => super::gpu::render(r),
+        _ => String::new(),
+    }
 }
 
 /// The `nv_inference_*_summary_us` families as prometheus-cpp writes a
@@ -281,11 +289,11 @@ fn render_summaries(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::gpu::{set_latest, GpuReading};
+    use crate::metrics::gpu::GpuReading;
 
     #[test]
     fn gpu_and_cpu_families_follow_their_switches() {
-        set_latest(vec![GpuReading {
+        let readings = [GpuReading {
             uuid: "GPU-test".into(),
             utilization: Some(0.25),
             memory_total_bytes: Some(1 << 30),
@@ -293,13 +301,15 @@ mod tests {
             power_watts: None,
             power_limit_watts: None,
             energy_joules: None,
-        }]);
+        }];
+        let gpus = gpu_families(true, Some(&readings));
+        assert!(
+            gpus.contains("nv_gpu_utilization{gpu_uuid=\"GPU-test\"}"),
+            "{gpus}"
+        );
+        assert_eq!(gpu_families(false, Some(&readings)), "");
         let table = ModelTable::default();
         let all = render(&table, &[], &Exposition::default());
-        assert!(
-            all.contains("nv_gpu_utilization{gpu_uuid=\"GPU-test\"}"),
-            "{all}"
-        );
         assert!(all.contains("nv_cpu_memory_total_bytes "));
         assert!(all.contains("nv_pinned_memory_pool_total_bytes "));
         let none = render(
@@ -311,7 +321,6 @@ mod tests {
                 config: MetricsConfig::default(),
             },
         );
-        assert!(!none.contains("nv_gpu_"), "{none}");
         assert!(!none.contains("nv_cpu_"), "{none}");
         assert!(none.contains("nv_pinned_memory_pool_used_bytes "));
     }
