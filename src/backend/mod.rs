@@ -160,6 +160,19 @@ pub trait ModelInstance: Send {
             ));
         }
     }
+
+    /// Gives the instance its model version's statistics and the counter
+    /// block it may write, once they exist (after the instance is made):
+    /// for backends that report their own executions (the C API's
+    /// `TRITONBACKEND_ModelInstanceReport[Batch]Statistics`).
+    fn attach_statistics(&mut self, _stats: Arc<crate::metrics::ModelStats>, _block: usize) {}
+
+    /// Whether the backend has reported its executions itself: the
+    /// scheduler then leaves execution, inference and compute counts to
+    /// those reports, so nothing is counted twice.
+    fn reports_statistics(&self) -> bool {
+        false
+    }
 }
 
 /// Picks the backend a configuration names, by `backend` or else `platform`.

@@ -117,6 +117,9 @@ pub struct FrontendEnv {
     /// `--grpc-header-forward-pattern`, compiled at start (empty: off).
     pub grpc_header_forward: OnceLock<HeaderForward>,
     pub lifecycle: Lifecycle,
+    /// What the metrics port shows (`--allow-cpu-metrics`,
+    /// `--allow-gpu-metrics`, `--metrics-config`).
+    pub metrics: Arc<crate::metrics::prometheus::Exposition>,
 }
 
 impl FrontendEnv {
@@ -135,6 +138,7 @@ impl FrontendEnv {
             http_header_forward: OnceLock::new(),
             grpc_header_forward: OnceLock::new(),
             lifecycle: Lifecycle::default(),
+            metrics: Arc::default(),
         }
     }
 

@@ -37,7 +37,7 @@ use std::{
     fmt,
     ptr::NonNull,
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc, Mutex, OnceLock,
     },
 };
@@ -223,6 +223,8 @@ pub struct PoolStats {
     pub created: u64,
     /// Takes refused (too large, or the bound reached).
     pub refused: u64,
+    /// Bytes of the buffers taken and not yet given back.
+    pub used_bytes: usize,
     /// Why buffers are pageable, when they are.
     pub unpinned_reason: Option<String>,
     /// Why buffers are not bound to the node, when they are not.
@@ -249,6 +251,8 @@ struct PoolInner {
     reused: AtomicU64,
     created: AtomicU64,
     refused: AtomicU64,
+    /// Bytes of the buffers out with callers (`nv_pinned_memory_pool_used_bytes`).
+    used: AtomicUsize,
 }
 
 /// Staging buffers for one NUMA node (or none: unbound).
@@ -273,6 +277,7 @@ impl StagingPool {
             reused: AtomicU64::new(0),
             created: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            used: AtomicUsize::new(0),
         }))
     }
 
@@ -293,6 +298,7 @@ impl StagingPool {
             let mut st = inner.state.lock().ok()?;
             if let Some(chunk) = st.free.get_mut(&class).and_then(Vec::pop) {
                 inner.reused.fetch_add(1, Ordering::Relaxed);
+                inner.used.fetch_add(class, Ordering::Relaxed);
                 return Some(StagingBuffer {
                     pool: Arc::clone(inner),
                     chunk: Some(chunk),
@@ -314,6 +320,7 @@ impl StagingPool {
                 st.buffers += 1;
                 st.pinned_buffers += usize::from(chunk.pinned);
                 inner.created.fetch_add(1, Ordering::Relaxed);
+                inner.used.fetch_add(class, Ordering::Relaxed);
                 Some(StagingBuffer {
                     pool: Arc::clone(inner),
                     chunk: Some(chunk),
@@ -385,6 +392,7 @@ impl StagingPool {
             reused: inner.reused.load(Ordering::Relaxed),
             created: inner.created.load(Ordering::Relaxed),
             refused: inner.refused.load(Ordering::Relaxed),
+            used_bytes: inner.used.load(Ordering::Relaxed),
             unpinned_reason,
             unbound_reason,
         }
@@ -465,6 +473,7 @@ impl Drop for StagingBuffer {
         let Some(chunk) = self.chunk.take() else {
             return;
         };
+        self.pool.used.fetch_sub(chunk.len, Ordering::Relaxed);
         // A poisoned pool: the chunk (which has no `Drop`) is leaked rather
         // than unmapped while a pinner may still have it registered.
         if let Ok(mut st) = self.pool.state.lock() {
@@ -476,12 +485,7 @@ impl Drop for StagingBuffer {
 /// The process's pools, one per NUMA node (and one unbound), made on first
 /// use with the system pinner and the bound `set_pool_capacity` gave.
 pub fn pool_for_node(node: Option<usize>) -> StagingPool {
-    static POOLS: OnceLock<Mutex<HashMap<Option<usize>, StagingPool>>> = OnceLock::new();
-    let pools = POOLS.get_or_init(Default::default);
-    let mut map = match pools.lock() {
-        Ok(m) => m,
-        Err(poisoned) => poisoned.into_inner(),
-    };
+    let mut map = pools();
     map.entry(node)
         .or_insert_with(|| {
             StagingPool::new(
@@ -494,10 +498,34 @@ pub fn pool_for_node(node: Option<usize>) -> StagingPool {
         .clone()
 }
 
+fn pools() -> std::sync::MutexGuard<'static, HashMap<Option<usize>, StagingPool>> {
+    static POOLS: OnceLock<Mutex<HashMap<Option<usize>, StagingPool>>> = OnceLock::new();
+    match POOLS.get_or_init(Default::default).lock() {
+        Ok(m) => m,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// The process's pinned pool as Triton's metrics show it: (total bytes,
+/// bytes in use). Total is the configured bound of each pool made (of one
+/// pool before any is made, as Triton reports its pool's size from the
+/// start); in use, the bytes of the buffers held by callers.
+pub fn pool_usage() -> (u64, u64) {
+    let map = pools();
+    if map.is_empty() {
+        return (CAPACITY.load(Ordering::Relaxed) as u64, 0);
+    }
+    map.values().fold((0, 0), |(total, used), p| {
+        (
+            total + p.0.capacity as u64,
+            used + p.0.used.load(Ordering::Relaxed) as u64,
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
 
     /// Pins by recording: counts pins and unpins, can refuse.
     #[derive(Debug, Default)]
@@ -530,6 +558,20 @@ mod tests {
         assert_eq!(class_of(MIB, MIB), Some(MIB));
         assert_eq!(class_of(MIB + 1, MIB), None);
         assert_eq!(class_of(usize::MAX, usize::MAX), None);
+    }
+
+    #[test]
+    fn used_bytes_count_buffers_out_with_callers() {
+        let pool = StagingPool::new(None, 8 * MIB, MIB, Arc::new(FakePinner::default()));
+        let a = pool.take(100_000).expect("buffer");
+        let b = pool.take(MIB).expect("buffer");
+        assert_eq!(pool.stats().used_bytes, 128 * 1024 + MIB);
+        drop(a);
+        assert_eq!(pool.stats().used_bytes, MIB);
+        let c = pool.take(70_000).expect("reused");
+        assert_eq!(pool.stats().used_bytes, MIB + 128 * 1024);
+        drop((b, c));
+        assert_eq!(pool.stats().used_bytes, 0);
     }
 
     #[test]

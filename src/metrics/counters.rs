@@ -5,11 +5,14 @@
 
 use std::{
     collections::BTreeMap,
-    sync::atomic::{
-        AtomicU64,
-        Ordering::{Acquire, Relaxed, Release},
+    sync::{
+        atomic::{
+            AtomicU64,
+            Ordering::{Acquire, Relaxed, Release},
+        },
+        Mutex,
     },
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use crate::padded::PaddedSlice;
@@ -41,6 +44,187 @@ impl DurationCounter {
         }
     }
 }
+
+/// A request-level latency counter that, when the model keeps latency
+/// summaries (`--metrics-config summary_latencies=true`), also observes
+/// each value in microseconds into a sliding window.
+#[derive(Debug, Default)]
+pub struct ObservedCounter {
+    counter: DurationCounter,
+    /// Sum of the observed whole microseconds (a summary's `_sum`, as
+    /// Triton adds `ns / 1000` per observation).
+    sum_us: AtomicU64,
+    window: Option<Box<Window>>,
+}
+
+impl ObservedCounter {
+    fn new(summary: bool) -> Self {
+        Self {
+            window: summary.then(|| Box::new(Window::default())),
+            ..Self::default()
+        }
+    }
+
+    pub fn record(&self, d: Duration) {
+        self.counter.record(d);
+        if let Some(w) = &self.window {
+            let us = d.as_micros().min(u128::from(u64::MAX)) as u64;
+            self.sum_us.fetch_add(us, Relaxed);
+            w.observe(us, Instant::now());
+        }
+    }
+
+    fn read(&self) -> DurationTotal {
+        self.counter.read()
+    }
+
+    fn add_summary_to(&self, total: &mut SummaryTotal, now: Instant) {
+        if let Some(w) = &self.window {
+            total.count += self.counter.count.load(Relaxed);
+            total.sum_us += self.sum_us.load(Relaxed);
+            w.samples_into(&mut total.samples, now);
+        }
+    }
+}
+
+/// How long an observation counts in a summary's quantiles, and in how
+/// many steps it ages out: prometheus-cpp's defaults, which Triton uses.
+const WINDOW_AGE: Duration = Duration::from_secs(60);
+const WINDOW_BUCKETS: usize = 5;
+/// Observations kept per bucket: past this, a uniform sample of the
+/// bucket's observations (reservoir sampling), so memory stays fixed
+/// whatever the request rate.
+const RESERVOIR: usize = 1024;
+
+#[derive(Debug, Default)]
+struct Bucket {
+    seen: u64,
+    samples: Vec<u64>,
+}
+
+#[derive(Debug)]
+struct WindowState {
+    buckets: [Bucket; WINDOW_BUCKETS],
+    current: usize,
+    rotated_at: Instant,
+    rng: u64,
+}
+
+impl WindowState {
+    /// Clears the buckets that have aged out since the last rotation.
+    fn rotate(&mut self, now: Instant) {
+        let step = WINDOW_AGE / WINDOW_BUCKETS as u32;
+        let elapsed = now.saturating_duration_since(self.rotated_at);
+        if elapsed < step {
+            return;
+        }
+        let steps = (elapsed.as_nanos() / step.as_nanos()).min(WINDOW_BUCKETS as u128) as usize;
+        for _ in 0..steps {
+            self.current = (self.current + 1) % WINDOW_BUCKETS;
+            self.buckets[self.current] = Bucket::default();
+        }
+        self.rotated_at = now;
+    }
+
+    fn next_random(&mut self) -> u64 {
+        // xorshift64: enough to pick reservoir slots.
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        x
+    }
+}
+
+/// The recent observations of one latency on one shard. Only that shard
+/// (or its compute worker) writes it, so the lock is uncontended but for
+/// a scrape.
+#[derive(Debug)]
+struct Window {
+    state: Mutex<WindowState>,
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Self {
+            state: Mutex::new(WindowState {
+                buckets: Default::default(),
+                current: 0,
+                rotated_at: Instant::now(),
+                rng: 0x9E37_79B9_7F4A_7C15,
+            }),
+        }
+    }
+}
+
+impl Window {
+    fn observe(&self, us: u64, now: Instant) {
+        let Ok(mut st) = self.state.lock() else {
+            return;
+        };
+        st.rotate(now);
+        let slot = st.next_random();
+        let current = st.current;
+        let b = &mut st.buckets[current];
+        b.seen += 1;
+        if b.samples.len() < RESERVOIR {
+            b.samples.push(us);
+        } else if let Some(s) = b.samples.get_mut((slot % b.seen) as usize) {
+            *s = us;
+        }
+    }
+
+    /// Appends the window's samples, each weighted by how many
+    /// observations it stands for.
+    fn samples_into(&self, out: &mut Vec<(u64, f64)>, now: Instant) {
+        let Ok(mut st) = self.state.lock() else {
+            return;
+        };
+        st.rotate(now);
+        for b in &st.buckets {
+            if b.samples.is_empty() {
+                continue;
+            }
+            let weight = b.seen as f64 / b.samples.len() as f64;
+            out.extend(b.samples.iter().map(|&v| (v, weight)));
+        }
+    }
+}
+
+/// A latency summary summed over shards: cumulative count and sum, and
+/// the weighted samples of the last minute for the quantiles.
+#[derive(Debug, Default, Clone)]
+pub struct SummaryTotal {
+    pub count: u64,
+    pub sum_us: u64,
+    samples: Vec<(u64, f64)>,
+}
+
+impl SummaryTotal {
+    /// The value at quantile `q` of the window (nearest rank), `None`
+    /// when nothing was observed in it (prometheus shows NaN).
+    pub fn quantile(&mut self, q: f64) -> Option<u64> {
+        if self.samples.is_empty() {
+            return None;
+        }
+        self.samples.sort_unstable_by_key(|&(v, _)| v);
+        let total: f64 = self.samples.iter().map(|&(_, w)| w).sum();
+        let rank = q.clamp(0.0, 1.0) * total;
+        let mut seen = 0.0;
+        for &(v, w) in &self.samples {
+            seen += w;
+            if seen >= rank {
+                return Some(v);
+            }
+        }
+        self.samples.last().map(|&(v, _)| v)
+    }
+}
+
+/// The five latency summaries of one model version, in Triton's order:
+/// request, queue, compute input, compute infer, compute output.
+pub type Summaries = [SummaryTotal; 5];
 
 /// Why a request failed, as Triton labels `nv_inference_request_failure`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,13 +293,13 @@ struct LargeBatch {
 #[derive(Debug)]
 #[repr(align(128))]
 pub struct ShardCounters {
-    pub success: DurationCounter,
+    pub success: ObservedCounter,
     pub fail: DurationCounter,
     fail_by_reason: [AtomicU64; 4],
-    pub queue: DurationCounter,
-    pub compute_input: DurationCounter,
-    pub compute_infer: DurationCounter,
-    pub compute_output: DurationCounter,
+    pub queue: ObservedCounter,
+    pub compute_input: ObservedCounter,
+    pub compute_infer: ObservedCounter,
+    pub compute_output: ObservedCounter,
     inference_count: AtomicU64,
     execution_count: AtomicU64,
     last_inference_ms: AtomicU64,
@@ -131,7 +315,7 @@ pub struct ShardCounters {
 }
 
 impl ShardCounters {
-    fn new(max_batch_size: usize) -> Self {
+    fn new(max_batch_size: usize, summaries: bool) -> Self {
         let dense = max_batch_size.clamp(1, DENSE_BATCH_SIZES);
         let large = if max_batch_size > DENSE_BATCH_SIZES {
             LARGE_BATCH_SLOTS
@@ -139,13 +323,13 @@ impl ShardCounters {
             0
         };
         Self {
-            success: DurationCounter::default(),
+            success: ObservedCounter::new(summaries),
             fail: DurationCounter::default(),
             fail_by_reason: Default::default(),
-            queue: DurationCounter::default(),
-            compute_input: DurationCounter::default(),
-            compute_infer: DurationCounter::default(),
-            compute_output: DurationCounter::default(),
+            queue: ObservedCounter::new(summaries),
+            compute_input: ObservedCounter::new(summaries),
+            compute_infer: ObservedCounter::new(summaries),
+            compute_output: ObservedCounter::new(summaries),
             inference_count: AtomicU64::default(),
             execution_count: AtomicU64::default(),
             last_inference_ms: AtomicU64::default(),
@@ -188,7 +372,19 @@ impl ShardCounters {
         infer: Duration,
         output: Duration,
     ) {
-        self.inference_count.fetch_add(rows as u64, Relaxed);
+        self.add_inferences(rows as u64);
+        self.record_batch(rows, input, infer, output);
+    }
+
+    /// Inferences (batch rows) done, apart from the executions that did
+    /// them: a C API backend reports them per request.
+    pub fn add_inferences(&self, rows: u64) {
+        self.inference_count.fetch_add(rows, Relaxed);
+    }
+
+    /// One execution of a batch of `rows` (its execution count, batch
+    /// statistics and last-inference time), without its inferences.
+    pub fn record_batch(&self, rows: usize, input: Duration, infer: Duration, output: Duration) {
         self.execution_count.fetch_add(1, Relaxed);
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -219,11 +415,39 @@ pub struct ModelStats {
 
 impl ModelStats {
     pub fn new(shards: usize, max_batch_size: usize) -> Self {
+        Self::with_summaries(shards, max_batch_size, false)
+    }
+
+    /// As `new`, keeping latency summaries when `summaries` is set
+    /// (`--metrics-config summary_latencies=true`).
+    pub fn with_summaries(shards: usize, max_batch_size: usize, summaries: bool) -> Self {
         Self {
             shards: (0..shards.max(1))
-                .map(|_| ShardCounters::new(max_batch_size))
+                .map(|_| ShardCounters::new(max_batch_size, summaries))
                 .collect(),
         }
+    }
+
+    /// The latency summaries summed over shards, `None` when the model
+    /// keeps none. Only a scrape calls this.
+    pub fn summaries(&self) -> Option<Summaries> {
+        let first = self.shards.first()?;
+        first.success.window.as_ref()?;
+        let now = Instant::now();
+        let mut out: Summaries = Default::default();
+        for b in self.shards.iter() {
+            let counters = [
+                &b.success,
+                &b.queue,
+                &b.compute_input,
+                &b.compute_infer,
+                &b.compute_output,
+            ];
+            for (total, c) in out.iter_mut().zip(counters) {
+                c.add_summary_to(total, now);
+            }
+        }
+        Some(out)
     }
 
     /// The block the given shard writes. Out-of-range ids fold into the
@@ -385,6 +609,60 @@ mod tests {
         let s = stats.snapshot();
         assert_eq!(s.large_batches.len(), LARGE_BATCH_SLOTS);
         assert_eq!(s.execution_count, (LARGE_BATCH_SLOTS + 10) as u64);
+    }
+
+    #[test]
+    fn summaries_exist_only_when_asked_for() {
+        let plain = ModelStats::new(2, 8);
+        plain.shard(0).success.record(Duration::from_micros(5));
+        assert!(plain.summaries().is_none());
+
+        let stats = ModelStats::with_summaries(2, 8, true);
+        for us in 1..=100u64 {
+            stats
+                .shard((us % 2) as usize)
+                .success
+                .record(Duration::from_micros(us));
+        }
+        stats.shard(1).queue.record(Duration::from_nanos(2500));
+        let [mut request, mut queue, mut input, ..] = stats.summaries().unwrap();
+        assert_eq!((request.count, request.sum_us), (100, 5050));
+        assert_eq!(request.quantile(0.5), Some(50));
+        assert_eq!(request.quantile(0.9), Some(90));
+        assert_eq!(request.quantile(1.0), Some(100));
+        assert_eq!((queue.count, queue.sum_us), (1, 2));
+        assert_eq!(queue.quantile(0.99), Some(2));
+        assert_eq!(input.count, 0);
+        assert_eq!(input.quantile(0.5), None);
+    }
+
+    #[test]
+    fn a_window_keeps_a_fixed_sample_and_ages_out() {
+        let w = Window::default();
+        let t0 = Instant::now();
+        for v in 0..(RESERVOIR as u64 * 4) {
+            w.observe(v, t0);
+        }
+        let mut out = Vec::new();
+        w.samples_into(&mut out, t0);
+        assert_eq!(out.len(), RESERVOIR);
+        let weight: f64 = out.iter().map(|&(_, w)| w).sum();
+        assert!((weight - (RESERVOIR * 4) as f64).abs() < 1e-6);
+        out.clear();
+        w.samples_into(&mut out, t0 + WINDOW_AGE + Duration::from_secs(1));
+        assert!(out.is_empty(), "a minute later nothing is left");
+    }
+
+    #[test]
+    fn inferences_and_batches_count_apart() {
+        let stats = ModelStats::new(1, 8);
+        let d = Duration::from_nanos(4);
+        stats.shard(0).add_inferences(3);
+        stats.shard(0).add_inferences(2);
+        stats.shard(0).record_batch(5, d, d, d);
+        let s = stats.snapshot();
+        assert_eq!((s.inference_count, s.execution_count), (5, 1));
+        assert_eq!(s.batches[5].compute_infer.count, 1);
     }
 
     #[test]

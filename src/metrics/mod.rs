@@ -1,6 +1,7 @@
 //! Observability: per-shard statistics counters (summed when read), the
 //! statistics extension, Prometheus exposition, and per-shard gauges.
 
+pub mod config;
 pub mod counters;
 pub mod custom;
 pub mod gpu;

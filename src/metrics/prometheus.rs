@@ -4,11 +4,39 @@
 use std::fmt::Write;
 
 use super::{
-    counters::FailureReason,
-    host::{cpu_utilization, meminfo},
+    config::{MetricsConfig, Quantile},
+    counters::{FailureReason, Summaries},
     ShardGauges,
 };
 use crate::model::{ModelState, ModelTable};
+
+/// What one server's metrics port shows (`--allow-cpu-metrics`,
+/// `--allow-gpu-metrics`, `--metrics-config`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exposition {
+    pub cpu: bool,
+    pub gpu: bool,
+    pub config: MetricsConfig,
+}
+
+impl Default for Exposition {
+    fn default() -> Self {
+        Self {
+            cpu: true,
+            gpu: true,
+            config: MetricsConfig::default(),
+        }
+    }
+}
+
+/// The summary families, in the order of [`Summaries`].
+const SUMMARY_FAMILIES: [(&str, &str); 5] = [
+    ("nv_inference_request_summary_us", "Summary of inference request duration in microseconds (includes cached requests)"),
+    ("nv_inference_queue_summary_us", "Summary of inference queuing duration in microseconds (includes cached requests)"),
+    ("nv_inference_compute_input_summary_us", "Cumulative compute input duration in microseconds (does not include cached requests)"),
+    ("nv_inference_compute_infer_summary_us", "Cumulative compute inference duration in microseconds (does not include cached requests)"),
+    ("nv_inference_compute_output_summary_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)"),
+];
 
 struct Family<'a> {
     out: &'a mut String,
@@ -33,17 +61,21 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Renders every metric. Reads only atomics, the table snapshot and the
-/// GPU collector's latest readings.
-pub fn render(table: &ModelTable, shards: &[ShardGauges]) -> String {
+/// Renders every metric. Reads only atomics, the table snapshot, the
+/// latest host and GPU readings and (with summaries on) each model's
+/// latency windows.
+pub fn render(table: &ModelTable, shards: &[ShardGauges], show: &Exposition) -> String {
     let mut out = String::with_capacity(8192);
     let mut f = Family { out: &mut out };
-    let versions: Vec<_> = table
+    let loaded: Vec<_> = table
         .models
         .values()
         .flat_map(|e| e.versions.values())
         .filter(|v| v.state == ModelState::Ready)
         .filter_map(|v| v.loaded.clone())
+        .collect();
+    let versions: Vec<_> = loaded
+        .iter()
         .map(|m| {
             let labels = format!("model=\"{}\",version=\"{}\"", escape(&m.name), m.version);
             (labels, m.stats.snapshot())
@@ -61,7 +93,12 @@ pub fn render(table: &ModelTable, shards: &[ShardGauges]) -> String {
         ("nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds (does not include cached requests)", |s| s.compute_infer.ns / 1000),
         ("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)", |s| s.compute_output.ns / 1000),
     ];
+    // `counter_latencies=false` drops the five latency counters.
+    let latency = |name: &str| name.ends_with("_duration_us");
     for (name, help, pick) in counters {
+        if latency(name) && !show.config.counter_latencies {
+            continue;
+        }
         f.header(name, "counter", help);
         for (labels, s) in &versions {
             f.sample(name, labels, pick(s));
@@ -93,31 +130,50 @@ pub fn render(table: &ModelTable, shards: &[ShardGauges]) -> String {
         f.sample("nv_inference_pending_request_count", labels, s.pending);
     }
 
-    if let Some(u) = cpu_utilization() {
-        f.header(
-            "nv_cpu_utilization",
-            "gauge",
-            "CPU utilization rate [0.0 - 1.0]",
-        );
-        f.sample("nv_cpu_utilization", "", format!("{u:.6}"));
+    let host = super::host::latest();
+    f.header(
+        "nv_pinned_memory_pool_total_bytes",
+        "gauge",
+        "Pinned memory pool total memory size, in bytes",
+    );
+    f.sample("nv_pinned_memory_pool_total_bytes", "", host.pinned.0);
+    f.header(
+        "nv_pinned_memory_pool_used_bytes",
+        "gauge",
+        "Pinned memory pool used memory size, in bytes",
+    );
+    f.sample("nv_pinned_memory_pool_used_bytes", "", host.pinned.1);
+    if show.cpu {
+        if let Some(u) = host.cpu_utilization {
+            f.header(
+                "nv_cpu_utilization",
+                "gauge",
+                "CPU utilization rate [0.0 - 1.0]",
+            );
+            f.sample("nv_cpu_utilization", "", format!("{u:.6}"));
+        }
+        if let Some((total, used)) = host.memory {
+            f.header(
+                "nv_cpu_memory_total_bytes",
+                "gauge",
+                "CPU total memory (RAM), in bytes",
+            );
+            f.sample("nv_cpu_memory_total_bytes", "", total);
+            f.header(
+                "nv_cpu_memory_used_bytes",
+                "gauge",
+                "CPU used memory (RAM), in bytes",
+            );
+            f.sample("nv_cpu_memory_used_bytes", "", used);
+        }
     }
-    if let Some((total, available)) = meminfo() {
-        f.header(
-            "nv_cpu_memory_total_bytes",
-            "gauge",
-            "CPU total memory (RAM), in bytes",
-        );
-        f.sample("nv_cpu_memory_total_bytes", "", total);
-        f.header(
-            "nv_cpu_memory_used_bytes",
-            "gauge",
-            "CPU used memory (RAM), in bytes",
-        );
-        f.sample(
-            "nv_cpu_memory_used_bytes",
-            "",
-            total.saturating_sub(available),
-        );
+    if show.config.summary_latencies {
+        let summaries: Vec<(String, Summaries)> = loaded
+            .iter()
+            .zip(&versions)
+            .filter_map(|(m, (labels, _))| Some((labels.clone(), m.stats.summaries()?)))
+            .collect();
+        render_summaries(&mut f, summaries, &show.config.summary_quantiles);
     }
 
     f.header(
@@ -189,8 +245,83 @@ pub fn render(table: &ModelTable, shards: &[ShardGauges]) -> String {
         }
     }
     super::custom::render(&mut out);
-    if let Some(readings) = super::gpu::latest() {
-        out.push_str(&super::gpu::render(&readings));
-    }
+    let readings = super::gpu::latest();
+    out.push_str(&gpu_families(
+        show.gpu,
+        readings.as_deref().map(Vec::as_slice),
+    ));
     out
+}
+
+/// The GPU families of the collector's latest readings, if shown.
+fn gpu_families(show: bool, readings: Option<&[super::gpu::GpuReading]>) -> String {
+    match readings {
+        Some(r) if show => super::gpu::render(r),
+        _ => String::new(),
+    }
+}
+
+/// The `nv_inference_*_summary_us` families as prometheus-cpp writes a
+/// summary: `_count`, `_sum`, then one sample per quantile (`Nan` when the
+/// last minute saw nothing).
+fn render_summaries(
+    f: &mut Family<'_>,
+    mut models: Vec<(String, Summaries)>,
+    quantiles: &[Quantile],
+) {
+    for (i, (name, help)) in SUMMARY_FAMILIES.iter().enumerate() {
+        f.header(name, "summary", help);
+        for (labels, summaries) in &mut models {
+            let s = &mut summaries[i];
+            f.sample(&format!("{name}_count"), labels, s.count);
+            f.sample(&format!("{name}_sum"), labels, s.sum_us);
+            for q in quantiles {
+                let l = format!("{labels},quantile=\"{}\"", q.quantile);
+                match s.quantile(q.quantile) {
+                    Some(v) => f.sample(name, &l, v),
+                    None => f.sample(name, &l, "Nan"),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::gpu::GpuReading;
+
+    #[test]
+    fn gpu_and_cpu_families_follow_their_switches() {
+        let readings = [GpuReading {
+            uuid: "GPU-test".into(),
+            utilization: Some(0.25),
+            memory_total_bytes: Some(1 << 30),
+            memory_used_bytes: Some(1 << 20),
+            power_watts: None,
+            power_limit_watts: None,
+            energy_joules: None,
+        }];
+        let gpus = gpu_families(true, Some(&readings));
+        assert!(
+            gpus.contains("nv_gpu_utilization{gpu_uuid=\"GPU-test\"}"),
+            "{gpus}"
+        );
+        assert_eq!(gpu_families(false, Some(&readings)), "");
+        let table = ModelTable::default();
+        let all = render(&table, &[], &Exposition::default());
+        assert!(all.contains("nv_cpu_memory_total_bytes "));
+        assert!(all.contains("nv_pinned_memory_pool_total_bytes "));
+        let none = render(
+            &table,
+            &[],
+            &Exposition {
+                cpu: false,
+                gpu: false,
+                config: MetricsConfig::default(),
+            },
+        );
+        assert!(!none.contains("nv_cpu_"), "{none}");
+        assert!(none.contains("nv_pinned_memory_pool_used_bytes "));
+    }
 }

@@ -50,6 +50,9 @@ pub struct LoadOptions {
     /// `--model-config-name`: `configs/<name>.pbtxt` replaces
     /// `config.pbtxt` in the model folders that have it.
     pub config_name: Option<String>,
+    /// `--metrics-config summary_latencies=true`: models keep latency
+    /// windows for the summary metrics.
+    pub latency_summaries: bool,
 }
 
 impl Default for LoadOptions {
@@ -60,6 +63,7 @@ impl Default for LoadOptions {
             allow_uploaded_python: false,
             retry_count: 0,
             config_name: None,
+            latency_summaries: false,
         }
     }
 }
@@ -496,12 +500,17 @@ fn load_version(
             .collect(),
         sequence,
         // One counter block per shard, then one per compute worker.
-        stats: Arc::new(ModelStats::new(placement.shard_count + count, max_batch)),
+        stats: Arc::new(ModelStats::with_summaries(
+            placement.shard_count + count,
+            max_batch,
+            opts.latency_summaries,
+        )),
         ensemble: None,
     });
     let done_bell = Arc::new(futures::task::AtomicWaker::new());
     let mut executors = Vec::with_capacity(created.len());
-    for (index, (name, instance)) in created.into_iter().enumerate() {
+    for (index, (name, mut instance)) in created.into_iter().enumerate() {
+        instance.attach_statistics(model.stats.clone(), placement.shard_count + index);
         executors.push(match place {
             ExecutionPlace::Inline => InstanceExecutor::Inline(instance),
             ExecutionPlace::Worker => InstanceExecutor::spawn_worker(

@@ -111,12 +111,16 @@ pub(super) fn run_requests(
     if let Some(spec) = spec {
         keep_states(spec, states, slots);
     }
-    let (input, infer) = (input_done - start, infer_done - input_done);
-    stats.record_execution(count, input, infer, Default::default());
-    for _ in 0..count {
-        stats.compute_input.record(input);
-        stats.compute_infer.record(infer);
-        stats.compute_output.record(Default::default());
+    // A backend that reports its statistics (Triton's Python backend does,
+    // within execute) has counted this execution and its rows already.
+    if !instance.reports_statistics() {
+        let (input, infer) = (input_done - start, infer_done - input_done);
+        stats.record_execution(count, input, infer, Default::default());
+        for _ in 0..count {
+            stats.compute_input.record(input);
+            stats.compute_infer.record(infer);
+            stats.compute_output.record(Default::default());
+        }
     }
     hold.release();
 }

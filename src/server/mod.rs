@@ -284,11 +284,17 @@ pub fn start_interruptible(
         tracing::warn!(%reason, "hwloc unavailable: placing by the CPU affinity list only");
     }
     let gpus = GpuInventory::shared();
+    let metrics_config = crate::metrics::config::MetricsConfig::parse(&options.metrics_config)
+        .map_err(|e| anyhow::anyhow!(e))?;
     if options.allow_metrics {
-        match crate::metrics::gpu::start(gpus, options.metrics_interval) {
-            Ok(()) => tracing::info!(gpus = gpus.gpus.len(), "GPU metrics collected"),
-            Err(reason) => tracing::info!(%reason, "no GPU metrics"),
+        if options.allow_gpu_metrics {
+            match crate::metrics::gpu::start(gpus, options.metrics_interval) {
+                Ok(()) => tracing::info!(gpus = gpus.gpus.len(), "GPU metrics collected"),
+                Err(reason) => tracing::info!(%reason, "no GPU metrics"),
+            }
         }
+        crate::metrics::host::start(options.metrics_interval);
+        tracing::debug!(?metrics_config, "metrics settings");
     }
     let plan = ShardPlan::build(
         &options.tuning,
@@ -609,6 +615,8 @@ fn load_options(options: &ServerOptions) -> LoadOptions {
         allow_uploaded_python: options.model_load_allow_uploaded_python,
         retry_count: options.model_load_retry_count,
         config_name: options.model_config_name.clone(),
+        latency_summaries: crate::metrics::config::MetricsConfig::parse(&options.metrics_config)
+            .is_ok_and(|c| c.summary_latencies),
     }
 }
 

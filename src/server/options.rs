@@ -137,13 +137,15 @@ pub struct ServerOptions {
     /// `--grpc-max-connection-age-grace`: how long its open streams may
     /// still run after that GOAWAY before it closes (`None` = unbounded).
     pub grpc_max_connection_age_grace: Option<Duration>,
-    /// `--metrics-address` (None = `http_address`, else `host`, as tritonserver).
+    /// `--metrics-address`: where the metrics port binds (None: `host`).
     pub metrics_address: Option<std::net::IpAddr>,
-    /// `--allow-gpu-metrics`.
+    /// `--allow-gpu-metrics`: the `nv_gpu_*` families (with GPUs).
     pub allow_gpu_metrics: bool,
-    /// `--allow-cpu-metrics`.
+    /// `--allow-cpu-metrics`: `nv_cpu_utilization` and `nv_cpu_memory_*`.
     pub allow_cpu_metrics: bool,
     /// `--metrics-config`: raw `<setting>=<value>` settings as given.
+    /// `--metrics-config`: the raw `<setting>=<value>` settings, checked at
+    /// start by `metrics::config::MetricsConfig::parse`.
     pub metrics_config: Vec<String>,
 }
 

@@ -40,6 +40,13 @@ pub fn frontend_env(options: &ServerOptions) -> FrontendEnv {
     };
     env.http_restricted_api = options.http_restricted_api.clone();
     env.grpc_restricted_protocol = options.grpc_restricted_protocol.clone();
+    env.metrics = Arc::new(crate::metrics::prometheus::Exposition {
+        cpu: options.allow_cpu_metrics,
+        gpu: options.allow_gpu_metrics,
+        // `start` has refused a bad setting before building the state.
+        config: crate::metrics::config::MetricsConfig::parse(&options.metrics_config)
+            .unwrap_or_default(),
+    });
     env
 }
 

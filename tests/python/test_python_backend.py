@@ -117,6 +117,49 @@ def test_batched_requests_and_dynamic_batching(http):
     assert "batch" in str(e.value)
 
 
+def model_metric(urls, name, model):
+    with urllib.request.urlopen(f"http://{urls.metrics}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    series = f'{name}{{model="{model}",version="1"}} '
+    values = [l[len(series):] for l in text.splitlines() if l.startswith(series)]
+    assert len(values) == 1, f"expected one {series!r} sample in:\n{text}"
+    return float(values[0])
+
+
+def test_a_batched_request_counts_its_rows_in_one_execution(http, urls):
+    """The backend's own reports (TRITONBACKEND_ModelInstanceReport[Batch]Statistics)
+    drive the counts, as in Triton: one request of 5 rows is 5 inferences,
+    1 execution of batch size 5, 1 success, each counted once."""
+    names = ["nv_inference_count", "nv_inference_exec_count", "nv_inference_request_success"]
+    metrics_before = [model_metric(urls, n, "py_simple") for n in names] if urls.metrics else None
+    before = http.get_inference_statistics("py_simple")["model_stats"][0]
+    rows = np.arange(5 * 16, dtype=np.int32).reshape(5, 16)
+    result = http.infer("py_simple", simple_inputs(httpclient, rows, rows))
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), rows * 2)
+    after = http.get_inference_statistics("py_simple")["model_stats"][0]
+
+    def delta(*path):
+        a, b = after, before
+        for key in path:
+            a, b = a[key], b[key]
+        return int(a) - int(b)
+
+    assert delta("inference_count") == 5
+    assert delta("execution_count") == 1
+    assert delta("inference_stats", "success", "count") == 1
+    assert delta("inference_stats", "compute_infer", "count") == 1
+    assert delta("inference_stats", "queue", "count") == 1
+
+    def batch5(stats):
+        return next((int(b["compute_infer"]["count"]) for b in stats["batch_stats"]
+                     if int(b["batch_size"]) == 5), 0)
+
+    assert batch5(after) - batch5(before) == 1
+    if urls.metrics:
+        metrics_after = [model_metric(urls, n, "py_simple") for n in names]
+        assert [a - b for a, b in zip(metrics_after, metrics_before)] == [5, 1, 1]
+
+
 def repeat_inputs(values, delays, wait):
     inputs = [
         grpcclient.InferInput("IN", [len(values)], "INT32"),

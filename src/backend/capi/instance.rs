@@ -5,9 +5,10 @@
 use std::{
     ffi::{c_char, c_void, CString},
     sync::{
-        atomic::{AtomicPtr, Ordering},
-        Arc,
+        atomic::{AtomicBool, AtomicPtr, Ordering},
+        Arc, OnceLock,
     },
+    time::Duration,
 };
 
 use anyhow::bail;
@@ -16,6 +17,7 @@ use super::{model::TRITONBACKEND_Model, request::TRITONBACKEND_Request};
 use crate::{
     backend::{BackendRequest, InstanceSpec, ModelInstance},
     config::is_decoupled,
+    metrics::ModelStats,
     proto::inference::{model_config::SchedulingChoice, ModelConfig},
     triton_abi::{
         buffer::TRITONSERVER_BufferAttributes,
@@ -34,6 +36,13 @@ pub struct TRITONBACKEND_ModelInstance {
     host_policy: String,
     state: AtomicPtr<c_void>,
     initialized: bool,
+    /// Where the backend's statistics reports go: the model version's
+    /// counters and this instance's block, set once they exist.
+    stats: OnceLock<(Arc<ModelStats>, usize)>,
+    /// `max_batch_size > 0`: a request counts its first dimension's rows.
+    batching: bool,
+    /// The backend has reported statistics: it counts its executions.
+    reports: AtomicBool,
 }
 
 /// One instance, owned by its compute worker.
@@ -74,6 +83,9 @@ impl CapiInstance {
             host_policy: r#"{"cpu":{}}"#.to_owned(),
             state: AtomicPtr::new(std::ptr::null_mut()),
             initialized: false,
+            stats: OnceLock::new(),
+            batching: config.max_batch_size > 0,
+            reports: AtomicBool::new(false),
         });
         if let Some(init) = instance.model.backend.entry.instance_initialize {
             // SAFETY: the backend's entry point with a live instance.
@@ -130,6 +142,14 @@ impl ModelInstance for CapiInstance {
 
     fn takes_requests(&self) -> bool {
         true
+    }
+
+    fn attach_statistics(&mut self, stats: Arc<ModelStats>, block: usize) {
+        let _ = self.instance.stats.set((stats, block));
+    }
+
+    fn reports_statistics(&self) -> bool {
+        self.instance.reports.load(Ordering::Acquire)
     }
 
     fn execute_requests(&mut self, requests: Vec<BackendRequest>) {
@@ -388,37 +408,80 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceSetState(
     })
 }
 
-/// Accepted and not used: the server records every execution itself
-/// (count, queue, compute times of the `execute` call), so the backend's
-/// own report would count it twice.
+/// The compute input, infer and output durations of a backend's four
+/// timestamps (Triton: exec start → compute start → compute end → exec
+/// end); a timestamp out of order gives zero, not a wrapped value.
+fn phases(exec_start: u64, compute_start: u64, compute_end: u64, exec_end: u64) -> [Duration; 3] {
+    [
+        compute_start.saturating_sub(exec_start),
+        compute_end.saturating_sub(compute_start),
+        exec_end.saturating_sub(compute_end),
+    ]
+    .map(Duration::from_nanos)
+}
+
+/// One request's part of an execution, as Triton's `UpdateSuccess`: on
+/// success, the request's batch rows count as inferences and its compute
+/// phases as the request's. Its success or failure and whole duration are
+/// counted when its response reaches the client, and its queue time when
+/// it was scheduled, so this adds neither. From the first report on, the
+/// scheduler leaves the instance's executions to the backend.
 #[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportStatistics(
     i: *mut TRITONBACKEND_ModelInstance,
-    _request: *mut TRITONBACKEND_Request,
-    _success: bool,
-    _exec_start_ns: u64,
-    _compute_start_ns: u64,
-    _compute_end_ns: u64,
-    _exec_end_ns: u64,
+    request: *mut TRITONBACKEND_Request,
+    success: bool,
+    exec_start_ns: u64,
+    compute_start_ns: u64,
+    compute_end_ns: u64,
+    exec_end_ns: u64,
 ) -> ErrorPtr {
-    // SAFETY: `instance` refuses a null `i`; otherwise it is the instance the server passed to the
-    // backend, alive until its finalize returns.
-    ffi_entry!(non_null(i as "instance") { status(unsafe { instance(i) }.map(|_| ())) })
+    ffi_entry!(non_null(i as "instance", request) {
+        // SAFETY: `instance` refuses a null `i`; otherwise it is the instance the server passed to
+        // the backend, alive until its finalize returns.
+        let i = unsafe { instance(i)? };
+        // SAFETY: `request` is checked non-null above and, by the header's contract, a request of
+        // this execution that the backend has not released yet.
+        let rows = unsafe { super::request::batch_size_of(request, i.batching)? };
+        i.reports.store(true, Ordering::Release);
+        if let (true, Some((stats, block))) = (success, i.stats.get()) {
+            let c = stats.shard(*block);
+            let [input, infer, output] =
+                phases(exec_start_ns, compute_start_ns, compute_end_ns, exec_end_ns);
+            c.add_inferences(rows);
+            c.compute_input.record(input);
+            c.compute_infer.record(infer);
+            c.compute_output.record(output);
+        }
+        Ok(())
+    })
 }
 
-/// As `ReportStatistics`: the server records batch executions itself.
+/// One execution of `batch_size` rows, as Triton's `UpdateInferBatchStats`:
+/// the execution count, the batch size's statistics and the last
+/// inference time.
 #[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceReportBatchStatistics(
     i: *mut TRITONBACKEND_ModelInstance,
-    _batch_size: u64,
-    _exec_start_ns: u64,
-    _compute_start_ns: u64,
-    _compute_end_ns: u64,
-    _exec_end_ns: u64,
+    batch_size: u64,
+    exec_start_ns: u64,
+    compute_start_ns: u64,
+    compute_end_ns: u64,
+    exec_end_ns: u64,
 ) -> ErrorPtr {
-    // SAFETY: `instance` refuses a null `i`; otherwise it is the instance the server passed to the
-    // backend, alive until its finalize returns.
-    ffi_entry!(non_null(i as "instance") { status(unsafe { instance(i) }.map(|_| ())) })
+    ffi_entry!(non_null(i as "instance") {
+        // SAFETY: `instance` refuses a null `i`; otherwise it is the instance the server passed to
+        // the backend, alive until its finalize returns.
+        let i = unsafe { instance(i)? };
+        i.reports.store(true, Ordering::Release);
+        if let Some((stats, block)) = i.stats.get() {
+            let [input, infer, output] =
+                phases(exec_start_ns, compute_start_ns, compute_end_ns, exec_end_ns);
+            let rows = usize::try_from(batch_size).unwrap_or(usize::MAX);
+            stats.shard(*block).record_batch(rows, input, infer, output);
+        }
+        Ok(())
+    })
 }
 
 /// Accepted and ignored: memory usage is not reported by this server.

@@ -191,6 +191,28 @@ impl TRITONBACKEND_Request {
     }
 }
 
+/// The batch size a request counts for in the statistics: its first
+/// input's first dimension when the model batches, else 1 (Triton's
+/// `std::max(1U, batch_size_)`).
+///
+/// # Safety
+/// `r` is null (refused) or a request the server gave the backend and the
+/// backend has not released.
+pub(super) unsafe fn batch_size_of(
+    r: *mut TRITONBACKEND_Request,
+    batching: bool,
+) -> Result<u64, ErrorPtr> {
+    // SAFETY: per this function's contract.
+    let r = unsafe { request(r)? };
+    if !batching {
+        return Ok(1);
+    }
+    Ok(r.inputs
+        .first()
+        .and_then(|i| i.shape.first())
+        .map_or(1, |&rows| rows.max(1) as u64))
+}
+
 unsafe fn request<'a>(
     r: *mut TRITONBACKEND_Request,
 ) -> Result<&'a TRITONBACKEND_Request, ErrorPtr> {

@@ -12,9 +12,11 @@ pub async fn handle(req: Request<Incoming>) -> HttpResponse {
     let (status, body) = if req.uri().path() == "/metrics" {
         // Table and gauges borrowed, not cloned: their `Arc`s are shared
         // by every shard.
-        let mut text =
-            shard::with_current(|s| s.with_table(|table| prometheus::render(table, &s.gauges)))
-                .unwrap_or_else(|| prometheus::render(&Default::default(), &[]));
+        let show = crate::frontend::env::with_current(|e| e.metrics.clone()).unwrap_or_default();
+        let mut text = shard::with_current(|s| {
+            s.with_table(|table| prometheus::render(table, &s.gauges, &show))
+        })
+        .unwrap_or_else(|| prometheus::render(&Default::default(), &[], &show));
         if let Some(t) = ShardTransport::current() {
             text.push_str(&t.stats().render_prometheus());
         }
