@@ -10,7 +10,6 @@ use shardserve::{
     server::{self, ModelControlMode, ServerOptions},
     tuning::{IoDriver, MachineTopology, ShardPlan, TuningProfile},
 };
-use tracing_subscriber::EnvFilter;
 
 /// Chosen by measurement over glibc and jemalloc (see Cargo.toml).
 #[global_allocator]
@@ -343,33 +342,21 @@ enum Command {
     },
 }
 
-fn init_logging(verbose: u8) {
-    let default = match verbose {
-        0 => "info",
-        1 => "debug",
-        _ => "trace",
-    };
-    let filter =
-        EnvFilter::try_from_env("SHARDSERVE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    // Colours only for a terminal: logs sent to a file or a collector stay plain text.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_filter_reloading()
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
-    // The logging extension (`/v2/logging`, gRPC LogSettings) swaps the filter at run time.
-    let handle = builder.reload_handle();
-    builder.init();
-    shardserve::frontend::logging::install(u32::from(verbose), move |directive| {
-        handle
-            .reload(EnvFilter::new(directive))
-            .map_err(|e| e.to_string())
-    });
+/// Installs the log (standard error, Triton's `default` format) at the
+/// verbose level asked for.
+fn init_logging(verbose: u8) -> anyhow::Result<()> {
+    shardserve::logs::init(&shardserve::logs::LogSettings {
+        verbose: u32::from(verbose),
+        ..shardserve::logs::LogSettings::default()
+    })
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_verbose);
+    if let Err(e) = init_logging(cli.log_verbose) {
+        eprintln!("error: {e:#}");
+        return ExitCode::FAILURE;
+    }
     shardserve::backend::capi::keep_exported();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
