@@ -180,6 +180,15 @@ fn json_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// Whether a text value must be quoted to stay one `key=value` token
+/// (logfmt's rule).
+fn needs_quotes(value: &str) -> bool {
+    value.is_empty()
+        || value
+            .chars()
+            .any(|c| c.is_whitespace() || c == '"' || c == '=' || c.is_control())
+}
+
 /// A text value as one token of a one-line record: control characters
 /// escaped so that a value cannot start a forged line.
 fn one_line(out: &mut String, s: &str) {
@@ -240,12 +249,14 @@ pub fn write_line(out: &mut String, format: LogFormat, escape: bool, record: &Re
             } else {
                 out.push_str(&record.fields.message);
             }
-            for (key, value, _) in &record.fields.pairs {
+            for (key, value, kind) in &record.fields.pairs {
                 let _ = write!(out, " {key}=");
-                if escape {
-                    one_line(out, value);
-                } else {
+                if !escape {
                     out.push_str(value);
+                } else if *kind == Kind::Text && needs_quotes(value) {
+                    json_string(out, value);
+                } else {
+                    one_line(out, value);
                 }
             }
         }
@@ -366,10 +377,20 @@ mod tests {
     fn a_field_cannot_forge_a_line() {
         let f = Fields {
             message: "m\nI1126 fake".into(),
-            pairs: vec![("v", "x\nE1126 forged".into(), Kind::Text)],
+            pairs: vec![
+                ("v", "x\nE1126 forged".into(), Kind::Text),
+                ("w", "two words".into(), Kind::Text),
+            ],
         };
         let mut s = String::new();
         write_line(&mut s, LogFormat::Default, true, &record(&f));
         assert_eq!(s.matches('\n').count(), 1, "{s}");
+        assert!(
+            s.ends_with(
+                r#" v="x\nE1126 forged" w="two words"
+"#
+            ),
+            "{s}"
+        );
     }
 }

@@ -222,18 +222,20 @@ pub fn init(settings: &LogSettings) -> anyhow::Result<()> {
         None => EnvFilter::try_new(settings.filter_directive())
             .context("the log levels make no valid filter")?,
     };
+    let (filter, handle) = reload::Layer::new(filter);
+    // Installed first: a second call must leave the first one's state.
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(Output)
+        .try_init()
+        .context("a logger is already installed in this process")?;
     let escape = std::env::var(ESCAPE_ENV).map_or(true, |v| v != "0");
     SWITCHES.escape.store(escape, Ordering::Relaxed);
     store_switches(settings);
     FROM_ENV.store(from_env.is_some(), Ordering::Relaxed);
     *lock(&SINK) = Some(sink);
     *lock(&SETTINGS) = Some(settings.clone());
-    let (filter, handle) = reload::Layer::new(filter);
-    tracing_subscriber::registry()
-        .with(filter)
-        .with(Output)
-        .try_init()
-        .context("a logger is already installed in this process")?;
+    tracing::callsite::rebuild_interest_cache();
     let _ = RELOAD.set(Box::new(move |f| {
         handle.reload(f).map_err(|e| e.to_string())
     }));
