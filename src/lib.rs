@@ -13,6 +13,7 @@ pub mod config;
 pub mod error_texts;
 pub mod frontend;
 pub mod gpu;
+pub mod logs;
 pub mod metrics;
 pub mod model;
 pub mod offload;

@@ -62,9 +62,17 @@ pub fn trace(model: &str) -> TraceSlot {
 /// Runs one decoded request of a model that answers once (refused with
 /// Triton's error for a decoupled model) and returns its response, its
 /// outputs already written to the shared-memory regions it named.
-pub async fn infer(request: InferRequest) -> InferResult<InferResponse> {
-    let regions = RequestRegions::resolve(&request.inputs, &request.outputs, &request.model_name)?;
-    shm::finish(regions.as_ref(), scheduler::infer(request).await)
+pub async fn infer(request: InferRequest, protocol: Protocol) -> InferResult<InferResponse> {
+    let log = RequestLog::start(&request, protocol);
+    let result =
+        match RequestRegions::resolve(&request.inputs, &request.outputs, &request.model_name) {
+            Ok(regions) => shm::finish(regions.as_ref(), scheduler::infer(request).await),
+            Err(e) => Err(e),
+        };
+    if let Some(log) = log {
+        log.finish(result.as_ref().map(|r| r.model_version.as_str()));
+    }
+    result
 }
 
 /// Runs one decoded request of any model and streams its responses (one
@@ -75,25 +83,162 @@ pub async fn infer(request: InferRequest) -> InferResult<InferResponse> {
 /// a sequence) polls each stream once as it creates it. The stream counts
 /// in flight on the shard while it lasts, so graceful shutdown waits for
 /// it; dropping it cancels the request.
-pub fn infer_stream(request: InferRequest) -> ResponseStream {
+pub fn infer_stream(request: InferRequest, protocol: Protocol) -> ResponseStream {
+    let mut log = RequestLog::start(&request, protocol);
     let regions =
         match RequestRegions::resolve(&request.inputs, &request.outputs, &request.model_name) {
             Ok(regions) => regions,
-            Err(e) => return Box::pin(futures::stream::once(std::future::ready(Err(e)))),
+            Err(e) => {
+                if let Some(log) = log {
+                    log.finish(Err(&e));
+                }
+                return Box::pin(futures::stream::once(std::future::ready(Err(e))));
+            }
         };
     let in_flight = InFlight::enter();
     Box::pin(scheduler::infer_stream(request).map(move |item| {
         let _in_flight = &in_flight;
-        let Some(regions) = &regions else {
-            return item;
+        let item = match (&regions, item) {
+            (Some(regions), Ok(Streamed::Response { response, last })) => {
+                shm::finish(Some(regions), Ok(response))
+                    .map(|response| Streamed::Response { response, last })
+            }
+            (Some(regions), Err(e)) => Err(regions.blame(e)),
+            (_, item) => item,
+        };
+        if log.is_some() {
+            RequestLog::observe(&mut log, &item);
+        }
+        item
+    }))
+}
+
+/// The front end a request came in through, as the request log names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http,
+    Grpc,
+    /// The in-process C API (`TRITONSERVER_ServerInferAsync`, BLS).
+    InProcess,
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Http => "HTTP",
+            Self::Grpc => "GRPC",
+            Self::InProcess => "in-process",
+        }
+    }
+}
+
+/// The request log: one debug line per request at `--log-verbose 1` and
+/// more, when it ends (model, version, id, protocol, outcome, duration).
+/// Nothing is taken or allocated unless the line will be written, so the
+/// path costs one relaxed load when verbose logging is off.
+struct RequestLog {
+    model: String,
+    version: String,
+    id: String,
+    protocol: Protocol,
+    start: std::time::Instant,
+    responses: u32,
+}
+
+impl RequestLog {
+    #[inline]
+    fn start(request: &InferRequest, protocol: Protocol) -> Option<Self> {
+        if !tracing::enabled!(tracing::Level::DEBUG) {
+            return None;
+        }
+        Some(Self {
+            model: request.model_name.clone(),
+            version: request.model_version.clone(),
+            id: request.id.clone(),
+            protocol,
+            start: std::time::Instant::now(),
+            responses: 0,
+        })
+    }
+
+    /// Counts a streamed item and writes the line after the last one.
+    fn observe(slot: &mut Option<Self>, item: &InferResult<Streamed>) {
+        let Some(log) = slot.as_mut() else {
+            return;
         };
         match item {
-            Ok(Streamed::Response { response, last }) => shm::finish(Some(regions), Ok(response))
-                .map(|response| Streamed::Response { response, last }),
-            Err(e) => Err(regions.blame(e)),
-            item => item,
+            Ok(Streamed::Response { last: false, .. }) => log.responses += 1,
+            Ok(Streamed::Response {
+                response,
+                last: true,
+            }) => {
+                log.responses += 1;
+                if let Some(log) = slot.take() {
+                    log.finish(Ok(&response.model_version));
+                }
+            }
+            Ok(Streamed::Final(response)) => {
+                if let Some(log) = slot.take() {
+                    log.finish(Ok(&response.model_version));
+                }
+            }
+            Err(e) => {
+                if let Some(log) = slot.take() {
+                    log.finish(Err(e));
+                }
+            }
         }
-    }))
+    }
+
+    /// Writes the line: `outcome` is the version that ran, or the error.
+    fn finish(mut self, outcome: Result<&str, &InferError>) {
+        let duration_us = self.start.elapsed().as_micros() as u64;
+        let version = match outcome {
+            Ok(v) if !v.is_empty() => v,
+            _ => self.version.as_str(),
+        };
+        match outcome {
+            Ok(_) => tracing::debug!(
+                model = %self.model,
+                version = %version,
+                id = %self.id,
+                protocol = self.protocol.as_str(),
+                responses = self.responses.max(1),
+                duration_us,
+                "inference request succeeded"
+            ),
+            Err(e) => tracing::debug!(
+                model = %self.model,
+                version = %version,
+                id = %self.id,
+                protocol = self.protocol.as_str(),
+                duration_us,
+                error = %e,
+                "inference request failed"
+            ),
+        }
+        // Written: nothing left for `drop` to report.
+        self.model.clear();
+    }
+}
+
+impl Drop for RequestLog {
+    /// A request whose caller went away before its end (a closed
+    /// connection, a cancelled stream) still gets its line.
+    fn drop(&mut self) {
+        if self.model.is_empty() {
+            return;
+        }
+        tracing::debug!(
+            model = %self.model,
+            version = %self.version,
+            id = %self.id,
+            protocol = self.protocol.as_str(),
+            responses = self.responses,
+            duration_us = self.start.elapsed().as_micros() as u64,
+            "inference request cancelled"
+        );
+    }
 }
 
 /// What a thread that is not a shard does with a request's responses once
@@ -256,7 +401,7 @@ async fn drain(rx: Receiver<Submission>, bell: Arc<AtomicWaker>) {
         let Some(Submission { request, consume }) = next else {
             return;
         };
-        monoio::spawn(consume(infer_stream(request)));
+        monoio::spawn(consume(infer_stream(request, Protocol::InProcess)));
     }
 }
 

@@ -235,7 +235,9 @@ impl GrpcInferenceService for InferenceService {
             merge_forwarded(&mut request, forwarded).map_err(to_status)?;
         }
         request.trace = trace;
-        let mut response = core::infer(request).await.map_err(to_status)?;
+        let mut response = core::infer(request, core::Protocol::Grpc)
+            .await
+            .map_err(to_status)?;
         let mut trace = response.trace.take();
         // The send is the hand-over of the response to the gRPC library.
         trace.stamp(Event::GrpcSendStart);

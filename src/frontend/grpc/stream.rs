@@ -150,7 +150,7 @@ impl Ticket {
 /// shutdown waits for it) for as long as its responses flow.
 fn run(ticket: Ticket, request: InferRequest) -> Answer {
     Box::pin(
-        core::infer_stream(request)
+        core::infer_stream(request, core::Protocol::Grpc)
             .filter_map(move |item| std::future::ready(ticket.respond(item))),
     )
 }

@@ -82,7 +82,7 @@ pub async fn generate(
         s.with_table(|table| decode(&body, table.resolve(model, version)?))
     })
     .ok_or_else(|| InferError::internal("HTTP request outside a shard"))??;
-    let mut responses = core::infer_stream(request);
+    let mut responses = core::infer_stream(request, core::Protocol::Http);
     if !streaming {
         return one_response(&mut responses).await;
     }

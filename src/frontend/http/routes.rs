@@ -292,7 +292,7 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
     request.trace = trace;
     let requested = request.outputs.clone();
     let parameters = request.parameters.clone();
-    let mut response = core::infer(request).await?;
+    let mut response = core::infer(request, core::Protocol::Http).await?;
     let mut trace = response.trace.take();
     let accept = headers
         .get(header::ACCEPT_ENCODING)
