@@ -320,6 +320,15 @@ mod tests {
         assert!(response.outputs[0].data.is_empty());
         assert_eq!(&region.read(16, 4).unwrap()[..], &[9, 9, 9, 9]);
 
+        // Held (by the request's regions, by this test): not unregistered,
+        // as in Triton; released, it is.
+        let e = registry.unregister(name, Kind::Cuda).unwrap_err();
+        assert!(
+            e.message.contains("it is currently in use"),
+            "{}",
+            e.message
+        );
+        drop((regions, region));
         registry.unregister(name, Kind::Cuda).unwrap();
         let e = read_input(&input, DataType::Uint8, 8, &[8], "X", "m").unwrap_err();
         assert_eq!(e.kind, ErrorKind::NotFound);
