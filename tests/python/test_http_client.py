@@ -135,9 +135,9 @@ def _raw_post(server, model, body):
                  "Content-Type": "application/octet-stream"})
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, dict(r.headers), r.read()
+            return r.status, r.headers, r.read()
     except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
+        return e.code, e.headers, e.read()
 
 
 def test_raw_binary_request(server):
