@@ -244,11 +244,8 @@ fn decode_raw_request(
             if let Some(axis) = variable {
                 // Triton divides and lets the size check refuse a remainder.
                 let per_row = fixed.saturating_mul(elem);
-                let rows = if per_row == 0 {
-                    0
-                } else {
-                    body.len() / per_row
-                };
+                // A zero-sized row (a 0 dimension) deduces 0 rows.
+                let rows = body.len().checked_div(per_row).unwrap_or(0);
                 shape[axis] = i64::try_from(rows).unwrap_or(i64::MAX);
             }
             let expected = fixed.checked_mul(elem).and_then(|n| {
