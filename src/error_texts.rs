@@ -167,6 +167,64 @@ pub fn cuda_shm_unknown_region(name: &str) -> InferError {
     ))
 }
 
+/// An input whose data is not the size its shape and datatype declare
+/// (core `infer_request.cc`): binary inputs, shared-memory inputs and raw
+/// binary requests alike.
+pub fn input_byte_size_mismatch(input: &str, model: &str, expected: u64, got: u64) -> InferError {
+    InferError::invalid(format!(
+        "input byte size mismatch for input '{}' for model '{}'. Expected {expected}, got {got}",
+        clip(input),
+        clip(model)
+    ))
+}
+
+/// A raw binary request (`Inference-Header-Content-Length: 0`) for a
+/// model that does not take exactly one input (core `infer_request.cc`).
+pub fn raw_request_input_count(model: &str, config_inputs: usize) -> InferError {
+    InferError::invalid(format!(
+        "Raw request must only have 1 input (found 1) to be deduced but got {config_inputs} \
+         inputs in '{}' model configuration",
+        clip(model)
+    ))
+}
+
+/// A raw binary request whose input has more than one `-1` dimension.
+pub fn raw_input_shape_ambiguous(input: &str) -> InferError {
+    InferError::invalid(format!(
+        "The shape of the raw input '{}' can not be deduced because there are more than one \
+         variable-sized dimension",
+        clip(input)
+    ))
+}
+
+/// A raw binary request whose BYTES input is not of one element.
+pub fn raw_bytes_input_shape(input: &str) -> InferError {
+    InferError::invalid(format!(
+        "For BYTE datatype raw input '{}', the model must have input shape [1]",
+        clip(input)
+    ))
+}
+
+/// Unregistering a region a request still uses (Triton's
+/// `SharedMemoryManager::UnregisterHelper`).
+pub fn shm_in_use(name: &str) -> InferError {
+    InferError::internal(format!(
+        "Cannot unregister shared memory region '{}', it is currently in use.",
+        clip(name)
+    ))
+}
+
+/// Unregistering every region of a kind while requests use some: the
+/// names of those kept, in name order, each followed by " ," as Triton
+/// writes them.
+/// `kind` is "system" or "cuda".
+pub fn shm_unregister_all_failed(kind: &str, busy: &[String]) -> InferError {
+    let names: String = busy.iter().map(|n| format!("{} ,", clip(n))).collect();
+    InferError::internal(clip(&format!(
+        "Failed to unregister the following {kind} shared memory regions: {names}"
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,6 +301,48 @@ mod tests {
         assert_eq!(
             cuda.message,
             "failed to register CUDA shared memory region: 'c', GPUs not supported"
+        );
+    }
+
+    #[test]
+    fn shm_in_use_texts_are_tritons() {
+        let e = shm_in_use("input0_data");
+        assert_eq!(e.kind, ErrorKind::Internal);
+        assert_eq!(
+            e.message,
+            "Cannot unregister shared memory region 'input0_data', it is currently in use."
+        );
+        let busy = ["input0_data".to_string(), "input1_data".to_string()];
+        let e = shm_unregister_all_failed("system", &busy);
+        assert_eq!(e.kind, ErrorKind::Internal);
+        assert_eq!(
+            e.message,
+            "Failed to unregister the following system shared memory regions: \
+             input0_data ,input1_data ,"
+        );
+    }
+
+    #[test]
+    fn input_texts_are_tritons() {
+        let e = input_byte_size_mismatch("INPUT1", "simple", 64, 128);
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        assert_eq!(
+            e.message,
+            "input byte size mismatch for input 'INPUT1' for model 'simple'. Expected 64, got 128"
+        );
+        assert_eq!(
+            raw_request_input_count("m", 3).message,
+            "Raw request must only have 1 input (found 1) to be deduced but got 3 inputs in \
+             'm' model configuration"
+        );
+        assert_eq!(
+            raw_input_shape_ambiguous("INPUT0").message,
+            "The shape of the raw input 'INPUT0' can not be deduced because there are more \
+             than one variable-sized dimension"
+        );
+        assert_eq!(
+            raw_bytes_input_shape("INPUT0").message,
+            "For BYTE datatype raw input 'INPUT0', the model must have input shape [1]"
         );
     }
 

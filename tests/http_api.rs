@@ -36,6 +36,10 @@ fn server_metadata_and_health() {
         .collect();
     assert!(exts.contains(&"binary_tensor_data"));
     assert!(exts.contains(&"model_configuration"));
+    // Triton 2.51 lists both; the sequence batcher and the queue policies
+    // (`priority`, `timeout`) implement them here.
+    assert!(exts.contains(&"sequence"));
+    assert!(exts.contains(&"schedule_policy"));
     assert_eq!(get(addr, "/v2/health/live").status, 200);
     assert_eq!(get(addr, "/v2/health/ready").status, 200);
     server.shutdown().unwrap();
@@ -473,4 +477,122 @@ fn every_io_driver_serves_across_shards() {
         }
         server.shutdown().unwrap();
     }
+}
+
+/// An identity model (built-in backend) with `n` inputs of `dtype` and `dims`.
+fn identity_config(name: &str, n: usize, dtype: &str, dims: &str) -> String {
+    let io = |kind: &str| {
+        (0..n)
+            .map(|i| format!("{{ name: \"{kind}{i}\" data_type: {dtype} dims: [ {dims} ] }}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "name: \"{name}\"\nbackend: \"identity\"\nmax_batch_size: 8\n\
+         input [ {} ]\noutput [ {} ]\n",
+        io("INPUT"),
+        io("OUTPUT")
+    )
+}
+
+/// Triton's "raw binary request" (`Inference-Header-Content-Length: 0`):
+/// the whole body is the one input's data, datatype and shape from the
+/// configuration, every output answered in binary; refused, with Triton's
+/// texts, where the input cannot be deduced.
+#[test]
+fn raw_binary_request_is_the_models_one_input() {
+    let repo = TempRepo::new(
+        "raw-binary",
+        &[
+            (
+                "raw_fp32",
+                identity_config("raw_fp32", 1, "TYPE_FP32", "-1"),
+            ),
+            (
+                "raw_bytes",
+                identity_config("raw_bytes", 1, "TYPE_STRING", "1"),
+            ),
+            (
+                "raw_bytes_var",
+                identity_config("raw_bytes_var", 1, "TYPE_STRING", "-1"),
+            ),
+            (
+                "raw_fp16_2d",
+                identity_config("raw_fp16_2d", 1, "TYPE_FP16", "-1, -1"),
+            ),
+            ("raw_two", identity_config("raw_two", 2, "TYPE_FP32", "-1")),
+        ],
+    );
+    let mut opts = shardserve::server::ServerOptions::for_tests(repo.root.clone());
+    opts.cores = Some(1);
+    let server = start_with(opts);
+    let addr = server.http_addr();
+    let post = |model: &str, body: &[u8]| {
+        request(
+            addr,
+            "POST",
+            &format!("/v2/models/{model}/infer"),
+            &[("Inference-Header-Content-Length", "0")],
+            body,
+        )
+    };
+    let split = |r: &HttpReply| {
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let n: usize = r
+            .header("inference-header-content-length")
+            .expect("binary answer")
+            .parse()
+            .unwrap();
+        let header: serde_json::Value = serde_json::from_slice(&r.body[..n]).unwrap();
+        (header, r.body[n..].to_vec())
+    };
+
+    for count in [8usize, 32] {
+        let data: Vec<u8> = (0..count).flat_map(|i| (i as f32).to_le_bytes()).collect();
+        let (header, out) = split(&post("raw_fp32", &data));
+        assert_eq!(out, data);
+        assert_eq!(header["outputs"][0]["name"], "OUTPUT0");
+        assert_eq!(header["outputs"][0]["shape"], json!([1, count]));
+    }
+    // BYTES: the body is the one element; the answer carries its length prefix.
+    let (_, out) = split(&post("raw_bytes", b"427"));
+    assert_eq!(out, b"\x03\x00\x00\x00427");
+
+    let refused = |model: &str, body: &[u8], text: &str| {
+        let r = post(model, body);
+        assert_eq!(
+            r.status,
+            400,
+            "{model}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        assert_eq!(r.error(), text, "{model}");
+    };
+    refused(
+        "raw_two",
+        &[0; 32],
+        "Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in \
+         'raw_two' model configuration",
+    );
+    refused(
+        "raw_bytes_var",
+        b"427",
+        "For BYTE datatype raw input 'INPUT0', the model must have input shape [1]",
+    );
+    refused(
+        "raw_fp16_2d",
+        &[0; 8],
+        "The shape of the raw input 'INPUT0' can not be deduced because there are more than \
+         one variable-sized dimension",
+    );
+    refused(
+        "raw_fp32",
+        &[0; 10],
+        "input byte size mismatch for input 'INPUT0' for model 'raw_fp32'. Expected 8, got 10",
+    );
+    let r = post("nope", &[0; 4]);
+    assert_eq!(r.status, 404);
+    assert_eq!(r.error(), "Request for unknown model: 'nope' is not found");
+    assert_eq!(get(addr, "/v2/health/ready").status, 200);
+    server.shutdown().unwrap();
 }

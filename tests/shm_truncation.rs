@@ -471,8 +471,9 @@ fn a_fault_in_a_region_is_absorbed_on_any_thread() {
         offset: (2 * PAGE) as u64,
         byte_size: Some(64),
     };
-    let data = shardserve::shm::read_input(&r, shardserve::types::DataType::Uint8, 64, &[64], "x")
-        .expect("read");
+    let data =
+        shardserve::shm::read_input(&r, shardserve::types::DataType::Uint8, 64, &[64], "x", "m")
+            .expect("read");
     assert_eq!(&data[..], &[7u8; 64]);
     object.truncate(PAGE);
     let seen = std::thread::spawn(move || data.to_vec())

@@ -284,10 +284,15 @@ mod tests {
             offset: 0,
             byte_size: Some(8),
         };
-        let data = read_input(&input, DataType::Uint8, 8, &[8], "input 'X'").unwrap();
+        let data = read_input(&input, DataType::Uint8, 8, &[8], "X", "m").unwrap();
         assert_eq!(&data[..], &[1, 2, 3, 4, 5, 6, 7, 8]);
-        let e = read_input(&input, DataType::Int32, 1, &[1], "input 'X'").unwrap_err();
-        assert!(e.message.contains("unexpected size"), "{}", e.message);
+        let e = read_input(&input, DataType::Int32, 1, &[1], "X", "m").unwrap_err();
+        assert!(
+            e.message
+                .contains("input byte size mismatch for input 'X' for model 'm'"),
+            "{}",
+            e.message
+        );
 
         let requested = [RequestedOutput {
             name: "Y".into(),
@@ -315,8 +320,17 @@ mod tests {
         assert!(response.outputs[0].data.is_empty());
         assert_eq!(&region.read(16, 4).unwrap()[..], &[9, 9, 9, 9]);
 
+        // Held (by the request's regions, by this test): not unregistered,
+        // as in Triton; released, it is.
+        let e = registry.unregister(name, Kind::Cuda).unwrap_err();
+        assert!(
+            e.message.contains("it is currently in use"),
+            "{}",
+            e.message
+        );
+        drop((regions, region));
         registry.unregister(name, Kind::Cuda).unwrap();
-        let e = read_input(&input, DataType::Uint8, 8, &[8], "input 'X'").unwrap_err();
+        let e = read_input(&input, DataType::Uint8, 8, &[8], "X", "m").unwrap_err();
         assert_eq!(e.kind, ErrorKind::NotFound);
     }
 }

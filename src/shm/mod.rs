@@ -125,15 +125,16 @@ impl AsRef<[u8]> for RegionSlice {
     }
 }
 
-/// Reads an input of `datatype` with `count` elements (its shape) from the
-/// region `r` names, checking that the bytes agree with the shape. `what`
-/// names the input in errors.
+/// Reads input `input` of `model`, of `datatype` with `count` elements
+/// (its shape), from the region `r` names, checking that the bytes agree
+/// with the shape.
 pub fn read_input(
     r: &ShmRef,
     datatype: DataType,
     count: usize,
     shape: &[i64],
-    what: &str,
+    input: &str,
+    model: &str,
 ) -> Result<Bytes, InferError> {
     let region = find(&r.region)?;
     let (offset, len) = region.bounds(r.offset, r.byte_size.unwrap_or(0))?;
@@ -151,7 +152,7 @@ pub fn read_input(
         }
         Region::Cuda(region) => (region.read(offset, len)?, None),
     };
-    let checked = check_input(&data, datatype, count, shape, what);
+    let checked = check_input(&data, datatype, count, shape, input, model);
     // BYTES are parsed here, which reads the region: a truncation that
     // faulted meanwhile, or one within the last page (zeros, no fault),
     // would otherwise surface as malformed data.
@@ -171,20 +172,20 @@ fn check_input(
     datatype: DataType,
     count: usize,
     shape: &[i64],
-    what: &str,
+    input: &str,
+    model: &str,
 ) -> Result<(), InferError> {
     let len = data.len();
+    let what = format!("input '{}' for model '{}'", clip(input), clip(model));
     match datatype.element_size() {
         Some(elem) => {
-            if count.checked_mul(elem) != Some(len) {
-                return Err(InferError::invalid(format!(
-                    "{what}: unexpected size: shape {} of {datatype} needs {} bytes, \
-                     but '{BYTE_SIZE}' is {len}",
-                    show_shape(shape),
-                    count
-                        .checked_mul(elem)
-                        .map_or_else(|| "more than addressable".into(), |n| n.to_string())
-                )));
+            let expected = count.checked_mul(elem);
+            if expected != Some(len) {
+                // Triton's text; a size past u64 cannot be addressed anyway.
+                let expected = expected.map_or(u64::MAX, |n| n as u64);
+                return Err(crate::error_texts::input_byte_size_mismatch(
+                    input, model, expected, len as u64,
+                ));
             }
         }
         None => {

@@ -74,6 +74,16 @@ impl Region {
 
     /// `[offset, offset + byte_size)` of the region, checked as Triton
     /// checks it.
+    /// Whether a request holds the region (an input's data, an output's
+    /// destination): the registry's own reference is then not the only one.
+    /// Triton refuses to unregister such a region.
+    pub fn in_use(&self) -> bool {
+        match self {
+            Self::System(r) => Arc::strong_count(r) > 1,
+            Self::Cuda(r) => Arc::strong_count(r) > 1,
+        }
+    }
+
     pub fn bounds(&self, offset: u64, byte_size: u64) -> Result<(usize, usize), InferError> {
         let name = self.name();
         if offset >= self.byte_size() {
@@ -173,7 +183,10 @@ impl Registry {
     /// in Triton). Requests holding the region keep it until they finish.
     pub fn unregister(&self, name: &str, kind: Kind) -> Result<(), InferError> {
         let mut regions = self.regions.write().map_err(|_| poisoned())?;
-        if regions.get(name).is_some_and(|r| r.kind() == kind) {
+        if let Some(region) = regions.get(name).filter(|r| r.kind() == kind) {
+            if region.in_use() {
+                return Err(error_texts::shm_in_use(name));
+            }
             regions.remove(name);
             self.recount(&regions);
         }
@@ -181,11 +194,31 @@ impl Registry {
     }
 
     /// Forgets every region of `kind`.
+    /// Regions a request still holds stay registered, and are named in
+    /// the error (Triton's `UnregisterAll`, in name order).
     pub fn unregister_all(&self, kind: Kind) -> Result<(), InferError> {
         let mut regions = self.regions.write().map_err(|_| poisoned())?;
-        regions.retain(|_, r| r.kind() != kind);
+        let mut busy = Vec::new();
+        regions.retain(|name, r| {
+            if r.kind() != kind {
+                return true;
+            }
+            let keep = r.in_use();
+            if keep {
+                busy.push(name.clone());
+            }
+            keep
+        });
         self.recount(&regions);
-        Ok(())
+        if busy.is_empty() {
+            Ok(())
+        } else {
+            let kind = match kind {
+                Kind::System => "system",
+                Kind::Cuda => "cuda",
+            };
+            Err(error_texts::shm_unregister_all_failed(kind, &busy))
+        }
     }
 
     /// Every system region (empty `name`) or the one named; a name taken
@@ -412,5 +445,34 @@ mod tests {
         assert_eq!(registry.system_count.load(Ordering::Acquire), 0);
         registry.unregister("dev", Kind::Cuda).unwrap();
         assert!(registry.find("dev").unwrap().is_none());
+    }
+    /// As Triton: a region a request still holds is not unregistered, by
+    /// name or with all of its kind; once released it is.
+    #[test]
+    fn a_region_in_use_stays_registered() {
+        let registry = Registry::default();
+        let object = Object::new("in-use", 4096);
+        for name in ["a", "b", "c"] {
+            registry.register_system(name, &object.key, 0, 64).unwrap();
+        }
+        let held_a = registry.find("a").unwrap().unwrap();
+        let held_c = registry.find("c").unwrap().unwrap();
+        let e = registry.unregister("a", Kind::System).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Internal);
+        assert_eq!(
+            e.message,
+            "Cannot unregister shared memory region 'a', it is currently in use."
+        );
+        let e = registry.unregister_all(Kind::System).unwrap_err();
+        assert_eq!(
+            e.message,
+            "Failed to unregister the following system shared memory regions: a ,c ,"
+        );
+        assert!(registry.contains("a").unwrap() && registry.contains("c").unwrap());
+        assert!(!registry.contains("b").unwrap());
+        drop((held_a, held_c));
+        registry.unregister("a", Kind::System).unwrap();
+        registry.unregister_all(Kind::System).unwrap();
+        assert!(registry.system_status("").unwrap().is_empty());
     }
 }

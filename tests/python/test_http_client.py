@@ -121,3 +121,65 @@ def test_errors_raise_with_clear_messages(client):
 def test_all_dtypes_through_identity_helpers():
     # Sanity of the helper mapping used elsewhere.
     assert np_to_triton_dtype(np.int32) == "INT32"
+
+
+def _raw_post(server, model, body):
+    """A raw binary request (`Inference-Header-Content-Length: 0`): the
+    body is the data of the model's one input."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"http://{server.http_url}/v2/models/{model}/infer", data=body, method="POST",
+        headers={"Inference-Header-Content-Length": "0",
+                 "Content-Type": "application/octet-stream"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def test_raw_binary_request(server):
+    x = np.random.default_rng(3).random(256, dtype=np.float32)
+    status, headers, body = _raw_post(server, "mlp_onnx", x.tobytes())
+    assert status == 200, body
+    n = int(headers["Inference-Header-Content-Length"])
+    import json
+    header = json.loads(body[:n])
+    out = header["outputs"][0]
+    assert out["name"] == "OUTPUT0" and out["shape"][0] == 1
+    assert out["parameters"]["binary_data_size"] == len(body) - n
+    # The same as a JSON request for a batch of one.
+    c = httpclient.InferenceServerClient(server.http_url)
+    i0 = httpclient.InferInput("INPUT0", [1, 256], "FP32")
+    i0.set_data_from_numpy(x.reshape(1, 256))
+    expected = c.infer("mlp_onnx", [i0]).as_numpy("OUTPUT0")
+    c.close()
+    got = np.frombuffer(body[n:], dtype=np.float32).reshape(expected.shape)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def test_raw_binary_request_refusals(server):
+    status, _, body = _raw_post(server, "simple", np.zeros(32, np.int32).tobytes())
+    assert status == 400
+    assert ("Raw request must only have 1 input (found 1) to be deduced but got 2 inputs "
+            "in 'simple' model configuration") in body.decode()
+    status, _, body = _raw_post(server, "simple_identity", b"427")
+    assert status == 400
+    assert ("For BYTE datatype raw input 'INPUT0', the model must have input shape [1]"
+            in body.decode())
+    status, _, body = _raw_post(server, "mlp_onnx", b"\0" * 12)
+    assert status == 400
+    assert ("input byte size mismatch for input 'INPUT0' for model 'mlp_onnx'. "
+            "Expected 1024, got 12") in body.decode()
+
+
+def test_server_metadata_lists_tritons_extensions(client):
+    exts = client.get_server_metadata()["extensions"]
+    # Triton 2.51's order; cuda_shared_memory only where a GPU can serve it.
+    triton = ["classification", "sequence", "model_repository",
+              "model_repository(unload_dependents)", "schedule_policy", "model_configuration",
+              "system_shared_memory", "cuda_shared_memory", "binary_tensor_data", "parameters",
+              "statistics", "trace", "logging"]
+    assert exts == [e for e in triton if e != "cuda_shared_memory" or e in exts]

@@ -205,7 +205,7 @@ fn decode_shm_input(input: InferInputTensor, model: &str) -> Result<Tensor, Infe
             show_shape(&input.shape)
         ))
     })?;
-    let data = crate::shm::read_input(&shm, datatype, count, &input.shape, &what)?;
+    let data = crate::shm::read_input(&shm, datatype, count, &input.shape, &input.name, model)?;
     Ok(Tensor {
         name: input.name,
         datatype,

@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{
-    json_data, show_param, JsonParams, BINARY_DATA, BINARY_DATA_SIZE, CLASSIFICATION,
-    SHARED_MEMORY_REGION,
+    json_data, show_param, JsonParams, BINARY_DATA, BINARY_DATA_OUTPUT, BINARY_DATA_SIZE,
+    CLASSIFICATION, SHARED_MEMORY_REGION,
 };
 use crate::{
     model::IoSpec,
@@ -104,8 +104,9 @@ pub fn decode_infer_request_for(
     let model = clip(model_name);
     let json_len = match header_length {
         None => body.len(),
-        // Triton's range check, and its wording; 0 would leave no JSON at all.
-        Some(n) if n == 0 || n > body.len() => {
+        Some(0) => return decode_raw_request(body, model_name, model_version, io),
+        // Triton's range check, and its wording.
+        Some(n) if n > body.len() => {
             return Err(InferError::invalid(format!(
                 "inference header size should be in range (0, {}), got: {n}",
                 body.len()
@@ -165,6 +166,109 @@ pub fn decode_infer_request_for(
         parameters: header.parameters.0,
         trace: Default::default(),
     })
+}
+
+/// A raw binary request (`Inference-Header-Content-Length: 0`): the whole
+/// body is the data of the model's one input, its datatype and shape taken
+/// from the configuration (a batch of 1 where the model batches, the one
+/// `-1` dimension deduced from the body's size), every output answered in
+/// binary. As Triton's core `InferenceRequest::Normalize`: a BYTES input
+/// must be of one element, and its body is that element (the length prefix
+/// is added here).
+fn decode_raw_request(
+    body: Bytes,
+    model_name: &str,
+    model_version: &str,
+    io: Option<&IoSpec>,
+) -> Result<InferRequest, InferError> {
+    let request = |inputs| InferRequest {
+        model_name: model_name.to_string(),
+        model_version: model_version.to_string(),
+        id: String::new(),
+        inputs,
+        outputs: Vec::new(),
+        parameters: [(BINARY_DATA_OUTPUT.to_string(), ParamValue::Bool(true))]
+            .into_iter()
+            .collect(),
+        trace: Default::default(),
+    };
+    // A model that did not resolve: the core path gives its answer
+    // (unknown, unavailable), as for any other request to it.
+    let Some(io) = io else {
+        return Ok(request(Vec::new()));
+    };
+    let [spec] = io.inputs.as_slice() else {
+        return Err(crate::error_texts::raw_request_input_count(
+            model_name,
+            io.inputs.len(),
+        ));
+    };
+    let mut shape = Vec::with_capacity(spec.dims.len() + 1);
+    if io.max_batch_size != 0 {
+        shape.push(1);
+    }
+    let mut variable = None;
+    // Elements of the fixed dimensions; saturating, as a shape that large
+    // cannot match any body and is refused by the size check.
+    let mut fixed: usize = 1;
+    for &dim in &spec.dims {
+        if dim < 0 {
+            if variable.is_some() {
+                return Err(crate::error_texts::raw_input_shape_ambiguous(&spec.name));
+            }
+            variable = Some(shape.len());
+        } else {
+            fixed = fixed.saturating_mul(usize::try_from(dim).unwrap_or(usize::MAX));
+        }
+        shape.push(dim);
+    }
+    let data = match spec.datatype.element_size() {
+        None => {
+            if variable.is_some() || fixed != 1 {
+                return Err(crate::error_texts::raw_bytes_input_shape(&spec.name));
+            }
+            let len = u32::try_from(body.len()).map_err(|_| {
+                crate::error_texts::input_byte_size_mismatch(
+                    &spec.name,
+                    model_name,
+                    u64::from(u32::MAX),
+                    body.len() as u64,
+                )
+            })?;
+            let mut data = Vec::with_capacity(body.len() + 4);
+            data.extend_from_slice(&len.to_le_bytes());
+            data.extend_from_slice(&body);
+            Bytes::from(data)
+        }
+        Some(elem) => {
+            if let Some(axis) = variable {
+                // Triton divides and lets the size check refuse a remainder.
+                let per_row = fixed.saturating_mul(elem);
+                // A zero-sized row (a 0 dimension) deduces 0 rows.
+                let rows = body.len().checked_div(per_row).unwrap_or(0);
+                shape[axis] = i64::try_from(rows).unwrap_or(i64::MAX);
+            }
+            let expected = fixed.checked_mul(elem).and_then(|n| {
+                let rows = variable.map_or(Some(1), |axis| usize::try_from(shape[axis]).ok())?;
+                n.checked_mul(rows)
+            });
+            if expected != Some(body.len()) {
+                return Err(crate::error_texts::input_byte_size_mismatch(
+                    &spec.name,
+                    model_name,
+                    expected.map_or(u64::MAX, |n| n as u64),
+                    body.len() as u64,
+                ));
+            }
+            body
+        }
+    };
+    Ok(request(vec![Tensor {
+        name: spec.name.clone(),
+        datatype: spec.datatype,
+        shape,
+        data,
+    }]))
 }
 
 /// Checks an input's header: datatype, shape, where its data is, and
@@ -258,13 +362,14 @@ fn check_input<'a>(
                 // Checked against the shape before touching the body.
                 let needed = count.checked_mul(elem);
                 if needed != Some(size) {
-                    let needed =
-                        needed.map_or_else(|| "more than addressable".into(), |n| n.to_string());
-                    return Err(invalid(format!(
-                        "unexpected size: shape {} of {datatype} needs {needed} bytes, \
-                         but '{BINARY_DATA_SIZE}' is {size}",
-                        show_shape(shape)
-                    )));
+                    // Triton's text; a size past u64 cannot be addressed anyway.
+                    let needed = needed.map_or(u64::MAX, |n| n as u64);
+                    return Err(crate::error_texts::input_byte_size_mismatch(
+                        &input.name,
+                        model,
+                        needed,
+                        size as u64,
+                    ));
                 }
             }
             Source::Binary(size)
@@ -302,13 +407,7 @@ fn decode_data(
     let data = match source {
         Source::Json(data) => json_data::decode(datatype, data.get(), count)
             .map_err(|e| invalid(format!("Unable to parse 'data': {}", e.describe(datatype))))?,
-        Source::Shm(r) => crate::shm::read_input(
-            &r,
-            datatype,
-            count,
-            &shape,
-            &format!("input '{shown}' for model '{model}'"),
-        )?,
+        Source::Shm(r) => crate::shm::read_input(&r, datatype, count, &shape, &name, model)?,
         Source::Binary(size) => {
             let start = *cursor;
             let end = start
@@ -568,16 +667,104 @@ mod tests {
         assert!(err_of(decode_json(json!({"id": "1"}))).contains("inputs"));
     }
 
+    fn one_input_io(datatype: DataType, dims: Vec<i64>, max_batch_size: i64) -> IoSpec {
+        IoSpec {
+            max_batch_size,
+            inputs: vec![crate::model::InputSpec {
+                name: "INPUT0".into(),
+                datatype,
+                dims,
+                reshape: None,
+                optional: false,
+            }],
+            outputs: Vec::new(),
+        }
+    }
+
+    fn decode_raw(body: &[u8], io: Option<&IoSpec>) -> Result<InferRequest, InferError> {
+        decode_infer_request_for(Bytes::copy_from_slice(body), Some(0), "m", "", io)
+    }
+
+    #[test]
+    fn raw_request_deduces_the_variable_dimension() {
+        let data: Vec<u8> = (0..8f32 as i32)
+            .flat_map(|i| (i as f32).to_le_bytes())
+            .collect();
+        let io = one_input_io(DataType::Fp32, vec![-1], 8);
+        let r = decode_raw(&data, Some(&io)).unwrap();
+        assert_eq!(r.inputs.len(), 1);
+        let t = &r.inputs[0];
+        assert_eq!((t.name.as_str(), t.datatype), ("INPUT0", DataType::Fp32));
+        assert_eq!(t.shape, vec![1, 8]);
+        assert_eq!(&t.data[..], &data[..]);
+        assert_eq!(
+            r.parameters.get(BINARY_DATA_OUTPUT),
+            Some(&ParamValue::Bool(true))
+        );
+        // Without batching, no batch dimension; fixed dims as configured.
+        let io = one_input_io(DataType::Fp32, vec![2, -1], 0);
+        assert_eq!(
+            decode_raw(&data, Some(&io)).unwrap().inputs[0].shape,
+            vec![2, 4]
+        );
+        let io = one_input_io(DataType::Fp32, vec![8], 0);
+        assert_eq!(
+            decode_raw(&data, Some(&io)).unwrap().inputs[0].shape,
+            vec![8]
+        );
+    }
+
+    #[test]
+    fn raw_request_of_the_wrong_size_is_refused_as_triton() {
+        let io = one_input_io(DataType::Fp32, vec![-1], 8);
+        assert_eq!(
+            err_of(decode_raw(&[0; 10], Some(&io))),
+            "input byte size mismatch for input 'INPUT0' for model 'm'. Expected 8, got 10"
+        );
+        let io = one_input_io(DataType::Int32, vec![4], 0);
+        assert_eq!(
+            err_of(decode_raw(&[0; 12], Some(&io))),
+            "input byte size mismatch for input 'INPUT0' for model 'm'. Expected 16, got 12"
+        );
+    }
+
+    #[test]
+    fn raw_bytes_request_is_one_element() {
+        let io = one_input_io(DataType::Bytes, vec![1], 8);
+        let r = decode_raw(b"427", Some(&io)).unwrap();
+        let t = &r.inputs[0];
+        assert_eq!(t.shape, vec![1, 1]);
+        assert_eq!(&t.data[..], &encode_bytes_elements(["427"])[..]);
+        for dims in [vec![-1], vec![2], vec![1, -1]] {
+            let io = one_input_io(DataType::Bytes, dims, 8);
+            assert_eq!(
+                err_of(decode_raw(b"427", Some(&io))),
+                "For BYTE datatype raw input 'INPUT0', the model must have input shape [1]"
+            );
+        }
+    }
+
+    #[test]
+    fn raw_request_needs_one_input_and_one_variable_dimension() {
+        assert_eq!(
+            err_of(decode_raw(&[0; 16], Some(&simple_io()))),
+            "Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in \
+             'm' model configuration"
+        );
+        let io = one_input_io(DataType::Fp16, vec![-1, -1], 8);
+        assert_eq!(
+            err_of(decode_raw(&[0; 8], Some(&io))),
+            "The shape of the raw input 'INPUT0' can not be deduced because there are more \
+             than one variable-sized dimension"
+        );
+        // A model that did not resolve is left to the core path's answer.
+        assert!(decode_raw(&[0; 8], None).unwrap().inputs.is_empty());
+    }
+
     #[test]
     fn rejects_header_length_beyond_body() {
         let r = decode_infer_request(Bytes::from_static(b"{}"), Some(3), "simple", "");
         assert!(err_of(r).contains("inference header size should be in range (0, 2), got: 3"));
-    }
-
-    #[test]
-    fn rejects_zero_header_length() {
-        let r = decode_infer_request(Bytes::from_static(b"{}"), Some(0), "simple", "");
-        assert!(err_of(r).contains("got: 0"));
     }
 
     #[test]
@@ -641,7 +828,13 @@ mod tests {
             "parameters": {"binary_data_size": 8}}]});
         let (body, n) = binary_body(header, &[&[0; 8]]);
         let msg = err_of(decode_infer_request(body, Some(n), "simple", ""));
-        assert!(msg.contains("needs 4398046511104 bytes"), "{msg}");
+        assert!(
+            msg.contains(
+                "input byte size mismatch for input 'X' for model 'simple'. \
+                 Expected 4398046511104, got 8"
+            ),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -820,7 +1013,10 @@ mod tests {
         let header = json!({"inputs": [{"name": "A", "datatype": "INT32", "shape": [1, 2],
             "parameters": {"binary_data_size": 4}}]});
         let (body, n) = binary_body(header, &[&[0; 4]]);
-        assert!(err_of(decode_infer_request(body, Some(n), "simple", "")).contains("needs 8 bytes"));
+        assert_eq!(
+            err_of(decode_infer_request(body, Some(n), "simple", "")),
+            "input byte size mismatch for input 'A' for model 'simple'. Expected 8, got 4"
+        );
     }
 
     #[test]
