@@ -319,3 +319,113 @@ fn metrics_and_statistics_match_the_requests_sent() {
     }
     server.shutdown().unwrap();
 }
+
+// Triton's qa/L0_batcher preferred-size cases, on a model that reports
+// the batch it ran in: max_batch_size 8, preferred sizes 2 and 6.
+fn triton_qa_server(delay_us: u64) -> (TempRepo, shardserve::server::ServerHandle) {
+    let config = format!(
+        "{BATCHED_SIMPLE}dynamic_batching {{ preferred_batch_size: [ 2, 6 ] max_queue_delay_microseconds: {delay_us} }}"
+    );
+    let repo = repo_with("batched", &config);
+    let server = server_for(&repo.root, 1);
+    (repo, server)
+}
+
+/// Sends a request of `rows` on its own thread; yields the batch size the
+/// model ran it in and when it completed.
+fn send_rows(addr: SocketAddr, rows: usize) -> std::thread::JoinHandle<(i64, std::time::Instant)> {
+    std::thread::spawn(move || {
+        let r = post_json(addr, "/v2/models/batched/infer", &dyna_request(rows, 0));
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let batch = i32s(&r.json()["outputs"][2]["data"]);
+        assert_eq!(batch.len(), rows);
+        (batch[0], std::time::Instant::now())
+    })
+}
+
+/// Waits until the model has `n` requests queued.
+fn wait_for_queued(server: &shardserve::server::ServerHandle, n: u64) {
+    let metrics = server.metrics_addr();
+    let prefix = "nv_inference_pending_request_count{model=\"batched\"";
+    wait_for(
+        &format!("{n} queued requests"),
+        std::time::Duration::from_secs(30),
+        || {
+            let page = String::from_utf8_lossy(&get(metrics, "/metrics").body).into_owned();
+            page.lines()
+                .filter(|l| l.starts_with(prefix))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum::<u64>()
+                == n
+        },
+    );
+}
+
+/// Executions per batch size, from the model's statistics.
+fn batch_counts(addr: SocketAddr) -> Vec<(u64, u64)> {
+    let s = stats(addr, "batched");
+    let mut counts: Vec<(u64, u64)> = s["batch_stats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["batch_size"].as_u64().unwrap(),
+                b["compute_infer"]["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    counts.sort_unstable();
+    counts
+}
+
+#[test]
+fn triton_batches_above_the_largest_preferred_size_run_at_once() {
+    // test_static_batch_gt_max_preferred and
+    // test_multi_batch_gt_max_preferred: a 3 waits; a 7 (above the
+    // largest preferred size, 6) arrives: both run at once, apart, long
+    // before the 30 s delay.
+    let (_repo, server) = triton_qa_server(30_000_000);
+    let addr = server.http_addr();
+    let started = std::time::Instant::now();
+    let three = send_rows(addr, 3);
+    wait_for_queued(&server, 1);
+    let seven = send_rows(addr, 7);
+    let (b3, _) = three.join().unwrap();
+    let (b7, _) = seven.join().unwrap();
+    assert_eq!((b3, b7), (3, 7), "run apart (3 + 7 > max_batch_size)");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "a batch above the largest preferred size must not wait for the delay: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(batch_counts(addr), vec![(3, 1), (7, 1)]);
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn triton_a_pending_batch_runs_when_the_next_request_would_pass_the_largest_preferred_size() {
+    // test_multi_batch_sum_gt_max_preferred: a 3 waits; a 4 arrives
+    // (3 + 4 passes 6): the 3 runs at once, the 4 alone waits its delay.
+    let delay = std::time::Duration::from_secs(3);
+    let (_repo, server) = triton_qa_server(delay.as_micros() as u64);
+    let addr = server.http_addr();
+    let three = send_rows(addr, 3);
+    wait_for_queued(&server, 1);
+    let four_sent = std::time::Instant::now();
+    let four = send_rows(addr, 4);
+    let (b3, t3) = three.join().unwrap();
+    let (b4, t4) = four.join().unwrap();
+    assert_eq!((b3, b4), (3, 4), "not merged into a 7");
+    assert!(t3 < t4, "the 3 runs first");
+    assert!(
+        t4 - four_sent >= delay - std::time::Duration::from_millis(50),
+        "the 4 waits for the delay: {:?}",
+        t4 - four_sent
+    );
+    assert_eq!(batch_counts(addr), vec![(3, 1), (4, 1)]);
+    let s = stats(addr, "batched");
+    assert_eq!(s["execution_count"], 2);
+    assert_eq!(s["inference_count"], 7);
+    server.shutdown().unwrap();
+}

@@ -172,7 +172,15 @@ impl ModelScheduler {
                         level.max_queue_size = default_max_queue;
                     }
                 }
-                Queue::Batched(BatchQueue::new(policy))
+                let mut queue = BatchQueue::new(policy);
+                if let Some(count) = delay_scheduler_count() {
+                    tracing::info!(
+                        model = %model.name,
+                        "TRITONSERVER_DELAY_SCHEDULER: the dynamic batcher waits for {count} queued requests before its first batch"
+                    );
+                    queue.hold_until_queued(count);
+                }
+                Queue::Batched(queue)
             }
             _ => Queue::Fifo {
                 jobs: VecDeque::new(),
@@ -577,6 +585,7 @@ impl ModelScheduler {
                 let flush = self.stopped.get() || self.draining.get();
                 // Unloading or shutting down: run what is left at once.
                 let at = if flush {
+                    q.release_hold();
                     now + Duration::from_secs(3600)
                 } else {
                     now
@@ -699,4 +708,16 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// Triton's test hook `TRITONSERVER_DELAY_SCHEDULER=N`: a dynamic batcher
+/// forms no batch until N requests are queued (its QA tests line requests
+/// up this way). Read once per model load; unset, empty or 0 means off.
+fn delay_scheduler_count() -> Option<usize> {
+    std::env::var("TRITONSERVER_DELAY_SCHEDULER")
+        .ok()?
+        .trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|&n| n > 0)
 }

@@ -6,4 +6,4 @@ pub mod policy;
 pub mod queue;
 
 pub use policy::BatcherPolicy;
-pub use queue::{BatchQueue, Decision, Pending};
+pub use queue::{BatchQueue, BatchScan, Decision, Pending};

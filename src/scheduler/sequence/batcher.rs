@@ -14,7 +14,10 @@ use std::{
 };
 
 use super::{correlation::CorrelationId, spec::Strategy};
-use crate::types::{clip, InferError};
+use crate::{
+    scheduler::dynamic_batcher::BatchScan,
+    types::{clip, InferError},
+};
 
 /// One queued request of a sequence.
 #[derive(Debug)]
@@ -501,31 +504,30 @@ impl<T> SequenceBatcher<T> {
             return SeqDecision::Idle;
         }
         candidates.sort_unstable();
-        let oldest_slot = candidates[0].1;
         let oldest_time = candidates[0].0;
-        // Only requests that can share an execution with the oldest one.
-        let fit: Vec<usize> = {
-            let first = &slots[oldest_slot].queue[0].item;
-            candidates
-                .iter()
-                .map(|&(_, i)| i)
-                .filter(|&i| i == oldest_slot || compatible(first, &slots[i].queue[0].item))
-                .collect()
-        };
-        let n = fit.len();
-        let preferred_fit = preferred
-            .iter()
-            .rev()
-            .copied()
-            .find(|&p| p <= n && p <= self.max_batch);
-        let size = if n >= self.max_batch {
-            self.max_batch
-        } else if flush || delay.is_zero() || now >= oldest_time + delay {
-            preferred_fit.unwrap_or(n)
-        } else if let Some(p) = preferred_fit.filter(|&p| p == n) {
-            p
+        // In arrival order, as Triton's dynamic batcher that runs this
+        // strategy: requests join while they match the oldest one's shapes
+        // and fit, and its preferred-size rules pick how many run now.
+        let first = &slots[candidates[0].1].queue[0].item;
+        let mut scan = BatchScan::new(
+            self.max_batch as i64,
+            preferred.last().map(|&p| p as i64),
+            |rows| usize::try_from(rows).is_ok_and(|r| preferred.binary_search(&r).is_ok()),
+        );
+        let mut fit = Vec::with_capacity(candidates.len());
+        for (n, &(_, index)) in candidates.iter().enumerate() {
+            if !scan.offer(1, n == 0 || compatible(first, &slots[index].queue[0].item)) {
+                break;
+            }
+            fit.push(index);
+        }
+        let size = if flush {
+            fit.len()
         } else {
-            return SeqDecision::WaitUntil(oldest_time + delay);
+            match scan.take(now, oldest_time, delay) {
+                Ok(size) => size,
+                Err(until) => return SeqDecision::WaitUntil(until),
+            }
         };
         let mut rows = Vec::with_capacity(size);
         let mut ended = Vec::new();

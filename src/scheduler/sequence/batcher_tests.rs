@@ -352,3 +352,75 @@ fn many_abandoned_sequences_are_bounded_and_forgotten() {
     }
     assert_eq!(b.sequence_counts(), (8, 0));
 }
+
+/// `oldest` with four candidates, max_batch_size 4 and preferred size 2.
+fn oldest_max4_preferred2(delay_us: u64) -> SequenceBatcher<Item> {
+    let strategy = Strategy::Oldest {
+        max_candidates: 4,
+        preferred_batch_sizes: vec![2],
+        max_queue_delay: Duration::from_micros(delay_us),
+        preserve_ordering: false,
+    };
+    SequenceBatcher::new(strategy, 1, 4, 4, Duration::from_secs(5), 100)
+}
+
+#[test]
+fn oldest_runs_the_preferred_size_at_once_when_more_are_ready() {
+    // Triton's dynamic batcher under `oldest`: three ready sequences with
+    // preferred size 2 run 2 now (a third would pass the largest preferred
+    // size) instead of waiting for the delay; the third waits.
+    let t0 = Instant::now();
+    let mut b = oldest_max4_preferred2(1_000_000);
+    for (item, id) in [("a0", 1), ("b0", 2), ("c0", 3)] {
+        b.enqueue(entry(item, id, true, false, t0), "m", t0)
+            .unwrap();
+    }
+    assert_eq!(
+        run(&mut b, 0, t0).unwrap(),
+        vec![(0, "a0", true, false, true), (1, "b0", true, false, true)]
+    );
+    match b.next_batch(0, t0, false, |_, _| true) {
+        SeqDecision::WaitUntil(t) => assert_eq!(t, t0 + Duration::from_secs(1)),
+        other => panic!("expected a wait, got {other:?}"),
+    }
+}
+
+#[test]
+fn oldest_past_the_delay_runs_every_ready_sequence() {
+    let t0 = Instant::now();
+    let mut b = oldest_max4_preferred2(1000);
+    for (item, id) in [("a0", 1), ("b0", 2), ("c0", 3)] {
+        b.enqueue(entry(item, id, true, false, t0), "m", t0)
+            .unwrap();
+    }
+    let late = t0 + Duration::from_millis(1);
+    assert_eq!(run(&mut b, 0, late).unwrap().len(), 3);
+}
+
+#[test]
+fn oldest_stops_at_a_request_of_another_shape() {
+    let t0 = Instant::now();
+    let ms = |n| t0 + Duration::from_millis(n);
+    let mut b = oldest_max4_preferred2(1_000_000);
+    for (i, (item, id)) in [("a0", 1), ("X0", 2), ("c0", 3)].into_iter().enumerate() {
+        b.enqueue(
+            entry(item, id, true, false, ms(i as u64)),
+            "m",
+            ms(i as u64),
+        )
+        .unwrap();
+    }
+    let same_case = |a: &Item, b: &Item| {
+        a.chars().next().map(|c| c.is_lowercase()) == b.chars().next().map(|c| c.is_lowercase())
+    };
+    match b.next_batch(0, ms(3), false, same_case) {
+        SeqDecision::Execute(rows) => {
+            let items: Vec<_> = rows
+                .iter()
+                .filter_map(|r| r.entry.as_ref().map(|e| e.item))
+                .collect();
+            assert_eq!(items, vec!["a0"], "X0 cannot join; the pending one runs");
+        }
+        other => panic!("expected a batch, got {other:?}"),
+    }
+}
