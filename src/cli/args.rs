@@ -92,7 +92,7 @@ pub struct LoggingArgs {
     /// Line format: "default" (LMMDD hh:mm:ss.ssssss), "ISO8601" (YYYY-MM-DDThh:mm:ssZ L),
     /// or "json" (one object a line; not in tritonserver).
     #[arg(long, value_name = "STRING", default_value = "default")]
-    pub log_format: super::logs::LogFormat,
+    pub log_format: crate::logs::LogFormat,
     /// Write the log to this file instead of the console.
     #[arg(long, value_name = "STRING")]
     pub log_file: Option<PathBuf>,

@@ -5,7 +5,6 @@
 
 mod args;
 mod disposition;
-pub mod logs;
 pub mod values;
 
 use std::time::Duration;
@@ -13,9 +12,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{CommandFactory, Parser};
 
+pub use crate::logs::{LogFormat, LogSettings};
 pub use args::{Cli, Command, CompressionLevel, ControlMode, RateLimit};
 pub use disposition::Note;
-pub use logs::{LogFormat, LogSettings};
 
 use crate::{
     frontend::restricted::{Protocol, Restrictions},

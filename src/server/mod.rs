@@ -8,7 +8,7 @@ mod shard_thread;
 pub mod state;
 
 use std::{
-    net::{IpAddr, SocketAddr},
+    net::SocketAddr,
     sync::Arc,
     thread::JoinHandle,
     time::{Duration, Instant},
