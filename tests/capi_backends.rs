@@ -496,7 +496,12 @@ fn lifecycle_and_request_failures_stay_contained() {
     let mut server = Server::start(
         "failing",
         &models,
-        &["--backend-config", "capi_failing_init,fail_in=initialize"],
+        // Broken on purpose: serve the others (tritonserver's default exits).
+        &[
+            "--exit-on-error=false",
+            "--backend-config",
+            "capi_failing_init,fail_in=initialize",
+        ],
     );
     let index = post_json(server.http, "/v2/repository/index", &json!({})).json();
     let entry = |name: &str| -> serde_json::Value {

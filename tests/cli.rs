@@ -554,3 +554,49 @@ fn the_binary_serves_id_and_addresses_and_logs_no_effect_flags_once() {
         "{log}"
     );
 }
+
+/// tritonserver's start-up rule through the binary: a model that fails to
+/// load stops the server with status 1 naming it (`--exit-on-error`
+/// defaults to true); with `--exit-on-error=false` the others serve.
+#[test]
+fn the_binary_exits_1_when_a_model_fails_at_start_up_unless_told_not_to() {
+    let dir = std::env::temp_dir().join(format!("shardserve-cli-exit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let broken = dir.join("broken");
+    std::fs::create_dir_all(broken.join("1")).expect("model folder");
+    std::fs::write(
+        broken.join("config.pbtxt"),
+        "name: \"broken\"\nbackend: \"no_such_backend\"\nmax_batch_size: 0\n",
+    )
+    .expect("config");
+    let repo = dir.to_string_lossy().into_owned();
+    let (code, stderr) = run_binary(&[
+        "--model-repository",
+        &repo,
+        "--host=127.0.0.1",
+        "--http-port=0",
+        "--grpc-port=0",
+        "--metrics-port=0",
+        "--cores=1",
+        "--no-pin",
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("failed to load all models") && stderr.contains("broken"),
+        "{stderr}"
+    );
+    // The same repository with --exit-on-error=false serves.
+    // (The harness waits for ready: a failed model keeps a server with the
+    // default strict readiness from ever being ready.)
+    let server = ChildServer::spawn_in(
+        "cli-exit",
+        &dir,
+        1,
+        None,
+        &["--exit-on-error=false", "--strict-readiness=false"],
+    );
+    assert_eq!(get(server.http, "/v2/health/ready").status, 200);
+    let model = get(server.http, "/v2/models/broken/ready");
+    assert_ne!(model.status, 200);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -19,7 +19,7 @@ use tracing::{
     Level,
 };
 
-use super::LogFormat;
+use std::str::FromStr;
 
 /// The wall-clock time of a record, split as the formats need it (UTC).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -290,6 +290,62 @@ pub fn write_line(out: &mut String, format: LogFormat, escape: bool, record: &Re
         }
     }
     out.push('\n');
+}
+
+/// A line's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// Triton's `LMMDD hh:mm:ss.ssssss PID FILE:LINE] MSG`.
+    #[default]
+    Default,
+    /// Triton's `YYYY-MM-DDThh:mm:ssZ L PID FILE:LINE] MSG`.
+    Iso8601,
+    /// Ours: one JSON object a line (time, level, pid, target, file, line,
+    /// message, fields).
+    Json,
+}
+
+impl LogFormat {
+    pub(super) fn to_u8(self) -> u8 {
+        match self {
+            Self::Default => 0,
+            Self::Iso8601 => 1,
+            Self::Json => 2,
+        }
+    }
+
+    pub(super) fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Self::Iso8601,
+            2 => Self::Json,
+            _ => Self::Default,
+        }
+    }
+}
+
+impl FromStr for LogFormat {
+    type Err = String;
+
+    /// The names tritonserver accepts (case as Triton: `ISO8601`), and
+    /// `json`; anything else gets tritonserver's parser's message.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "default" => Ok(Self::Default),
+            "ISO8601" => Ok(Self::Iso8601),
+            "json" => Ok(Self::Json),
+            _ => Err("invalid argument for --log-format".into()),
+        }
+    }
+}
+
+impl fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Default => "default",
+            Self::Iso8601 => "ISO8601",
+            Self::Json => "json",
+        })
+    }
 }
 
 #[cfg(test)]

@@ -24,11 +24,11 @@
 pub mod format;
 mod output;
 
+pub use self::format::LogFormat;
+
 use std::{
     cell::RefCell,
-    fmt,
     path::{Path, PathBuf},
-    str::FromStr,
     sync::{
         atomic::{AtomicBool, AtomicU8, Ordering},
         Mutex, OnceLock,
@@ -53,62 +53,6 @@ use self::{
 pub const FILTER_ENV: &str = "SHARDSERVE_LOG";
 /// Triton's switch for quoting messages (`0` writes them raw).
 const ESCAPE_ENV: &str = "TRITON_SERVER_ESCAPE_LOG_MESSAGES";
-
-/// A line's shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum LogFormat {
-    /// Triton's `LMMDD hh:mm:ss.ssssss PID FILE:LINE] MSG`.
-    #[default]
-    Default,
-    /// Triton's `YYYY-MM-DDThh:mm:ssZ L PID FILE:LINE] MSG`.
-    Iso8601,
-    /// Ours: one JSON object a line (time, level, pid, target, file, line,
-    /// message, fields).
-    Json,
-}
-
-impl LogFormat {
-    fn to_u8(self) -> u8 {
-        match self {
-            Self::Default => 0,
-            Self::Iso8601 => 1,
-            Self::Json => 2,
-        }
-    }
-
-    fn from_u8(v: u8) -> Self {
-        match v {
-            1 => Self::Iso8601,
-            2 => Self::Json,
-            _ => Self::Default,
-        }
-    }
-}
-
-impl FromStr for LogFormat {
-    type Err = String;
-
-    /// The names tritonserver accepts (case as Triton: `ISO8601`), and
-    /// `json`; anything else gets tritonserver's parser's message.
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "default" => Ok(Self::Default),
-            "ISO8601" => Ok(Self::Iso8601),
-            "json" => Ok(Self::Json),
-            _ => Err("invalid argument for --log-format".into()),
-        }
-    }
-}
-
-impl fmt::Display for LogFormat {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Default => "default",
-            Self::Iso8601 => "ISO8601",
-            Self::Json => "json",
-        })
-    }
-}
 
 /// The log settings: tritonserver's `--log-*` flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
