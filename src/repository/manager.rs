@@ -483,7 +483,8 @@ impl Repository {
                 return;
             }
         };
-        let (models, mut ensembles) = closure(&found, &[dir.name.clone()], &self.m.load);
+        let (models, mut ensembles) =
+            closure(&found, std::slice::from_ref(&dir.name), &self.m.load);
         let mut loads = BTreeSet::new();
         for model in models {
             if model.name == dir.name {
