@@ -173,6 +173,12 @@ fn most_loads_at_once(tag: &str, threads: usize) -> usize {
         let (done, most) = (done.clone(), most.clone());
         let names: BTreeSet<String> = names.iter().map(|n| format!("load-{n}")).collect();
         thread::spawn(move || {
+            // A load thread that has reported its outcome may still be
+            // exiting when the next one starts: count only what held for
+            // 50 ms or more (each load takes 400 ms): the least seen in a window.
+            let window = Duration::from_millis(100);
+            let mut seen: std::collections::VecDeque<(std::time::Instant, usize)> =
+                Default::default();
             while !done.load(Ordering::Acquire) {
                 let now = std::fs::read_dir("/proc/self/task")
                     .unwrap()
@@ -180,7 +186,21 @@ fn most_loads_at_once(tag: &str, threads: usize) -> usize {
                     .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
                     .filter(|c| names.contains(c.trim()))
                     .count();
-                most.fetch_max(now, Ordering::AcqRel);
+                let at = std::time::Instant::now();
+                seen.push_back((at, now));
+                while seen
+                    .front()
+                    .is_some_and(|(t, _)| at.duration_since(*t) > window)
+                {
+                    seen.pop_front();
+                }
+                if seen
+                    .front()
+                    .is_some_and(|(t, _)| at.duration_since(*t) >= window / 2)
+                {
+                    let held = seen.iter().map(|(_, c)| *c).min().unwrap_or(0);
+                    most.fetch_max(held, Ordering::AcqRel);
+                }
                 thread::sleep(Duration::from_millis(5));
             }
         })
