@@ -6,9 +6,9 @@
 //! cargo run --release --example pinned_bandwidth [-- --device 0]
 //! ```
 //!
-//! Without a usable GPU it prints why and exits 0. It has never run on this
-//! project's machines (no GPU, no CUDA driver): the figures it prints are
-//! the first measurement of the pinned path.
+//! Without a usable GPU it prints why and exits 0. On an H200 (2026-11-26,
+//! `scripts/device_check.sh`): 54 GB/s pinned vs 13-16 GB/s pageable at
+//! 16-64 MiB, both directions.
 
 use std::time::Instant;
 
