@@ -43,7 +43,7 @@ label, c, path = sys.argv[1:]
 r = json.load(open(path))
 def find(o):
     if isinstance(o, dict):
-        if any(k in o for k in ("throughput", "infer_per_sec")):
+        if "latency_us" in o:
             return o
         for v in o.values():
             f = find(v)
@@ -54,8 +54,8 @@ def find(o):
             if f: return f
 step = find(r) or {}
 tp = step.get("throughput", step.get("infer_per_sec"))
-lat = {k: v for k, v in step.items() if "p50" in k or "p99" in k or k in ("latency", "percentiles")}
-print(f"{label:12} c={c:<3} infer/s={tp} {lat}")
+lat = step.get("latency_us", {})
+print(f"{label:6} c={c:<3} infer/s={tp:.0f} p50={lat.get('p50', 0):.0f}us p99={lat.get('p99', 0):.0f}us")
 EOF
   done
   curl -s "http://127.0.0.1:$((port + 2))/metrics" | grep -E '^nv_cache_num_(hits|misses)_per_model' || true

@@ -279,3 +279,28 @@ def test_decoupled_model_with_the_cache_is_refused(tmp_path):
     out = start_failure(repo, "--cache-config", "local,size=8192")
     assert ("Response Cache does not currently support model repeat_int32 with "
             "'decoupled' transaction policy") in out
+
+
+def test_concurrent_identical_requests_are_answered_correctly(cached):
+    from concurrent.futures import ThreadPoolExecutor
+
+    before = stats(cached.http_url, "simple")
+
+    def one(i):
+        module, url = ((grpcclient, cached.grpc_url), (httpclient, cached.http_url))[i % 2]
+        r, a, b = infer_simple(module, url, offset=6000)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, range(32)))
+    after = stats(cached.http_url, "simple")
+    assert after["success"] == before["success"] + 32
+    ran = after["exec"] - before["exec"]
+    hits = after["hit"] - before["hit"]
+    misses = after["miss"] - before["miss"]
+    # Every request either hit or ran; of those that ran at once, one stored
+    # the answer (a miss) and the others found it stored (counted in neither).
+    assert hits + ran == 32
+    assert misses == 1
+    assert ran >= 1
