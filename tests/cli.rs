@@ -480,11 +480,8 @@ fn the_binary_refuses_missing_features_and_bad_values_with_status_1() {
         ("--model-namespacing=true", "--model-namespacing=true"),
         ("--allow-sagemaker=1", "--allow-sagemaker=true"),
         ("--allow-vertex-ai=on", "--allow-vertex-ai=true"),
-        ("--cache-config=local,size=1048576", "--cache-config"),
-        (
-            "--response-cache-byte-size=1024",
-            "--response-cache-byte-size",
-        ),
+        ("--cache-config=local,size=abc", "size 'abc'"),
+        ("--cache-config=redis,host=x", "libtritoncache_redis.so"),
         (
             "--rate-limit=EXECUTION_COUNT",
             "--rate-limit=execution_count",
