@@ -404,10 +404,12 @@ pub struct RepoAgentArgs {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Response Cache")]
 pub struct CacheArgs {
-    /// A response cache setting, `<cache>,<setting>=<value>` (refused: not supported yet).
+    /// A response cache setting, `<cache>,<setting>=<value>`: `local,size=<bytes>` (the
+    /// built-in cache; no other cache exists here).
     #[arg(long, value_name = "<CACHE>,<SETTING>=<VALUE>", value_parser = values::named_setting)]
     pub cache_config: Vec<(String, String, String)>,
-    /// Where response cache libraries are found (refused: not supported yet).
+    /// Where response cache libraries are found (accepted; only the built-in `local` cache
+    /// exists here).
     #[arg(long, value_name = "STRING")]
     pub cache_directory: Option<PathBuf>,
 }
@@ -471,7 +473,7 @@ pub struct DeprecatedArgs {
     #[arg(long, value_name = "BOOLEAN", value_parser = values::boolean,
           num_args = 0..=1, default_missing_value = "true")]
     pub strict_model_config: Option<bool>,
-    /// Use --cache-config: bytes of the local response cache (0 accepted; more refused).
+    /// Use --cache-config: bytes of the local response cache (= `--cache-config local,size=N`).
     #[arg(long, value_name = "INTEGER")]
     pub response_cache_byte_size: Option<u64>,
     /// Use `--trace-config triton,file=PATH`.

@@ -30,19 +30,6 @@ pub fn refusals(cli: &Cli) -> Vec<String> {
     if cli.vertex.allow_vertex_ai == Some(true) {
         refuse("--allow-vertex-ai=true", "the Vertex AI service");
     }
-    if !cli.cache.cache_config.is_empty() {
-        refuse("--cache-config", "the response cache");
-    }
-    if cli.cache.cache_directory.is_some() {
-        refuse("--cache-directory", "the response cache");
-    }
-    if cli
-        .deprecated
-        .response_cache_byte_size
-        .is_some_and(|n| n > 0)
-    {
-        refuse("--response-cache-byte-size", "the response cache");
-    }
     if cli.rate_limiter.rate_limit == RateLimit::ExecutionCount {
         refuse("--rate-limit=execution_count", "the rate limiter");
     }
@@ -77,6 +64,12 @@ pub fn notes(cli: &Cli) -> Vec<Note> {
         cli.grpc.grpc_infer_allocation_pool_size.is_some(),
         "--grpc-infer-allocation-pool-size",
         "gRPC requests and responses are not pooled; each shard allocates its own",
+    );
+    // issue 24: response cache
+    none(
+        cli.cache.cache_directory.is_some(),
+        "--cache-directory",
+        "only the built-in 'local' response cache exists; no cache library is loaded",
     );
     let sagemaker_off =
         "the SageMaker service is off (--allow-sagemaker=true is not supported yet)";

@@ -4,6 +4,7 @@
 //! (tests/architecture.rs); the server never sees a flag.
 
 mod args;
+mod cache;
 mod disposition;
 pub mod values;
 
@@ -212,6 +213,8 @@ impl Cli {
             allow_gpu_metrics: metrics.allow_gpu_metrics && metrics.allow_metrics,
             allow_cpu_metrics: metrics.allow_cpu_metrics && metrics.allow_metrics,
             metrics_config: metrics.metrics_config.clone(),
+            // issue 24: response cache
+            response_cache_byte_size: cache::local_cache_bytes(&self.cache, &self.deprecated)?,
             ..ServerOptions::new(repo.model_repository.clone())
         })
     }

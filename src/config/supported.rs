@@ -28,7 +28,6 @@ use crate::proto::inference::{
 /// - `instance_group` `secondary_devices`, TensorRT `profile`s, and
 ///   `passive` instances (`KIND_GPU` is served: see
 ///   `config::resolve_instance_kinds` for its checks against the GPUs);
-/// - `response_cache { enable: true }`;
 /// - `model_warmup`;
 /// - `model_repository_agents`;
 /// - `batch_input` / `batch_output`;
@@ -182,9 +181,6 @@ pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
         }
     }
 
-    if config.response_cache.as_ref().is_some_and(|c| c.enable) {
-        refuse("response_cache enable: true".into(), None);
-    }
     if !config.model_warmup.is_empty() {
         refuse("model_warmup".into(), None);
     }
@@ -356,11 +352,6 @@ mod tests {
     }
 
     #[test]
-    fn response_cache_is_refused() {
-        assert!(refusal("response_cache { enable: true }").contains("response_cache"));
-    }
-
-    #[test]
     fn warmup_is_refused() {
         assert!(refusal("model_warmup [ { name: \"w\" batch_size: 1 } ]").contains("model_warmup"));
     }
@@ -416,7 +407,7 @@ mod tests {
 
     #[test]
     fn every_refused_feature_is_named_in_one_message() {
-        let e = refusal("dynamic_batching { preserve_ordering: true } instance_group [ { count: 2 } ] model_warmup [ { name: \"w\" } ] response_cache { enable: true }");
+        let e = refusal("dynamic_batching { preserve_ordering: true } instance_group [ { count: 2 } ] model_warmup [ { name: \"w\" } ] model_operations { op_library_filename: [ \"l.so\" ] }");
         assert!(
             e.starts_with(
                 "model 'm': these configuration features are not supported yet by shardserve: "
@@ -426,12 +417,12 @@ mod tests {
         assert!(
             e.contains("preserve_ordering")
                 && e.contains("model_warmup")
-                && e.contains("response_cache"),
+                && e.contains("model_operations"),
             "{e}"
         );
         assert_eq!(
             unsupported_features(&config(
-                "response_cache { enable: true } model_warmup [ { } ]"
+                "model_operations { op_library_filename: [ \"l.so\" ] } model_warmup [ { } ]"
             ))
             .len(),
             2

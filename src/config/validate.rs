@@ -90,8 +90,32 @@ pub fn validate(config: &ModelConfig) -> anyhow::Result<()> {
     }
 
     check_version_policy(config)?;
+    check_response_cache(config)?;
     check_scheduling(config)?;
     check_instance_groups(config)?;
+    Ok(())
+}
+
+/// Triton 2.51 refuses the response cache on the models it cannot cache
+/// (`ValidateModelConfig`), whether or not the server has a cache.
+fn check_response_cache(config: &ModelConfig) -> anyhow::Result<()> {
+    if !config.response_cache.as_ref().is_some_and(|c| c.enable) {
+        return Ok(());
+    }
+    let model = &config.name;
+    if matches!(
+        config.scheduling_choice,
+        Some(SchedulingChoice::SequenceBatching(_))
+    ) {
+        bail!(
+            "Response Cache does not currently support model {model} with sequence batching scheduler. Please disable the response cache."
+        );
+    }
+    if super::is_decoupled(config) {
+        bail!(
+            "Response Cache does not currently support model {model} with 'decoupled' transaction policy. Please disable the response cache."
+        );
+    }
     Ok(())
 }
 
@@ -430,6 +454,24 @@ mod tests {
 
     fn err(config: &ModelConfig) -> String {
         format!("{:#}", validate(config).unwrap_err())
+    }
+
+    #[test]
+    fn the_response_cache_is_refused_where_triton_refuses_it() {
+        validate(&config("response_cache { enable: true }")).unwrap();
+        let seq = config("sequence_batching { } response_cache { enable: true }");
+        assert!(
+            err(&seq).contains("with sequence batching scheduler"),
+            "{}",
+            err(&seq)
+        );
+        let dec =
+            config("model_transaction_policy { decoupled: true } response_cache { enable: true }");
+        assert!(
+            err(&dec).contains("with 'decoupled' transaction policy"),
+            "{}",
+            err(&dec)
+        );
     }
 
     #[test]

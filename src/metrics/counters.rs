@@ -312,6 +312,11 @@ pub struct ShardCounters {
     /// Open addressing by batch size, for larger sizes; empty unless
     /// `max_batch_size` exceeds [`DENSE_BATCH_SIZES`].
     large_batches: PaddedSlice<LargeBatch, 16>,
+    // issue 24: response cache
+    /// Requests answered from the response cache, with their lookup time.
+    pub cache_hit: DurationCounter,
+    /// Responses stored after a cache miss, with lookup + insert time.
+    pub cache_miss: DurationCounter,
 }
 
 impl ShardCounters {
@@ -336,6 +341,8 @@ impl ShardCounters {
             pending: AtomicU64::default(),
             batches: PaddedSlice::new(dense + 1),
             large_batches: PaddedSlice::new(large),
+            cache_hit: DurationCounter::default(),
+            cache_miss: DurationCounter::default(),
         }
     }
 
@@ -476,6 +483,8 @@ impl ModelStats {
             s.execution_count += b.execution_count.load(Relaxed);
             s.last_inference_ms = s.last_inference_ms.max(b.last_inference_ms.load(Relaxed));
             s.pending += b.pending.load(Relaxed);
+            s.cache_hit += b.cache_hit.read();
+            s.cache_miss += b.cache_miss.read();
             for (total, c) in s.batches.iter_mut().zip(b.batches.iter()) {
                 c.add_to(total);
             }
@@ -529,6 +538,9 @@ pub struct StatsSnapshot {
     pub batches: Vec<BatchTotal>,
     /// Larger batch sizes that ran, ascending.
     pub large_batches: Vec<(u64, BatchTotal)>,
+    // issue 24: response cache
+    pub cache_hit: DurationTotal,
+    pub cache_miss: DurationTotal,
 }
 
 impl StatsSnapshot {

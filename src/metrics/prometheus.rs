@@ -121,6 +121,45 @@ pub fn render(table: &ModelTable, shards: &[ShardGauges], show: &Exposition) -> 
             }
         }
     }
+    // issue 24: response cache. As Triton, only the versions that use the
+    // cache have these, and only with the latency counters on.
+    let cached: Vec<_> = loaded
+        .iter()
+        .zip(&versions)
+        .filter(|(m, _)| m.response_cache.is_some())
+        .map(|(_, v)| v)
+        .collect();
+    if show.config.counter_latencies && !cached.is_empty() {
+        type CachePick = fn(&super::counters::StatsSnapshot) -> u64;
+        let families: [(&str, &str, CachePick); 4] = [
+            (
+                "nv_cache_num_hits_per_model",
+                "Number of cache hits per model",
+                |s| s.cache_hit.count,
+            ),
+            (
+                "nv_cache_hit_duration_per_model",
+                "Total cache hit duration per model, in microseconds",
+                |s| s.cache_hit.ns / 1000,
+            ),
+            (
+                "nv_cache_num_misses_per_model",
+                "Number of cache misses per model",
+                |s| s.cache_miss.count,
+            ),
+            (
+                "nv_cache_miss_duration_per_model",
+                "Total cache miss (insert+lookup) duration per model, in microseconds",
+                |s| s.cache_miss.ns / 1000,
+            ),
+        ];
+        for (name, help, pick) in families {
+            f.header(name, "counter", help);
+            for (labels, s) in &cached {
+                f.sample(name, labels, pick(s));
+            }
+        }
+    }
     f.header(
         "nv_inference_pending_request_count",
         "gauge",

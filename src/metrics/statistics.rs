@@ -33,8 +33,8 @@ pub fn model_statistics(m: &ModelVersion) -> ModelStatistics {
             compute_input: duration(s.compute_input),
             compute_infer: duration(s.compute_infer),
             compute_output: duration(s.compute_output),
-            cache_hit: duration(DurationTotal::default()),
-            cache_miss: duration(DurationTotal::default()),
+            cache_hit: duration(s.cache_hit),
+            cache_miss: duration(s.cache_miss),
         }),
         batch_stats: s
             .batch_sizes()

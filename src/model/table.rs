@@ -74,6 +74,10 @@ pub struct ModelVersion {
     pub stats: Arc<ModelStats>,
     /// For an ensemble: its compiled steps (it has no scheduler).
     pub ensemble: Option<Arc<crate::scheduler::ensemble::EnsemblePlan>>,
+    // issue 24: response cache
+    /// The server's response cache when this version enables it (and the
+    /// server has one): requests look up and store their answers there.
+    pub response_cache: Option<Arc<crate::scheduler::ResponseCache>>,
 }
 
 #[derive(Debug, Clone)]

@@ -91,7 +91,7 @@ pub fn load_ensembles(
             break;
         }
         for (dir, config) in now {
-            let entry = load_ensemble(dir, config, table, placement);
+            let entry = load_ensemble(dir, config, opts, table, placement);
             table.models.insert(dir.name.clone(), entry);
         }
         pending = later;
@@ -109,6 +109,7 @@ fn failed(name: &str, reason: &str) -> ModelEntry {
 fn load_ensemble(
     dir: &ModelDir,
     mut config: ModelConfig,
+    opts: &LoadOptions,
     table: &ModelTable,
     placement: &mut Placement,
 ) -> ModelEntry {
@@ -137,7 +138,7 @@ fn load_ensemble(
         let version_dir = dir.path.join(version.to_string());
         let loaded = match super::broken_link(&version_dir) {
             Some(reason) => Err(anyhow::anyhow!(reason)),
-            None => load_version(dir, &config, version, table, placement),
+            None => load_version(dir, &config, version, opts, table, placement),
         };
         if let Ok(model) = &loaded {
             tracing::info!(model = %dir.name, version, steps = model.ensemble.as_ref().map_or(0, |p| p.steps.len()), "loaded ensemble");
@@ -153,6 +154,7 @@ fn load_version(
     dir: &ModelDir,
     config: &ModelConfig,
     version: i64,
+    opts: &LoadOptions,
     table: &ModelTable,
     placement: &mut Placement,
 ) -> anyhow::Result<Arc<ModelVersion>> {
@@ -176,5 +178,10 @@ fn load_version(
         sequence: None,
         stats: Arc::new(ModelStats::new(placement.shard_count(), max_batch)),
         ensemble: Some(Arc::new(plan)),
+        // An ensemble enabling the cache is cached whole, at the top level.
+        response_cache: crate::scheduler::response_cache::for_model(
+            config,
+            opts.response_cache.as_ref(),
+        ),
     }))
 }

@@ -53,6 +53,9 @@ pub struct LoadOptions {
     /// `--metrics-config summary_latencies=true`: models keep latency
     /// windows for the summary metrics.
     pub latency_summaries: bool,
+    // issue 24: response cache
+    /// The server's response cache (`--cache-config local,size=N`).
+    pub response_cache: Option<Arc<crate::scheduler::ResponseCache>>,
 }
 
 impl Default for LoadOptions {
@@ -64,6 +67,7 @@ impl Default for LoadOptions {
             retry_count: 0,
             config_name: None,
             latency_summaries: false,
+            response_cache: None,
         }
     }
 }
@@ -482,6 +486,8 @@ fn load_version(
         created.push((spec.name, instance));
     }
     let target = placement.owner_for(&devices);
+    let response_cache =
+        crate::scheduler::response_cache::for_model(&config, opts.response_cache.as_ref());
     let model = Arc::new(ModelVersion {
         name: config.name.clone(),
         version,
@@ -506,6 +512,7 @@ fn load_version(
             opts.latency_summaries,
         )),
         ensemble: None,
+        response_cache,
     });
     let done_bell = Arc::new(futures::task::AtomicWaker::new());
     let mut executors = Vec::with_capacity(created.len());

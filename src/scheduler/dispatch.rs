@@ -21,6 +21,7 @@ use monoio_compat::hyper::MonoioTimer;
 
 use super::{
     batch::batch_rows,
+    cache_path::{probe, Miss, Probe},
     decoupled::{ResponseTx, DECOUPLED_ON_MODEL_INFER},
     sequence::{sequence_flags, SequenceFlags},
     Job,
@@ -49,6 +50,7 @@ pub async fn infer(request: InferRequest) -> InferResult<InferResponse> {
         answer: rx,
         mut outcome,
         timeout,
+        cache_miss,
     } = submit(request, None).await?;
     let answer = match timeout {
         None => rx.await,
@@ -64,6 +66,9 @@ pub async fn infer(request: InferRequest) -> InferResult<InferResponse> {
         },
     };
     let mut result = answer.unwrap_or_else(|_| Err(scheduler_gone()));
+    if let (Some(miss), Ok(response)) = (cache_miss, &result) {
+        super::cache_path::store(outcome.key, miss, response);
+    }
     outcome.record(result.as_ref().map(|_| ()));
     if let Ok(response) = &mut result {
         response.trace.stamp(Event::RequestEnd);
@@ -77,6 +82,8 @@ pub(super) struct Submitted {
     pub answer: oneshot::Receiver<InferResult<InferResponse>>,
     pub outcome: Outcome,
     pub timeout: Option<Duration>,
+    /// A response-cache miss whose answer is to be stored.
+    pub cache_miss: Option<Miss>,
 }
 
 /// Validates `request` and sends it to its model's scheduler. `responses`
@@ -90,7 +97,7 @@ pub(super) async fn submit(
     request.trace.stamp(Event::RequestStart);
     let (tx, rx) = oneshot::channel();
     let streaming = responses.is_some();
-    let (mut pending, target, timeout) = shard::with_current(|s| {
+    let (mut pending, target, timeout, cache_miss) = shard::with_current(|s| {
         s.with_table(|table| {
             let model = table.resolve(&request.model_name, &request.model_version)?;
             request.trace.identify(model.version, &request.id);
@@ -100,9 +107,21 @@ pub(super) async fn submit(
             // A request refused here never reached its scheduler: as in
             // Triton (whose `TRITONSERVER_ServerInferAsync` returns such
             // errors before the request counts), it is in no statistics.
-            checked.map(|sequence| (model.scheduler, sequence, model.ensemble.clone()))
+            checked.map(|sequence| {
+                let cache = probe(s.id, model, &request, received);
+                (model.scheduler, sequence, model.ensemble.clone(), cache)
+            })
         })
-        .map(|(target, sequence, ensemble)| {
+        .map(|(target, sequence, ensemble, cache)| {
+            // A hit skips the queue and the model (and the ring).
+            let cache_miss = match cache {
+                Probe::Hit(cached, version) => {
+                    let _ = tx.send(Ok(cached.answer(request, &version)));
+                    return (Dispatch::Queued, target, s.request_timeout, None);
+                }
+                Probe::Miss(miss) => Some(miss),
+                Probe::Off => None,
+            };
             // A decoupled request's responses flow for as long as its model
             // sends them, so the server's request timeout bounds only its
             // wait in the queue (where Triton applies request timeouts).
@@ -128,7 +147,7 @@ pub(super) async fn submit(
                 // dropped and its answer reads "scheduler gone".
                 None => super::host::dispatch(target, job).unwrap_or(Dispatch::Queued),
             };
-            (pending, target, s.request_timeout)
+            (pending, target, s.request_timeout, cache_miss)
         })
     })
     .ok_or_else(not_on_shard)??;
@@ -155,6 +174,7 @@ pub(super) async fn submit(
         answer: rx,
         outcome,
         timeout,
+        cache_miss,
     })
 }
 

@@ -9,6 +9,7 @@
 //! `ensemble` runs its steps from the receiving shard.
 
 mod batch;
+mod cache_path;
 pub mod classification;
 pub mod decoupled;
 mod dispatch;
@@ -20,6 +21,7 @@ mod job;
 mod model_scheduler;
 mod output;
 mod per_request;
+pub mod response_cache;
 pub mod sequence;
 mod timeout;
 
@@ -28,3 +30,4 @@ pub use dispatch::infer;
 pub use host::{reply, SchedulerHost, ShardMsg};
 pub use job::{Job, Responder};
 pub use model_scheduler::{InstanceExecutor, ModelScheduler, DEFAULT_MAX_QUEUE_SIZE};
+pub use response_cache::ResponseCache;

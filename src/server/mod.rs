@@ -617,6 +617,15 @@ fn load_options(options: &ServerOptions) -> LoadOptions {
         config_name: options.model_config_name.clone(),
         latency_summaries: crate::metrics::config::MetricsConfig::parse(&options.metrics_config)
             .is_ok_and(|c| c.summary_latencies),
+        response_cache: options.response_cache_byte_size.map(|bytes| {
+            let cache = crate::scheduler::ResponseCache::new(bytes);
+            tracing::info!(
+                bytes,
+                segments = cache.segment_count(),
+                "response cache 'local' created"
+            );
+            Arc::new(cache)
+        }),
     }
 }
 

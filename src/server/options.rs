@@ -147,6 +147,10 @@ pub struct ServerOptions {
     /// `--metrics-config`: the raw `<setting>=<value>` settings, checked at
     /// start by `metrics::config::MetricsConfig::parse`.
     pub metrics_config: Vec<String>,
+    // issue 24: response cache
+    /// `--cache-config local,size=N` (or `--response-cache-byte-size N`):
+    /// the bytes of the built-in local response cache; `None`: no cache.
+    pub response_cache_byte_size: Option<u64>,
 }
 
 impl ServerOptions {
@@ -214,6 +218,8 @@ impl ServerOptions {
             allow_gpu_metrics: true,
             allow_cpu_metrics: true,
             metrics_config: Vec::new(),
+            // issue 24: response cache
+            response_cache_byte_size: None,
         }
     }
 
