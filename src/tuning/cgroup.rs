@@ -11,12 +11,7 @@
 //! `<root>/proc/self/mountinfo`, and the cgroup files at
 //! `<root>/<mount point>/...`.
 
-use std::{
-    fmt,
-    path::{Path, PathBuf},
-};
-
-use super::topology::cpu_list;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CgroupCpu {
@@ -108,22 +103,6 @@ impl CgroupCpu {
         }
         cpus.sort_unstable();
         cpus
-    }
-}
-
-impl fmt::Display for CgroupCpu {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cgroup v{} {}: CPU quota ", self.version, self.path)?;
-        match (self.quota, self.cpu_limit()) {
-            (Some((quota, period)), Some(limit)) => {
-                write!(f, "{quota}/{period} us = {limit} CPU(s)")?
-            }
-            _ => write!(f, "none")?,
-        }
-        match &self.cpuset {
-            Some(set) => write!(f, "; cpuset {}", cpu_list(set)),
-            None => write!(f, "; cpuset not reported"),
-        }
     }
 }
 

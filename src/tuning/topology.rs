@@ -291,6 +291,24 @@ fn one_per_core_first(topology: &Topology, cpus: &[usize]) -> Vec<usize> {
     out
 }
 
+// Here rather than in cgroup.rs, which stays free of imports from this
+// module (tests/architecture.rs bounds import circles).
+impl fmt::Display for CgroupCpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cgroup v{} {}: CPU quota ", self.version, self.path)?;
+        match (self.quota, self.cpu_limit()) {
+            (Some((quota, period)), Some(limit)) => {
+                write!(f, "{quota}/{period} us = {limit} CPU(s)")?
+            }
+            _ => write!(f, "none")?,
+        }
+        match &self.cpuset {
+            Some(set) => write!(f, "; cpuset {}", cpu_list(set)),
+            None => write!(f, "; cpuset not reported"),
+        }
+    }
+}
+
 impl fmt::Display for MachineTopology {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(reason) = &self.degraded {
