@@ -1,7 +1,7 @@
 //! Compiles `proto/` into prost messages and tonic services, and writes the
 //! descriptor set that `config::text_format` parses `config.pbtxt` against.
 
-use std::{env, path::PathBuf};
+use std::{env, path::PathBuf, process::Command};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
@@ -38,5 +38,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
+    git_commit();
     Ok(())
+}
+
+/// `SHARDSERVE_COMMIT` for `--version`: the short commit id, or "unknown"
+/// when building from a tarball without `.git` (or without git). Reruns
+/// only when HEAD moves: HEAD itself, the branch file it names, and
+/// packed-refs (where `git gc` moves branch files).
+fn git_commit() {
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git").args(args).output().ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        let text = String::from_utf8(out.stdout).ok()?;
+        let text = text.trim();
+        (!text.is_empty()).then(|| text.to_owned())
+    };
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]);
+    if commit.is_some() {
+        if let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+            let git_dir = PathBuf::from(git_dir);
+            println!("cargo:rerun-if-changed={}", git_dir.join("HEAD").display());
+            let common = git(&["rev-parse", "--git-common-dir"])
+                .map(PathBuf::from)
+                .map(|p| if p.is_absolute() { p } else { git_dir.join(p) })
+                .unwrap_or_else(|| git_dir.clone());
+            println!(
+                "cargo:rerun-if-changed={}",
+                common.join("packed-refs").display()
+            );
+            if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+                println!("cargo:rerun-if-changed={}", common.join(branch).display());
+            }
+        }
+    }
+    println!(
+        "cargo:rustc-env=SHARDSERVE_COMMIT={}",
+        commit.as_deref().unwrap_or("unknown")
+    );
 }

@@ -9,10 +9,19 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use super::values;
 use crate::tuning::IoDriver;
 
+/// `--version`: the crate version and the commit it was built from
+/// ("unknown" when built from a tarball without `.git`; see build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SHARDSERVE_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "shardserve",
-    version,
+    version = VERSION,
     // As tritonserver's getopt: a flag given twice takes its last value.
     args_override_self = true,
     about = "Thread-per-core inference server, drop-in for Triton's KServe v2 protocols",

@@ -123,8 +123,8 @@ impl TuningProfile {
         toml::from_str(text).with_context(|| format!("invalid tuning profile {}", origin.display()))
     }
 
-    /// Loads `NAME` from `tuning/NAME.toml` (next to the working directory
-    /// or the executable's checkout), or a path to a file.
+    /// Loads `NAME` from `tuning/NAME.toml` (in the working directory, the
+    /// executable's package or its checkout), or a path to a file.
     pub fn load(name_or_path: &str) -> anyhow::Result<Self> {
         let path = Self::resolve(name_or_path)?;
         let text = std::fs::read_to_string(&path)
@@ -140,7 +140,13 @@ impl TuningProfile {
         let file = format!("{name_or_path}.toml");
         let mut candidates = vec![PathBuf::from("tuning").join(&file)];
         if let Ok(exe) = std::env::current_exe() {
-            if let Some(root) = exe.parent().and_then(Path::parent).and_then(Path::parent) {
+            // A package (`<prefix>/bin/shardserve`, `<prefix>/tuning/`),
+            // then a build tree (`<checkout>/target/release/shardserve`).
+            let prefix = exe.parent().and_then(Path::parent);
+            for root in [prefix, prefix.and_then(Path::parent)]
+                .into_iter()
+                .flatten()
+            {
                 candidates.push(root.join("tuning").join(&file));
             }
         }

@@ -6,6 +6,8 @@
 
 use std::{fmt, sync::OnceLock};
 
+use super::cgroup::CgroupCpu;
+
 use anyhow::Context;
 use hwlocality::{
     object::{attributes::ObjectAttributes, types::ObjectType, TopologyObject},
@@ -51,6 +53,9 @@ pub struct MachineTopology {
     pub pci_devices: Vec<PciDevice>,
     /// Set when hwloc could not be used and only the CPU list is known.
     pub degraded: Option<String>,
+    /// The process's cgroup CPU limits, which `cpus` already obeys (none
+    /// for a recorded topology).
+    pub cgroup: Option<CgroupCpu>,
 }
 
 fn cpus_of(obj: &TopologyObject) -> Vec<usize> {
@@ -112,16 +117,39 @@ impl MachineTopology {
     /// Reads this machine with hwloc, restricted to the CPUs this process
     /// may run on; falls back to the affinity list alone (and says so)
     /// when hwloc fails.
+    ///
+    /// The cgroup's CPU quota and cpuset narrow the list further: a quota
+    /// of N CPUs keeps N of the allowed CPUs, one per core before any
+    /// core's second hyperthread, so shards and compute workers are as many
+    /// as the CPU time the process may use.
     pub fn detect() -> Self {
         let allowed = crate::compute::thread::current_affinity().unwrap_or_default();
+        let cgroup = CgroupCpu::detect();
         let built = Topology::builder()
             .with_io_type_filter(TypeFilter::KeepImportant)
             .map_err(|e| format!("hwloc filter: {e}"))
             .and_then(|b| b.build().map_err(|e| format!("hwloc: {e}")));
-        match built {
-            Ok(topology) => Self::from_hwloc(&topology, &allowed),
-            Err(reason) => Self::cpus_only(allowed, reason),
+        let mut this = match built {
+            Ok(topology) => {
+                let mut this = Self::from_hwloc(&topology, &allowed);
+                if let Some(cg) = &cgroup {
+                    this.cpus = cg.restrict(&one_per_core_first(&topology, &this.cpus));
+                }
+                this
+            }
+            Err(reason) => {
+                let cpus = match &cgroup {
+                    Some(cg) => cg.restrict(&allowed),
+                    None => allowed,
+                };
+                Self::cpus_only(cpus, reason)
+            }
+        };
+        if let Some(cg) = &cgroup {
+            tracing::info!("{cg}; using CPUs {}", cpu_list(&this.cpus));
         }
+        this.cgroup = cgroup;
+        this
     }
 
     /// A topology recorded as hwloc XML (`lstopo file.xml`, or
@@ -149,6 +177,7 @@ impl MachineTopology {
             cpus,
             pci_devices: Vec::new(),
             degraded: Some(reason),
+            cgroup: None,
         }
     }
 
@@ -203,6 +232,7 @@ impl MachineTopology {
             numa_nodes,
             pci_devices,
             degraded: None,
+            cgroup: None,
         }
     }
 
@@ -236,6 +266,49 @@ impl MachineTopology {
     }
 }
 
+/// `cpus` reordered: the first CPU of every core, then the second of
+/// every core, and so on (cores in hwloc's order), so taking a prefix
+/// spreads over physical cores.
+fn one_per_core_first(topology: &Topology, cpus: &[usize]) -> Vec<usize> {
+    let cores: Vec<Vec<usize>> = topology
+        .objects_with_type(ObjectType::Core)
+        .map(|core| {
+            cpus_of(core)
+                .into_iter()
+                .filter(|c| cpus.contains(c))
+                .collect::<Vec<_>>()
+        })
+        .filter(|pus| !pus.is_empty())
+        .collect();
+    let mut out = Vec::with_capacity(cpus.len());
+    let deepest = cores.iter().map(Vec::len).max().unwrap_or(0);
+    for round in 0..deepest {
+        out.extend(cores.iter().filter_map(|pus| pus.get(round).copied()));
+    }
+    // CPUs hwloc put in no core (should not happen) keep their place last.
+    let missing: Vec<usize> = cpus.iter().copied().filter(|c| !out.contains(c)).collect();
+    out.extend(missing);
+    out
+}
+
+// Here rather than in cgroup.rs, which stays free of imports from this
+// module (tests/architecture.rs bounds import circles).
+impl fmt::Display for CgroupCpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cgroup v{} {}: CPU quota ", self.version, self.path)?;
+        match (self.quota, self.cpu_limit()) {
+            (Some((quota, period)), Some(limit)) => {
+                write!(f, "{quota}/{period} us = {limit} CPU(s)")?
+            }
+            _ => write!(f, "none")?,
+        }
+        match &self.cpuset {
+            Some(set) => write!(f, "; cpuset {}", cpu_list(set)),
+            None => write!(f, "; cpuset not reported"),
+        }
+    }
+}
+
 impl fmt::Display for MachineTopology {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(reason) = &self.degraded {
@@ -243,6 +316,9 @@ impl fmt::Display for MachineTopology {
                 f,
                 "hwloc unavailable ({reason}); using the CPU affinity list only"
             )?;
+        }
+        if let Some(cg) = &self.cgroup {
+            writeln!(f, "{cg}")?;
         }
         writeln!(
             f,

@@ -70,15 +70,34 @@ pub fn backend_directory() -> PathBuf {
         .unwrap_or_else(default_backend_directory)
 }
 
-/// The checkout's `.backends/`: the nearest one in the executable's
-/// folder or above it (`target/release/shardserve` finds the checkout's),
-/// else `.backends` in the working directory.
+/// tritonserver's default, used when neither a package nor a build tree
+/// is found around the executable.
+const SYSTEM_BACKEND_DIRECTORY: &str = "/opt/tritonserver/backends";
+
+/// `<exe>/../backends` (the layout of `scripts/package.sh`: a package runs
+/// from wherever it is unpacked), else the nearest `.backends/` in the
+/// executable's folder or above it (a build tree: `target/release/shardserve`
+/// finds the checkout's), else tritonserver's `/opt/tritonserver/backends`.
+/// Never the working directory, so where the server is started from does
+/// not change which backends it loads.
 pub fn default_backend_directory() -> PathBuf {
-    let from_exe = std::env::current_exe()
+    let exe_dir = std::env::current_exe()
         .ok()
         .and_then(|exe| exe.canonicalize().ok())
-        .and_then(|exe| find_up(exe.parent()?, ".backends"));
-    from_exe.unwrap_or_else(|| PathBuf::from(".backends"))
+        .and_then(|exe| exe.parent().map(Path::to_path_buf));
+    exe_dir
+        .and_then(|dir| backend_directory_near(&dir))
+        .unwrap_or_else(|| PathBuf::from(SYSTEM_BACKEND_DIRECTORY))
+}
+
+fn backend_directory_near(exe_dir: &Path) -> Option<PathBuf> {
+    let packaged = exe_dir.join("../backends");
+    if packaged.is_dir() {
+        // Canonical, so a backend's `$ORIGIN`-relative look-ups and the log
+        // name the real folder rather than `bin/..`.
+        return Some(packaged.canonicalize().unwrap_or(packaged));
+    }
+    find_up(exe_dir, ".backends")
 }
 
 fn find_up(start: &Path, name: &str) -> Option<PathBuf> {
@@ -108,5 +127,18 @@ mod tests {
             Ok((String::new(), "k".into(), "v=w".into()))
         );
         assert!(parse_backend_config("python,novalue").is_err());
+    }
+
+    #[test]
+    fn a_package_layout_wins_over_a_build_tree() {
+        let root = std::env::temp_dir().join(format!("ss-backdir-{}", std::process::id()));
+        let bin = root.join("pkg/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(root.join(".backends")).unwrap();
+        assert_eq!(backend_directory_near(&bin), Some(root.join(".backends")));
+        std::fs::create_dir_all(root.join("pkg/backends")).unwrap();
+        let got = backend_directory_near(&bin);
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(got, Some(root.join("pkg/backends")));
     }
 }
