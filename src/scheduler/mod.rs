@@ -20,8 +20,10 @@ mod job;
 mod model_scheduler;
 mod output;
 mod per_request;
+mod reorder;
 pub mod sequence;
 mod timeout;
+pub mod warmup;
 
 pub use decoupled::{infer_stream, refuse_decoupled_http, ResponseStream, Streamed};
 pub use dispatch::infer;

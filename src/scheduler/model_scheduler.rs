@@ -24,6 +24,7 @@ use super::{
     batch::{batch_rows, compatible},
     dynamic_batcher::{BatchQueue, BatcherPolicy, Decision, Pending},
     execute::{Batch, Runner},
+    reorder::Reorder,
     sequence::{Entry, RowControl, SeqDecision, SequenceBatcher},
     timeout::requested_timeout,
     Job,
@@ -138,6 +139,8 @@ pub struct ModelScheduler {
     draining: Cell<bool>,
     /// Batching delays are waited on it (sub-millisecond, reactor parked).
     timer: shard::PreciseTimer,
+    /// `preserve_ordering` across instances: answers leave in dispatch order.
+    reorder: Option<Reorder>,
 }
 
 impl ModelScheduler {
@@ -201,7 +204,6 @@ impl ModelScheduler {
             .collect();
         Rc::new(Self {
             key,
-            model,
             shard,
             gauges,
             queue: RefCell::new(queue),
@@ -212,6 +214,8 @@ impl ModelScheduler {
             stopped: Cell::new(false),
             draining: Cell::new(false),
             timer: shard::PreciseTimer::default(),
+            reorder: super::reorder::wanted(&model).then(Reorder::new),
+            model,
         })
     }
 
@@ -351,6 +355,11 @@ impl ModelScheduler {
 
     /// The scheduler task: runs until the model is unloaded and drained.
     pub async fn run(self: Rc<Self>) {
+        let forwarder = self
+            .reorder
+            .as_ref()
+            .and_then(Reorder::forwarder)
+            .map(monoio::spawn);
         loop {
             self.notified.set(false);
             self.collect_done();
@@ -362,9 +371,17 @@ impl ModelScheduler {
                 continue;
             }
             if self.stopped.get() && self.queue_len() == 0 && self.busy_count() == 0 {
-                return;
+                break;
             }
             self.wait(wait_until, self.housekeeping_deadline()).await;
+        }
+        // Unloaded: the held answers are all in (every instance is idle);
+        // the forwarder hands them out, then ends.
+        if let Some(reorder) = &self.reorder {
+            reorder.close();
+        }
+        if let Some(forwarder) = forwarder {
+            forwarder.await;
         }
     }
 
@@ -402,8 +419,11 @@ impl ModelScheduler {
                     break;
                 }
                 match self.next_batch(index, now) {
-                    Next::Run(batch) => {
+                    Next::Run(mut batch) => {
                         self.started(&batch.jobs, now);
+                        if let Some(reorder) = &self.reorder {
+                            reorder.hold(&mut batch, self.shard);
+                        }
                         match &inst.exec {
                             Exec::Inline(runner) => {
                                 runner.borrow_mut().run(
