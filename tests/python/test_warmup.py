@@ -52,14 +52,14 @@ model_warmup [
 """
 
 
-def one_sample(input0, input1="zero_data: true", batch_size=1):
+def one_sample(input0, input1="zero_data: true", batch_size=1, dtype1="TYPE_INT32"):
     return f"""
 model_warmup [
   {{
     name: "sample"
     batch_size: {batch_size}
     inputs {{ key: "INPUT0" value {{ {input0} }} }}
-    inputs {{ key: "INPUT1" value {{ data_type: TYPE_INT32 dims: [ 16 ] {input1} }} }}
+    inputs {{ key: "INPUT1" value {{ data_type: {dtype1} dims: [ 16 ] {input1} }} }}
   }}
 ]
 """
@@ -90,7 +90,7 @@ BAD = {
     # data of a BYTES input) make the backend answer an error.
     "warm_backend_error": ("simple_string", one_sample(
         "data_type: TYPE_STRING dims: [ 16 ] zero_data: true",
-        input1="zero_data: true"), "failed to run warmup sample 'sample'"),
+        dtype1="TYPE_STRING"), "failed to run warmup sample 'sample'"),
 }
 
 
