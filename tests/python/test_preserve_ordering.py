@@ -64,7 +64,7 @@ instance_group [ { count: 2, kind: KIND_CPU } ]
 
 MODELS = {
     "ordered": "max_batch_size: 1\ndynamic_batching { preserve_ordering: true }",
-    "ordered_oldest": "max_batch_size: 1\nsequence_batching { oldest { max_candidate_sequences: 4 "
+    "ordered_oldest": "max_batch_size: 1\nsequence_batching { oldest { max_candidate_sequences: 1 "
                       "preserve_ordering: true } }",
     "ordered_decoupled": "max_batch_size: 1\ndynamic_batching { preserve_ordering: true }\n"
                          "model_transaction_policy { decoupled: true }",
@@ -116,8 +116,10 @@ def test_grpc_stream_answers_in_queue_order(ordering_server, name):
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     sequence = name == "ordered_oldest"
     before = queued(name, ordering_server)
+    # The slow sequence stays open, holding its instance's only slot, so
+    # the fast one goes to the other instance.
     client.async_stream_infer(name, delay_input(grpcclient, SLOW_MS), request_id="slow",
-                              **({"sequence_id": 1, "sequence_start": True, "sequence_end": True}
+                              **({"sequence_id": 1, "sequence_start": True, "sequence_end": False}
                                  if sequence else {}))
     wait_dispatched(name, before + 1, ordering_server)
     client.async_stream_infer(name, delay_input(grpcclient, 0), request_id="fast",
