@@ -25,7 +25,7 @@ use super::{
     dynamic_batcher::{BatchQueue, BatcherPolicy, Decision, Pending},
     execute::{Batch, Runner},
     reorder::Reorder,
-    sequence::{Entry, RowControl, SeqDecision, SequenceBatcher},
+    sequence::{Entry, RowControl, SeqDecision, SequenceBatcher, Strategy},
     timeout::requested_timeout,
     Job,
 };
@@ -78,6 +78,29 @@ impl InstanceExecutor {
             runner.run(&model, model.stats.shard(stats_block), batch)
         })?;
         Ok(Self::Worker(worker))
+    }
+}
+
+/// Whether a model asks for its responses in queue order across more
+/// than one instance (`dynamic_batching` or the sequence batcher's
+/// `oldest` strategy with `preserve_ordering`); one instance answers in
+/// order by construction.
+fn wants_reorder(model: &ModelVersion) -> bool {
+    if model.instances.len() < 2 {
+        return false;
+    }
+    match &model.sequence {
+        Some(spec) => matches!(
+            spec.strategy,
+            Strategy::Oldest {
+                preserve_ordering: true,
+                ..
+            }
+        ),
+        None => matches!(
+            &model.config.scheduling_choice,
+            Some(SchedulingChoice::DynamicBatching(db)) if db.preserve_ordering
+        ),
     }
 }
 
@@ -214,7 +237,7 @@ impl ModelScheduler {
             stopped: Cell::new(false),
             draining: Cell::new(false),
             timer: shard::PreciseTimer::default(),
-            reorder: super::reorder::wanted(&model).then(Reorder::new),
+            reorder: wants_reorder(&model).then(|| Reorder::new(super::host::reply)),
             model,
         })
     }
@@ -422,7 +445,14 @@ impl ModelScheduler {
                     Next::Run(mut batch) => {
                         self.started(&batch.jobs, now);
                         if let Some(reorder) = &self.reorder {
-                            reorder.hold(&mut batch, self.shard);
+                            for job in &mut batch.jobs {
+                                reorder.hold(
+                                    &mut job.reply,
+                                    &mut job.origin,
+                                    &mut job.responses,
+                                    self.shard,
+                                );
+                            }
                         }
                         match &inst.exec {
                             Exec::Inline(runner) => {

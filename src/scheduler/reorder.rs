@@ -28,16 +28,21 @@ use futures::{
     SinkExt, StreamExt,
 };
 
-use super::{
-    decoupled::ResponseTx, dispatch::scheduler_gone, execute::Batch, job::Responder,
-    sequence::Strategy,
-};
 use crate::{
-    model::ModelVersion,
-    proto::inference::model_config::SchedulingChoice,
     shard::ShardId,
-    types::{InferResponse, InferResult},
+    types::{InferError, InferResponse, InferResult},
 };
+
+// This stage imports nothing of the scheduler (its caller hands it the
+// pieces of each job and the function that answers), so it adds no file
+// to the scheduler's import circle.
+
+/// Completes a request (a job's `reply`).
+pub(super) type Responder = oneshot::Sender<InferResult<InferResponse>>;
+/// Where a decoupled request's responses go (a job's `responses`).
+pub(super) type ResponseTx = mpsc::Sender<InferResponse>;
+/// Answers a request on the shard that decoded it (`host::reply`).
+pub(super) type Reply = fn(ShardId, Responder, InferResult<InferResponse>);
 
 /// Responses a held decoupled request may have waiting before its
 /// backend's `send` blocks (the same bound as the client's own channel).
@@ -47,6 +52,7 @@ const HELD_RESPONSES: usize = 16;
 pub(super) struct Reorder {
     tx: mpsc::UnboundedSender<Held>,
     rx: RefCell<Option<mpsc::UnboundedReceiver<Held>>>,
+    reply: Reply,
 }
 
 /// One dispatched request whose answers are held until every request
@@ -58,35 +64,16 @@ struct Held {
     /// A decoupled request's responses: what the instance sends, and where
     /// the client reads.
     responses: Option<(mpsc::Receiver<InferResponse>, ResponseTx)>,
-}
-
-/// Whether a model asks for its responses in queue order across more
-/// than one instance.
-pub(super) fn wanted(model: &ModelVersion) -> bool {
-    if model.instances.len() < 2 {
-        return false;
-    }
-    if let Some(spec) = &model.sequence {
-        return matches!(
-            spec.strategy,
-            Strategy::Oldest {
-                preserve_ordering: true,
-                ..
-            }
-        );
-    }
-    matches!(
-        &model.config.scheduling_choice,
-        Some(SchedulingChoice::DynamicBatching(db)) if db.preserve_ordering
-    )
+    send: Reply,
 }
 
 impl Reorder {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(reply: Reply) -> Self {
         let (tx, rx) = mpsc::unbounded();
         Self {
             tx,
             rx: RefCell::new(Some(rx)),
+            reply,
         }
     }
 
@@ -106,30 +93,33 @@ impl Reorder {
         self.tx.close_channel();
     }
 
-    /// Takes over the answers of `batch`'s requests, in order, before the
-    /// batch goes to an instance on shard `owner`.
-    pub(super) fn hold(&self, batch: &mut Batch, owner: ShardId) {
-        for job in &mut batch.jobs {
-            let (answer_tx, answer) = oneshot::channel();
-            let reply = std::mem::replace(&mut job.reply, answer_tx);
-            let origin = std::mem::replace(&mut job.origin, owner);
-            let responses = job.responses.take().map(|client| {
+    /// Takes over the answers of one request (its `reply`, `origin` and a
+    /// decoupled request's `responses`) as it goes to an instance on shard
+    /// `owner`; call it in dispatch order.
+    pub(super) fn hold(
+        &self,
+        reply: &mut Responder,
+        origin: &mut ShardId,
+        responses: &mut Option<ResponseTx>,
+        owner: ShardId,
+    ) {
+        let (answer_tx, answer) = oneshot::channel();
+        let held = Held {
+            answer,
+            reply: std::mem::replace(reply, answer_tx),
+            origin: std::mem::replace(origin, owner),
+            responses: responses.take().map(|client| {
                 let (tx, rx) = mpsc::channel(HELD_RESPONSES);
-                job.responses = Some(tx);
+                *responses = Some(tx);
                 (rx, client)
-            });
-            let held = Held {
-                answer,
-                reply,
-                origin,
-                responses,
-            };
-            if let Err(e) = self.tx.unbounded_send(held) {
-                // Only after `close`, when the scheduler no longer runs
-                // batches: forward on a task of its own rather than lose
-                // the request (dropping the handle detaches it).
-                drop(monoio::spawn(e.into_inner().deliver()));
-            }
+            }),
+            send: self.reply,
+        };
+        if let Err(e) = self.tx.unbounded_send(held) {
+            // Only after `close`, when the scheduler no longer runs
+            // batches: forward on a task of its own rather than lose the
+            // request (dropping the handle detaches it).
+            drop(monoio::spawn(e.into_inner().deliver()));
         }
     }
 }
@@ -142,6 +132,7 @@ impl Held {
             mut reply,
             origin,
             responses,
+            send,
         } = self;
         if let Some((mut from, mut client)) = responses {
             while let Some(response) = from.next().await {
@@ -156,42 +147,49 @@ impl Held {
             let gone = reply.cancellation();
             futures::pin_mut!(gone);
             match select(answer, gone).await {
-                Either::Left((answer, _)) => Some(answer.unwrap_or_else(|_| Err(scheduler_gone()))),
+                Either::Left((answer, _)) => Some(answer.unwrap_or_else(|_| {
+                    Err(InferError::unavailable(
+                        "the model's scheduler stopped before answering (model unloaded or server shutting down)",
+                    ))
+                })),
                 // The client stopped waiting; dropping `answer` lets the
                 // instance see the request as cancelled.
                 Either::Right(_) => None,
             }
         };
         if let Some(result) = result {
-            super::host::reply(origin, reply, result);
+            send(origin, reply, result);
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
-
-    use futures::{executor::LocalPool, task::LocalSpawnExt};
-
     use super::*;
-    use crate::{scheduler::Job, types::InferRequest};
 
-    fn job(id: &str) -> (Job, oneshot::Receiver<InferResult<InferResponse>>) {
+    fn direct(_: ShardId, reply: Responder, result: InferResult<InferResponse>) {
+        let _ = reply.send(result);
+    }
+
+    struct Job {
+        reply: Responder,
+        origin: ShardId,
+        responses: Option<ResponseTx>,
+    }
+
+    fn job() -> (Job, oneshot::Receiver<InferResult<InferResponse>>) {
         let (reply, answer) = oneshot::channel();
         let job = Job {
-            request: InferRequest {
-                id: id.into(),
-                ..Default::default()
-            },
             reply,
             origin: 3,
-            received: Instant::now(),
-            deadline: None,
-            sequence: None,
             responses: None,
         };
         (job, answer)
+    }
+
+    fn hold(reorder: &Reorder, job: &mut Job) {
+        reorder.hold(&mut job.reply, &mut job.origin, &mut job.responses, 0);
+        assert_eq!(job.origin, 0);
     }
 
     fn answered(id: &str) -> InferResult<InferResponse> {
@@ -203,19 +201,17 @@ mod tests {
 
     #[test]
     fn a_later_answer_waits_for_the_earlier_one() {
-        let reorder = Reorder::new();
-        let (first, mut first_answer) = job("first");
-        let (second, mut second_answer) = job("second");
-        let mut batch = Batch::from(vec![first, second]);
-        reorder.hold(&mut batch, 0);
-        assert!(batch.jobs.iter().all(|j| j.origin == 0));
+        use futures::{executor::LocalPool, task::LocalSpawnExt};
+        let reorder = Reorder::new(direct);
+        let (mut first, mut first_answer) = job();
+        let (mut second, mut second_answer) = job();
+        hold(&reorder, &mut first);
+        hold(&reorder, &mut second);
         let mut pool = LocalPool::new();
         pool.spawner()
             .spawn_local(reorder.forwarder().expect("first call"))
             .expect("spawn");
         assert!(reorder.forwarder().is_none());
-        let mut jobs = batch.jobs.into_iter();
-        let (first, second) = (jobs.next().expect("first"), jobs.next().expect("second"));
         // The second finishes first: held.
         second.reply.send(answered("second")).expect("send");
         pool.run_until_stalled();
@@ -231,21 +227,20 @@ mod tests {
 
     #[test]
     fn decoupled_responses_follow_the_earlier_request() {
-        let reorder = Reorder::new();
-        let (mut first, first_answer) = job("first");
-        let (mut second, second_answer) = job("second");
+        use futures::{executor::LocalPool, task::LocalSpawnExt};
+        let reorder = Reorder::new(direct);
+        let (mut first, first_answer) = job();
+        let (mut second, second_answer) = job();
         let (first_tx, mut first_rx) = mpsc::channel(4);
         let (second_tx, mut second_rx) = mpsc::channel(4);
         first.responses = Some(first_tx);
         second.responses = Some(second_tx);
-        let mut batch = Batch::from(vec![first, second]);
-        reorder.hold(&mut batch, 0);
+        hold(&reorder, &mut first);
+        hold(&reorder, &mut second);
         let mut pool = LocalPool::new();
         pool.spawner()
             .spawn_local(reorder.forwarder().expect("forwarder"))
             .expect("spawn");
-        let mut jobs = batch.jobs.into_iter();
-        let (mut first, mut second) = (jobs.next().expect("1"), jobs.next().expect("2"));
         let mut to_second = second.responses.take().expect("held channel");
         to_second
             .try_send(InferResponse::default())
