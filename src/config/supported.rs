@@ -15,8 +15,6 @@ use crate::proto::inference::{
 /// Refused (each changes what a client observes, so ignoring it would be
 /// wrong):
 ///
-/// - `dynamic_batching { preserve_ordering: true }` with more than one
-///   instance (one instance answers in order by construction);
 /// - an ensemble's `step` with a `model_namespace` (namespaces are not
 ///   implemented);
 /// - `model_transaction_policy { decoupled: true }` together with
@@ -28,7 +26,6 @@ use crate::proto::inference::{
 /// - `instance_group` `secondary_devices`, TensorRT `profile`s, and
 ///   `passive` instances (`KIND_GPU` is served: see
 ///   `config::resolve_instance_kinds` for its checks against the GPUs);
-/// - `model_warmup`;
 /// - `model_repository_agents`;
 /// - `batch_input` / `batch_output`;
 /// - inputs with `is_shape_tensor`, `allow_ragged_batch` or
@@ -41,7 +38,8 @@ use crate::proto::inference::{
 /// - `model_operations` (custom operator libraries).
 ///
 /// Accepted: the default scheduler, `dynamic_batching` with all of its
-/// fields, `ensemble_scheduling` with `platform: "ensemble"` (checked by
+/// fields (`preserve_ordering` across instances: `scheduler::reorder`),
+/// `model_warmup` (`repository::warmup`), `ensemble_scheduling` with `platform: "ensemble"` (checked by
 /// `scheduler::ensemble` at load), `sequence_batching` (checked by `scheduler::sequence::spec`,
 /// which refuses `iterative_sequence`), `instance_group` of every kind (`KIND_MODEL` runs on CPU), `version_policy`, `reshape`, `optional` inputs,
 /// `parameters`, `label_filename`, and fields that are purely advisory
@@ -88,18 +86,6 @@ impl fmt::Display for Unsupported {
     }
 }
 
-/// Instances over all groups (a group's count of 0 means 1, as in Triton).
-fn instances(config: &ModelConfig) -> i64 {
-    if config.instance_group.is_empty() {
-        return 1;
-    }
-    config
-        .instance_group
-        .iter()
-        .map(|g| i64::from(g.count.max(1)))
-        .sum()
-}
-
 /// Every refused feature the configuration uses (see [`check_supported`]).
 pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
     let mut refused = Vec::new();
@@ -121,16 +107,6 @@ pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
                     Some("model namespacing is not implemented"),
                 );
             }
-        }
-        Some(SchedulingChoice::DynamicBatching(db))
-            if db.preserve_ordering && instances(config) > 1 =>
-        {
-            // One instance answers in queue order by construction; across
-            // instances no reorder stage exists yet.
-            refuse(
-                "dynamic_batching preserve_ordering: true with more than one instance".into(),
-                Some("use one instance, or leave preserve_ordering out"),
-            )
         }
         Some(SchedulingChoice::DynamicBatching(_)) | None => {}
     }
@@ -181,9 +157,6 @@ pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
         }
     }
 
-    if !config.model_warmup.is_empty() {
-        refuse("model_warmup".into(), None);
-    }
     if config
         .model_repository_agents
         .as_ref()
@@ -352,8 +325,11 @@ mod tests {
     }
 
     #[test]
-    fn warmup_is_refused() {
-        assert!(refusal("model_warmup [ { name: \"w\" batch_size: 1 } ]").contains("model_warmup"));
+    fn warmup_and_preserve_ordering_across_instances_are_accepted() {
+        let c = config(
+            "dynamic_batching { preserve_ordering: true }\ninstance_group [ { count: 2 kind: KIND_CPU } ]\nmodel_warmup [ { name: \"w\" batch_size: 1 } ]",
+        );
+        assert!(check_supported(&c).is_ok());
     }
 
     #[test]
@@ -407,7 +383,7 @@ mod tests {
 
     #[test]
     fn every_refused_feature_is_named_in_one_message() {
-        let e = refusal("dynamic_batching { preserve_ordering: true } instance_group [ { count: 2 } ] model_warmup [ { name: \"w\" } ] model_operations { op_library_filename: [ \"l.so\" ] }");
+        let e = refusal("model_operations { op_library_filename: [ \"x.so\" ] } model_repository_agents { agents [ { name: \"c\" } ] } optimization { cuda { graphs: true } }");
         assert!(
             e.starts_with(
                 "model 'm': these configuration features are not supported yet by shardserve: "
@@ -415,27 +391,17 @@ mod tests {
             "{e}"
         );
         assert!(
-            e.contains("preserve_ordering")
-                && e.contains("model_warmup")
-                && e.contains("model_operations"),
+            e.contains("model_operations")
+                && e.contains("model_repository_agents")
+                && e.contains("CUDA graphs"),
             "{e}"
         );
         assert_eq!(
             unsupported_features(&config(
-                "model_operations { op_library_filename: [ \"l.so\" ] } model_warmup [ { } ]"
+                "optimization { cuda { graphs: true } } model_operations { op_library_filename: [ \"x.so\" ] }"
             ))
             .len(),
             2
         );
-    }
-
-    #[test]
-    fn preserve_ordering_is_refused_only_across_instances() {
-        let one = config("dynamic_batching { preserve_ordering: true }");
-        assert!(check_supported(&one).is_ok());
-        let e = refusal(
-            "dynamic_batching { preserve_ordering: true }\ninstance_group [ { count: 2 kind: KIND_CPU } ]",
-        );
-        assert!(e.contains("preserve_ordering"), "{e}");
     }
 }

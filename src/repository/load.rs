@@ -27,7 +27,7 @@ use crate::{
     },
     proto::inference::{model_instance_group::Kind, ModelConfig},
     scheduler::{
-        host,
+        self, host,
         sequence::{self, SequenceSpec},
         InstanceExecutor,
     },
@@ -444,6 +444,7 @@ fn load_version(
     sequence::fill_defaults(&mut config);
     let sequence = SequenceSpec::from_config(&config, &dir.path)?;
     let io = IoSpec::from_config(&config, &dir.path)?;
+    let warmup = super::warmup::samples(&config, &dir.path, &io, sequence.is_some())?;
     let platform = if config.platform.is_empty() {
         config.backend.clone()
     } else {
@@ -518,6 +519,17 @@ fn load_version(
     let mut executors = Vec::with_capacity(created.len());
     for (index, (name, mut instance)) in created.into_iter().enumerate() {
         instance.attach_statistics(model.stats.clone(), placement.shard_count + index);
+        if !warmup.is_empty() {
+            // Before the instance serves: the version is published READY
+            // only once every instance has run every sample.
+            scheduler::warmup::warm_up(
+                instance.as_mut(),
+                &model,
+                placement.shard_count + index,
+                &warmup,
+            )
+            .with_context(|| format!("warming up instance {name}"))?;
+        }
         executors.push(match place {
             ExecutionPlace::Inline => InstanceExecutor::Inline(instance),
             ExecutionPlace::Worker => InstanceExecutor::spawn_worker(

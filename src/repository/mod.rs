@@ -10,6 +10,7 @@ pub mod manager;
 mod scan;
 pub mod uploads;
 mod versions;
+mod warmup;
 
 pub use load::{
     config_path, load_model_with, load_repository, send_control, LoadOptions, Placement,

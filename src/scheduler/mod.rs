@@ -22,8 +22,10 @@ mod model_scheduler;
 mod output;
 mod per_request;
 pub mod response_cache;
+mod reorder;
 pub mod sequence;
 mod timeout;
+pub mod warmup;
 
 pub use decoupled::{infer_stream, refuse_decoupled_http, ResponseStream, Streamed};
 pub use dispatch::infer;

@@ -24,7 +24,8 @@ use super::{
     batch::{batch_rows, compatible},
     dynamic_batcher::{BatchQueue, BatcherPolicy, Decision, Pending},
     execute::{Batch, Runner},
-    sequence::{Entry, RowControl, SeqDecision, SequenceBatcher},
+    reorder::Reorder,
+    sequence::{Entry, RowControl, SeqDecision, SequenceBatcher, Strategy},
     timeout::requested_timeout,
     Job,
 };
@@ -77,6 +78,29 @@ impl InstanceExecutor {
             runner.run(&model, model.stats.shard(stats_block), batch)
         })?;
         Ok(Self::Worker(worker))
+    }
+}
+
+/// Whether a model asks for its responses in queue order across more
+/// than one instance (`dynamic_batching` or the sequence batcher's
+/// `oldest` strategy with `preserve_ordering`); one instance answers in
+/// order by construction.
+fn wants_reorder(model: &ModelVersion) -> bool {
+    if model.instances.len() < 2 {
+        return false;
+    }
+    match &model.sequence {
+        Some(spec) => matches!(
+            spec.strategy,
+            Strategy::Oldest {
+                preserve_ordering: true,
+                ..
+            }
+        ),
+        None => matches!(
+            &model.config.scheduling_choice,
+            Some(SchedulingChoice::DynamicBatching(db)) if db.preserve_ordering
+        ),
     }
 }
 
@@ -138,6 +162,8 @@ pub struct ModelScheduler {
     draining: Cell<bool>,
     /// Batching delays are waited on it (sub-millisecond, reactor parked).
     timer: shard::PreciseTimer,
+    /// `preserve_ordering` across instances: answers leave in dispatch order.
+    reorder: Option<Reorder>,
 }
 
 impl ModelScheduler {
@@ -201,7 +227,6 @@ impl ModelScheduler {
             .collect();
         Rc::new(Self {
             key,
-            model,
             shard,
             gauges,
             queue: RefCell::new(queue),
@@ -212,6 +237,8 @@ impl ModelScheduler {
             stopped: Cell::new(false),
             draining: Cell::new(false),
             timer: shard::PreciseTimer::default(),
+            reorder: wants_reorder(&model).then(|| Reorder::new(super::host::reply)),
+            model,
         })
     }
 
@@ -351,6 +378,11 @@ impl ModelScheduler {
 
     /// The scheduler task: runs until the model is unloaded and drained.
     pub async fn run(self: Rc<Self>) {
+        let forwarder = self
+            .reorder
+            .as_ref()
+            .and_then(Reorder::forwarder)
+            .map(monoio::spawn);
         loop {
             self.notified.set(false);
             self.collect_done();
@@ -362,9 +394,17 @@ impl ModelScheduler {
                 continue;
             }
             if self.stopped.get() && self.queue_len() == 0 && self.busy_count() == 0 {
-                return;
+                break;
             }
             self.wait(wait_until, self.housekeeping_deadline()).await;
+        }
+        // Unloaded: the held answers are all in (every instance is idle);
+        // the forwarder hands them out, then ends.
+        if let Some(reorder) = &self.reorder {
+            reorder.close();
+        }
+        if let Some(forwarder) = forwarder {
+            forwarder.await;
         }
     }
 
@@ -402,8 +442,18 @@ impl ModelScheduler {
                     break;
                 }
                 match self.next_batch(index, now) {
-                    Next::Run(batch) => {
+                    Next::Run(mut batch) => {
                         self.started(&batch.jobs, now);
+                        if let Some(reorder) = &self.reorder {
+                            for job in &mut batch.jobs {
+                                reorder.hold(
+                                    &mut job.reply,
+                                    &mut job.origin,
+                                    &mut job.responses,
+                                    self.shard,
+                                );
+                            }
+                        }
                         match &inst.exec {
                             Exec::Inline(runner) => {
                                 runner.borrow_mut().run(
