@@ -244,7 +244,11 @@ def test_bad_ragged_configurations_are_refused(tmp_path):
     cfg = cfg.replace('name: "simple_identity"', 'name: "identity_ragged"')
     (repo / "identity_ragged" / "config.pbtxt").write_text(
         cfg.replace("dims: [ -1 ]", "dims: [ -1 ]\n    allow_ragged_batch: true", 1))
-    server = ServerProcess([repo], ["--model-control-mode", "explicit"],
+    # Strict: no auto-complete, so the configuration is judged before the
+    # backend compares it with the ONNX model (auto-complete would find the
+    # mismatches of these broken configurations first, in its own words).
+    server = ServerProcess([repo], ["--model-control-mode", "explicit",
+                                    "--strict-model-config", "true"],
                            log="python-ragged-bad-server.log", ready_path="/v2/health/live")
     try:
         expected = {
