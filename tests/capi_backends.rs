@@ -308,6 +308,60 @@ fn identity_backend_serves_http_and_grpc_and_batches_requests() {
     assert!(server.alive());
 }
 
+/// Ragged batching for a C API backend: as in Triton, the server only lets
+/// requests of different shapes into one execution; the backend gets each
+/// request with its own shapes (and builds any batch input itself from the
+/// configuration, which it reads through `TRITONBACKEND_ModelConfig`).
+#[test]
+fn ragged_requests_reach_a_c_backend_in_one_execution_with_their_own_shapes() {
+    let config = r#"name: "cragged"
+backend: "capi_identity"
+max_batch_size: 8
+input [
+  { name: "INPUT0", data_type: TYPE_INT32, dims: [ -1 ], allow_ragged_batch: true }
+]
+output [ { name: "OUTPUT0", data_type: TYPE_INT32, dims: [ -1 ] } ]
+batch_input [ { kind: BATCH_ACCUMULATED_ELEMENT_COUNT, target_name: "INDEX",
+                data_type: TYPE_INT32, source_input: "INPUT0" } ]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+dynamic_batching { max_queue_delay_microseconds: 30000000, preferred_batch_size: [ 4 ] }
+"#;
+    let models = [("cragged", config.to_string())];
+    let mut server = Server::start("ragged", &models, &[]);
+    let http = server.http;
+    // Four lengths: the 30 s delay and preferred size 4 make them one
+    // execution whatever the scheduling of the client threads.
+    let replies: Vec<(i64, serde_json::Value)> = [2i64, 5, 1, 3]
+        .into_iter()
+        .map(|n| {
+            thread::spawn(move || {
+                let data: Vec<i64> = (0..n).map(|v| v + 10 * n).collect();
+                let body = json!({"inputs": [
+                    {"name": "INPUT0", "datatype": "INT32", "shape": [1, n], "data": data}
+                ]});
+                (n, post_json(http, "/v2/models/cragged/infer", &body).json())
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().expect("client thread"))
+        .collect();
+    for (n, body) in &replies {
+        let out = output(body, "OUTPUT0");
+        assert_eq!(out["shape"], json!([1, n]), "{body}");
+        assert_eq!(
+            i32s(&out["data"]),
+            (0..*n).map(|v| v + 10 * n).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            body["parameters"]["execution_requests"].as_i64(),
+            Some(4),
+            "{body}"
+        );
+    }
+    assert!(server.alive());
+}
+
 #[test]
 fn decoupled_repeat_backend_streams_responses_in_order_from_its_thread() {
     let config = r#"name: "crepeat"

@@ -189,9 +189,24 @@ pub fn backend_for(config: &ModelConfig) -> anyhow::Result<Arc<dyn Backend>> {
             config.name
         ),
         other => match builtin::backend(other) {
+            // Built-ins execute merged tensors but were written for fixed
+            // request layouts; Triton's own backends of these names take
+            // requests one by one, so a flattened ragged batch would differ.
+            Some(_) if uses_batch_io(config) => anyhow::bail!(
+                "model '{}': allow_ragged_batch, batch_input and batch_output are served for the \
+                 onnxruntime backend and C API backends, not for the built-in backend '{other}'",
+                config.name
+            ),
             Some(b) => Ok(b),
             // Any other name is a shared-library backend (Triton's C API).
             None => Ok(Arc::new(capi::CapiBackend::new(config)?)),
         },
     }
+}
+
+/// Whether a configuration asks for ragged batching or batch inputs/outputs.
+fn uses_batch_io(config: &ModelConfig) -> bool {
+    !config.batch_input.is_empty()
+        || !config.batch_output.is_empty()
+        || config.input.iter().any(|i| i.allow_ragged_batch)
 }

@@ -27,8 +27,10 @@ use crate::proto::inference::{
 ///   `passive` instances (`KIND_GPU` is served: see
 ///   `config::resolve_instance_kinds` for its checks against the GPUs);
 /// - `model_repository_agents`;
-/// - `batch_input` / `batch_output`;
-/// - inputs with `is_shape_tensor`, `allow_ragged_batch` or
+/// - `batch_input`, `batch_output` or `allow_ragged_batch` together with
+///   `sequence_batching` or a decoupled model (batch inputs are built for
+///   the dynamic batcher's and the default scheduler's executions only);
+/// - inputs with `is_shape_tensor` or
 ///   `is_non_linear_format_io`, outputs with `is_shape_tensor` or
 ///   `is_non_linear_format_io`;
 /// - `optimization.cuda` with `graphs` or `graph_spec` (CUDA graphs);
@@ -164,17 +166,37 @@ pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
     {
         refuse("model_repository_agents".into(), None);
     }
-    if !config.batch_input.is_empty() {
-        refuse("batch_input".into(), None);
-    }
-    if !config.batch_output.is_empty() {
-        refuse("batch_output".into(), None);
+    // Ragged batching and batch inputs/outputs are served
+    // (`scheduler::ragged`), but not where executions are not formed by the
+    // dynamic batcher or the default scheduler.
+    let ragged = !config.batch_input.is_empty()
+        || !config.batch_output.is_empty()
+        || config.input.iter().any(|i| i.allow_ragged_batch);
+    if ragged {
+        if matches!(
+            config.scheduling_choice,
+            Some(SchedulingChoice::SequenceBatching(_))
+        ) {
+            refuse(
+                "batch_input, batch_output or allow_ragged_batch with sequence_batching".into(),
+                Some("ragged batching is served with dynamic_batching or the default scheduler"),
+            );
+        }
+        if config
+            .model_transaction_policy
+            .as_ref()
+            .is_some_and(|p| p.decoupled)
+        {
+            refuse(
+                "batch_input, batch_output or allow_ragged_batch with model_transaction_policy decoupled: true".into(),
+                Some("ragged batching is served for models that answer once per request"),
+            );
+        }
     }
 
     for input in &config.input {
         let flags = [
             ("is_shape_tensor", input.is_shape_tensor),
-            ("allow_ragged_batch", input.allow_ragged_batch),
             ("is_non_linear_format_io", input.is_non_linear_format_io),
         ];
         for (flag, _) in flags.iter().filter(|(_, on)| *on) {
@@ -341,22 +363,32 @@ mod tests {
     }
 
     #[test]
-    fn batch_inputs_and_outputs_are_refused() {
+    fn batch_inputs_and_outputs_are_served_but_not_with_sequences_or_decoupled() {
+        let bi =
+            "batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: \"x\" source_input: \"IN\" } ]";
+        check_supported(&config(bi)).unwrap();
+        check_supported(&config(
+            "batch_output [ { target_name: \"OUT\" source_input: \"IN\" } ]",
+        ))
+        .unwrap();
+        let mut c = config("dynamic_batching { }");
+        c.input[0].allow_ragged_batch = true;
+        check_supported(&c).unwrap();
         assert!(
-            refusal("batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: \"x\" } ]")
-                .contains("batch_input")
+            refusal(&format!("{bi} sequence_batching {{ }}")).contains("with sequence_batching")
         );
-        assert!(refusal("batch_output [ { target_name: \"x\" } ]").contains("batch_output"));
+        assert!(refusal(&format!(
+            "{bi} model_transaction_policy {{ decoupled: true }}"
+        ))
+        .contains("decoupled: true"));
     }
 
     #[test]
-    fn shape_tensors_and_ragged_inputs_are_refused() {
+    fn shape_tensors_are_refused() {
         let mut c = config("");
         c.input[0].is_shape_tensor = true;
-        c.input[0].allow_ragged_batch = true;
         let e = format!("{:#}", check_supported(&c).unwrap_err());
         assert!(e.contains("input 'IN' is_shape_tensor: true"), "{e}");
-        assert!(e.contains("input 'IN' allow_ragged_batch: true"), "{e}");
     }
 
     #[test]

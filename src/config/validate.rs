@@ -8,9 +8,9 @@ use std::collections::HashSet;
 use anyhow::bail;
 
 use crate::proto::inference::{
-    model_config::SchedulingChoice, model_instance_group::Kind, model_queue_policy::TimeoutAction,
-    model_version_policy::PolicyChoice, DataType, ModelConfig, ModelDynamicBatching,
-    ModelTensorReshape,
+    batch_input, batch_output, model_config::SchedulingChoice, model_instance_group::Kind,
+    model_queue_policy::TimeoutAction, model_version_policy::PolicyChoice, DataType, ModelConfig,
+    ModelDynamicBatching, ModelTensorReshape,
 };
 
 /// Wildcard dimension: any size.
@@ -89,6 +89,7 @@ pub fn validate(config: &ModelConfig) -> anyhow::Result<()> {
         io.check(config.max_batch_size, &mut names)?;
     }
 
+    check_batch_io(config)?;
     check_version_policy(config)?;
     check_response_cache(config)?;
     check_scheduling(config)?;
@@ -262,6 +263,56 @@ fn reshape_compatible(dims: &[i64], shape: &[i64]) -> bool {
         // Absurdly large products: leave the verdict to the backend.
         _ => true,
     }
+}
+
+/// Triton's `ValidateBatchIO`: each batch input and output names exactly
+/// one configured source input, batch inputs are INT32 or FP32, and batch
+/// output targets are configured outputs named once. Texts are Triton's,
+/// which ends them with " for <model>".
+fn check_batch_io(config: &ModelConfig) -> anyhow::Result<()> {
+    let model = &config.name;
+    let is_input = |name: &String| config.input.iter().any(|i| &i.name == name);
+    for b in &config.batch_input {
+        let kind = batch_input::Kind::try_from(b.kind)
+            .map_err(|_| anyhow::anyhow!("unknown batch input kind '{}' for {model}", b.kind))?;
+        if b.source_input.len() != 1 {
+            bail!(
+                "batch input kind '{}' expects 1 source input, got {} for {model}",
+                kind.as_str_name(),
+                b.source_input.len()
+            );
+        }
+        if b.data_type != DataType::TypeInt32 as i32 && b.data_type != DataType::TypeFp32 as i32 {
+            bail!("batch input data type must be TYPE_INT32 or TYPE_FP32 for {model}");
+        }
+        if let Some(unknown) = b.source_input.iter().find(|s| !is_input(s)) {
+            bail!("unknown source input name '{unknown}' for {model}");
+        }
+    }
+    for b in &config.batch_output {
+        let kind = batch_output::Kind::try_from(b.kind)
+            .map_err(|_| anyhow::anyhow!("unknown batch output kind '{}' for {model}", b.kind))?;
+        if b.source_input.len() != 1 {
+            bail!(
+                "batch output kind '{}' expects 1 source input, got {} for {model}",
+                kind.as_str_name(),
+                b.source_input.len()
+            );
+        }
+        if let Some(unknown) = b.source_input.iter().find(|s| !is_input(s)) {
+            bail!("unknown source input name '{unknown}' for {model}");
+        }
+        let mut targets = HashSet::new();
+        for target in &b.target_name {
+            if !config.output.iter().any(|o| &o.name == target) {
+                bail!("unknown target output name '{target}' for {model}");
+            }
+            if !targets.insert(target) {
+                bail!("target output name '{target}' can only be specified once for {model}");
+            }
+        }
+    }
+    Ok(())
 }
 
 fn check_version_policy(config: &ModelConfig) -> anyhow::Result<()> {
@@ -791,5 +842,44 @@ mod tests {
         validate(&c).unwrap();
         c.output.clear();
         assert!(err(&c).contains("no output"));
+    }
+    #[test]
+    fn batch_inputs_need_one_known_source_and_int32_or_fp32() {
+        let bi = |body: &str| err(&config(&format!("batch_input [ {{ {body} }} ]")));
+        assert!(
+            bi("kind: BATCH_ELEMENT_COUNT target_name: \"B\" data_type: TYPE_FP32").contains(
+                "batch input kind 'BATCH_ELEMENT_COUNT' expects 1 source input, got 0 for m"
+            )
+        );
+        assert!(bi("kind: BATCH_ITEM_SHAPE target_name: \"B\" data_type: TYPE_FP32 source_input: [\"IN\", \"IN\"]")
+            .contains("batch input kind 'BATCH_ITEM_SHAPE' expects 1 source input, got 2"));
+        assert!(bi("kind: BATCH_ELEMENT_COUNT target_name: \"B\" data_type: TYPE_FP32 source_input: \"NOPE\"")
+            .contains("unknown source input name 'NOPE'"));
+        assert!(bi("kind: BATCH_ELEMENT_COUNT target_name: \"B\" data_type: TYPE_INT64 source_input: \"IN\"")
+            .contains("batch input data type must be TYPE_INT32 or TYPE_FP32"));
+        validate(&config(
+            "batch_input [ { kind: BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO target_name: \"B\" data_type: TYPE_INT32 source_input: \"IN\" } ]",
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn batch_outputs_need_one_known_source_and_known_targets_once() {
+        let bo = |body: &str| err(&config(&format!("batch_output [ {{ {body} }} ]")));
+        assert!(
+            bo("target_name: \"OUT\" kind: BATCH_SCATTER_WITH_INPUT_SHAPE").contains(
+                "batch output kind 'BATCH_SCATTER_WITH_INPUT_SHAPE' expects 1 source input, got 0"
+            )
+        );
+        assert!(bo("target_name: \"OUT\" source_input: \"X\"")
+            .contains("unknown source input name 'X'"));
+        assert!(bo("target_name: \"NOPE\" source_input: \"IN\"")
+            .contains("unknown target output name 'NOPE'"));
+        assert!(bo("target_name: [\"OUT\", \"OUT\"] source_input: \"IN\"")
+            .contains("target output name 'OUT' can only be specified once"));
+        validate(&config(
+            "batch_output [ { target_name: \"OUT\" source_input: \"IN\" } ]",
+        ))
+        .unwrap();
     }
 }

@@ -12,6 +12,7 @@ use super::{
     decoupled::run_decoupled,
     output::build_response,
     per_request::run_requests,
+    ragged,
     sequence::{absorb_states, build_inputs, RowControl, SequenceSpec, SlotStates},
     Job,
 };
@@ -96,24 +97,38 @@ pub fn run_batch(
     let start = Instant::now();
     let rows: Vec<i64> = jobs.iter().map(|j| batch_rows(&j.request)).collect();
     let requested = requested_outputs(&jobs);
-    let merged;
-    let inputs: &[Tensor] = if jobs.len() == 1 {
-        &jobs[0].request.inputs
+    // Ragged inputs, batch inputs and batch outputs change what the model
+    // is given and how its outputs go back (`ragged`).
+    let ragged_io = ragged::applies(&model.config);
+    // A lone ordinary request needs no list (no allocation on that path).
+    let refs: Vec<&InferRequest> = if ragged_io || jobs.len() > 1 {
+        jobs.iter().map(|j| &j.request).collect()
     } else {
-        let refs: Vec<_> = jobs.iter().map(|j| &j.request).collect();
-        merged = merge_inputs(&refs);
-        &merged
+        Vec::new()
+    };
+    let merged: InferResult<Vec<Tensor>>;
+    let inputs: InferResult<&[Tensor]> = if ragged_io {
+        merged = ragged::merge(&model.config, &refs);
+        merged.as_deref().map_err(Clone::clone)
+    } else if jobs.len() == 1 {
+        Ok(&jobs[0].request.inputs)
+    } else {
+        merged = Ok(merge_inputs(&refs));
+        merged.as_deref().map_err(Clone::clone)
     };
     let input_done = Instant::now();
-    let produced = instance.execute(inputs, &requested);
+    let produced = inputs.and_then(|inputs| instance.execute(inputs, &requested));
     let infer_done = Instant::now();
     let per_job: InferResult<Vec<Vec<Tensor>>> = produced.and_then(|outputs| {
-        if jobs.len() == 1 {
+        if ragged_io {
+            ragged::split(&model.config, outputs, &refs)
+        } else if jobs.len() == 1 {
             Ok(vec![outputs])
         } else {
             split_outputs(outputs, &rows)
         }
     });
+    drop(refs);
     let total_rows = rows.iter().sum::<i64>().max(0) as usize;
     finish(
         model,

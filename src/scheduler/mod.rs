@@ -23,6 +23,7 @@ mod output;
 mod per_request;
 pub mod response_cache;
 mod reorder;
+mod ragged;
 pub mod sequence;
 mod timeout;
 pub mod warmup;

@@ -24,6 +24,7 @@ use super::{
     batch::{batch_rows, compatible},
     dynamic_batcher::{BatchQueue, BatcherPolicy, Decision, Pending},
     execute::{Batch, Runner},
+    ragged,
     reorder::Reorder,
     sequence::{Entry, RowControl, SeqDecision, SequenceBatcher, Strategy},
     timeout::requested_timeout,
@@ -640,7 +641,16 @@ impl ModelScheduler {
                 } else {
                     now
                 };
-                match q.decide(at, |a, b| compatible(&a.request, &b.request)) {
+                // Ragged inputs need no equal shapes (`ragged::compatible`).
+                let config = &self.model.config;
+                let any_ragged = ragged::has_ragged_inputs(config);
+                match q.decide(at, |a, b| {
+                    if any_ragged {
+                        ragged::compatible(config, &a.request, &b.request)
+                    } else {
+                        compatible(&a.request, &b.request)
+                    }
+                }) {
                     Decision::Execute(batch) => {
                         Next::Run(batch.into_iter().map(|p| p.item).collect::<Vec<_>>().into())
                     }

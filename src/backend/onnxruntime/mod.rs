@@ -354,7 +354,7 @@ fn complete(config: &mut ModelConfig, model: &ModelIo) -> anyhow::Result<()> {
         config.input = model
             .inputs
             .iter()
-            .filter(|io| sequence.feeds(&io.name).is_none())
+            .filter(|io| sequence.feeds(&io.name).is_none() && !is_batch_input(config, &io.name))
             .map(|io| ModelInput {
                 name: io.name.clone(),
                 data_type: io.dtype.to_config() as i32,
@@ -455,9 +455,30 @@ fn check(config: &ModelConfig, model: &ModelIo) -> anyhow::Result<()> {
                 io.dtype.to_config().as_str_name()
             );
         }
-        // With a reshape the configured dims are the client's view; the
-        // model's shape is the reshape's, which ORT itself will check.
-        if !reshaped {
+        let ragged = kind == "input"
+            && config
+                .input
+                .iter()
+                .any(|i| &i.name == tensor && i.allow_ragged_batch);
+        // A batch output's shape is its source input's, not the model's.
+        let batch_output = kind == "output"
+            && config
+                .batch_output
+                .iter()
+                .any(|b| b.target_name.contains(tensor));
+        if ragged {
+            // The batch arrives flattened into one 1-D tensor (Triton's
+            // text, double space included).
+            if io.dims != [-1] {
+                bail!(
+                    "unable to load model '{name}', configuration expects model provides input with \
+                     shape [-1]  for ragged input '{tensor}', model provides {:?}",
+                    io.dims
+                );
+            }
+        } else if !reshaped && !batch_output {
+            // With a reshape the configured dims are the client's view; the
+            // model's shape is the reshape's, which ORT itself will check.
             let model_dims = without_batch(io, batched);
             if !dims_compatible(model_dims, dims) {
                 bail!(
@@ -468,8 +489,29 @@ fn check(config: &ModelConfig, model: &ModelIo) -> anyhow::Result<()> {
             }
         }
     }
+    for b in &config.batch_input {
+        let dtype = DataType::from_config_i32(b.data_type);
+        for target in &b.target_name {
+            let Some(io) = model.inputs.iter().find(|io| &io.name == target) else {
+                bail!(
+                    "model '{name}': batch_input target '{target}' is not an input of the ONNX model \
+                     (its inputs: {})",
+                    names(&model.inputs)
+                );
+            };
+            if dtype != Some(io.dtype) {
+                bail!(
+                    "model '{name}': batch_input target '{target}' is {}, but the ONNX model's input is {}",
+                    dtype.map_or("TYPE_INVALID", |d| d.to_config().as_str_name()),
+                    io.dtype.to_config().as_str_name()
+                );
+            }
+        }
+    }
     if let Some(missing) = model.inputs.iter().find(|io| {
-        !config.input.iter().any(|i| i.name == io.name) && sequence.feeds(&io.name).is_none()
+        !config.input.iter().any(|i| i.name == io.name)
+            && sequence.feeds(&io.name).is_none()
+            && !is_batch_input(config, &io.name)
     }) {
         bail!(
             "model '{name}': the ONNX model's input '{}' is missing from the configuration",
@@ -519,6 +561,14 @@ fn check(config: &ModelConfig, model: &ModelIo) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether the server feeds `name` as a batch input's target.
+fn is_batch_input(config: &ModelConfig, name: &str) -> bool {
+    config
+        .batch_input
+        .iter()
+        .any(|b| b.target_name.iter().any(|t| t == name))
 }
 
 /// A model tensor's dims as the configuration states them: without the
