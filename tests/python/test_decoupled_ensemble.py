@@ -263,7 +263,7 @@ def test_each_response_of_the_decoupled_step_runs_the_downstream_step(server, st
     assert all(r.get_response().id == "sq3" for r, _ in data)
     assert len(last.get_response().outputs) == 0
     # Each response went through int32_identity: three executions.
-    stats = grpcclient.InferenceServerClient(server.grpc_url).get_model_statistics(
+    stats = grpcclient.InferenceServerClient(server.grpc_url).get_inference_statistics(
         "int32_identity", as_json=True)
     assert int(stats["model_stats"][0]["inference_stats"]["success"]["count"]) >= 3
 
