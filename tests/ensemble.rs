@@ -183,8 +183,14 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "OUTPUT
                 r#"max_batch_size: 0
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] }, { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]"#,
+                // The second step reads one tensor from each response of
+                // the first (decoupled) step and one from the request:
+                // two data flows meet, which Triton refuses.
                 r#"{ model_name: "rep" model_version: -1
   input_map [ { key: "IN" value: "IN" }, { key: "DELAY" value: "DELAY" }, { key: "WAIT" value: "WAIT" } ]
+  output_map { key: "OUT" value: "elem" } },
+{ model_name: "rep" model_version: -1
+  input_map [ { key: "IN" value: "elem" }, { key: "DELAY" value: "DELAY" }, { key: "WAIT" value: "WAIT" } ]
   output_map { key: "OUT" value: "OUT" } }"#,
             ),
         ),
@@ -246,7 +252,7 @@ fn invalid_ensembles_fail_to_load_with_tritons_reasons_and_the_rest_serve() {
         ("bad_shape", "inconsistent shape: [-1,8] is inferred from model bad_shape while [-1,16] is inferred from model simple"),
         ("bad_output", "ensemble output 'OUTX' for ensemble 'bad_output' is not used"),
         ("bad_batch", "ensemble bad_batch allows maximum batch size 16, but it contains model simple which only allows maximum batch size to be 8"),
-        ("bad_decoupled", "ensemble bad_decoupled contains decoupled model rep (model_transaction_policy decoupled: true): decoupled composing models are not supported yet"),
+        ("bad_decoupled", "in ensemble bad_decoupled, step of model 'rep' receives inputs originated from different decoupled models"),
         ("loop_a", "circular dependency between ensembles"),
         ("loop_b", "circular dependency between ensembles"),
     ];

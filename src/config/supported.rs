@@ -18,11 +18,8 @@ use crate::proto::inference::{
 /// - an ensemble's `step` with a `model_namespace` (namespaces are not
 ///   implemented);
 /// - `model_transaction_policy { decoupled: true }` together with
-///   `sequence_batching` (the sequence executor answers once per request),
-///   or with `shardserve_execution: "inline"` (a decoupled backend may block
-///   while its client is slow, which must never happen on a shard);
-/// - (checked by `scheduler::ensemble` at load, as it needs the composing
-///   models) an ensemble step naming a decoupled model;
+///   `shardserve_execution: "inline"` (a decoupled backend may block while
+///   its client is slow, which must never happen on a shard);
 /// - `instance_group` `secondary_devices`, TensorRT `profile`s, and
 ///   `passive` instances (`KIND_GPU` is served: see
 ///   `config::resolve_instance_kinds` for its checks against the GPUs);
@@ -117,15 +114,6 @@ pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
         .as_ref()
         .is_some_and(|p| p.decoupled)
     {
-        if matches!(
-            config.scheduling_choice,
-            Some(SchedulingChoice::SequenceBatching(_))
-        ) {
-            refuse(
-                "model_transaction_policy decoupled: true with sequence_batching".into(),
-                Some("decoupled stateful models"),
-            );
-        }
         let inline = config
             .parameters
             .get("shardserve_execution")
@@ -319,12 +307,12 @@ mod tests {
     }
 
     #[test]
-    fn decoupled_models_are_accepted_but_not_stateful_or_inline() {
+    fn decoupled_models_are_accepted_stateful_but_not_inline() {
         check_supported(&config("model_transaction_policy { decoupled: true }")).unwrap();
-        assert!(
-            refusal("model_transaction_policy { decoupled: true } sequence_batching { }")
-                .contains("sequence_batching")
-        );
+        check_supported(&config(
+            "model_transaction_policy { decoupled: true } sequence_batching { }",
+        ))
+        .unwrap();
         assert!(refusal(
             "model_transaction_policy { decoupled: true } \
              parameters { key: \"shardserve_execution\" value: { string_value: \"inline\" } }"

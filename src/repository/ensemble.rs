@@ -159,6 +159,16 @@ fn load_version(
     placement: &mut Placement,
 ) -> anyhow::Result<Arc<ModelVersion>> {
     let plan = plan::compile(config, version, table)?;
+    // As Triton: the ensemble is decoupled exactly when a decoupled step
+    // feeds it, whatever its own config said.
+    let mut config = config.clone();
+    if plan.decoupled || config.model_transaction_policy.is_some() {
+        config
+            .model_transaction_policy
+            .get_or_insert_with(Default::default)
+            .decoupled = plan.decoupled;
+    }
+    let config = &config;
     let io = IoSpec::from_config(config, &dir.path)?;
     let metadata = ModelMetadata::new(&config.name, "ensemble", &io);
     let config_json = Bytes::from(serde_json::to_vec(&config::model_config_to_json(config))?);

@@ -69,7 +69,14 @@ impl Runner {
             );
         }
         if is_decoupled(&model.config) {
-            return run_decoupled(self.instance.as_mut(), model, stats, batch.jobs);
+            return run_decoupled(
+                self.instance.as_mut(),
+                &self.states,
+                model,
+                stats,
+                batch.jobs,
+                batch.rows.as_deref(),
+            );
         }
         match (batch.rows, &model.sequence) {
             (Some(rows), Some(spec)) => run_sequence_batch(

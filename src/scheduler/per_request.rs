@@ -127,7 +127,7 @@ pub(super) fn run_requests(
 
 /// A sequence request's inputs as Triton gives them to a backend: its
 /// own, the configured control tensors and its slot's implicit states.
-fn sequence_inputs(
+pub(super) fn sequence_inputs(
     spec: &SequenceSpec,
     row: &RowControl,
     request: &InferRequest,

@@ -10,7 +10,12 @@ use crate::{
     backend::{ModelInstance, ReceiverGone, ResponseSender, ResponseSink},
     metrics::ShardCounters,
     model::ModelVersion,
-    scheduler::{output::build_response, Job, Responder},
+    scheduler::{
+        output::build_response,
+        per_request::sequence_inputs,
+        sequence::{RowControl, SlotStates},
+        Job, Responder,
+    },
     shard::ShardId,
     types::{InferError, InferRequest, InferResponse, InferResult, Parameters, Tensor},
 };
@@ -20,14 +25,19 @@ pub type ResponseTx = mpsc::Sender<InferResponse>;
 
 /// Runs each job of a decoupled model's batch as its own
 /// `execute_decoupled` call (the backend answers per request anyway) and
-/// records one execution per call.
+/// records one execution per call. `rows` is a sequence execution's slot
+/// per job: the request then gets its control tensors, as Triton gives a
+/// stateful model. Implicit state is refused: it is taken from an
+/// execution's outputs, which a decoupled model streams to its client.
 pub(in crate::scheduler) fn run_decoupled(
     instance: &mut dyn ModelInstance,
+    states: &SlotStates,
     model: &Arc<ModelVersion>,
     stats: &ShardCounters,
     jobs: Vec<Job>,
+    rows: Option<&[RowControl]>,
 ) {
-    for job in jobs {
+    for (index, job) in jobs.into_iter().enumerate() {
         if job.is_cancelled() {
             continue;
         }
@@ -38,6 +48,24 @@ pub(in crate::scheduler) fn run_decoupled(
             responses,
             ..
         } = job;
+        let row = rows.and_then(|rows| rows.iter().find(|r| r.job == Some(index)));
+        if let (Some(spec), Some(row)) = (&model.sequence, row) {
+            let inputs = if spec.states.is_empty() {
+                sequence_inputs(spec, row, &request, states)
+            } else {
+                Err(InferError::unsupported(format!(
+                    "model '{}': implicit state (sequence_batching state) is not supported for a decoupled model of a built-in backend",
+                    model.name
+                )))
+            };
+            match inputs {
+                Ok(inputs) => request.inputs = inputs,
+                Err(e) => {
+                    crate::scheduler::host::reply(origin, reply, Err(e));
+                    continue;
+                }
+            }
+        }
         let Some(tx) = responses else {
             let e = InferError::internal(format!(
                 "a request to decoupled model '{}' reached its instance without a response channel",

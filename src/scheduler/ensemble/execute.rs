@@ -16,14 +16,14 @@ use std::{
 
 use futures::{
     future::{select, Either},
-    stream::FuturesUnordered,
-    StreamExt,
+    stream::{FuturesUnordered, LocalBoxStream, SelectAll},
+    SinkExt, StreamExt,
 };
 
-use super::plan::{dims_match, EnsemblePlan};
+use super::plan::{dims_match, EnsemblePlan, PlanStep};
 use crate::{
     scheduler::host::Dispatch,
-    scheduler::{batch::batch_rows, Job},
+    scheduler::{batch::batch_rows, decoupled::ResponseTx, infer_stream, Job, Streamed},
     shard,
     types::{
         ComputeTimes, InferError, InferRequest, InferResponse, InferResult, Parameters, Tensor,
@@ -36,7 +36,10 @@ use crate::{
 /// and its in-flight steps are cancelled.
 pub fn start(plan: Arc<EnsemblePlan>, key: u64, job: Job) -> Dispatch {
     let Job {
-        request, mut reply, ..
+        request,
+        mut reply,
+        responses,
+        ..
     } = job;
     let enqueued = Instant::now();
     monoio::spawn(async move {
@@ -49,7 +52,14 @@ pub fn start(plan: Arc<EnsemblePlan>, key: u64, job: Job) -> Dispatch {
             1
         };
         let result = {
-            let run = pin!(run(&plan, request));
+            // `dispatch` gave a response channel exactly when the ensemble
+            // is decoupled (a decoupled step feeds it).
+            let run = pin!(async {
+                match responses {
+                    Some(tx) => run_decoupled(&plan, request, tx).await,
+                    None => run(&plan, request).await,
+                }
+            });
             match select(reply.cancellation(), run).await {
                 // Dropping `run` drops the steps' futures: each composing
                 // model counts its request as cancelled.
@@ -230,21 +240,7 @@ async fn run(plan: &EnsemblePlan, request: InferRequest) -> InferResult<InferRes
     };
     let mut flow = Flow::new(plan);
     let mut ready = Vec::new();
-    let mut given: Vec<Option<Tensor>> = plan.inputs.iter().map(|_| None).collect();
-    for tensor in inputs {
-        if let Some(i) = plan.inputs.iter().position(|(n, _)| *n == tensor.name) {
-            given[i] = Some(tensor);
-        }
-    }
-    for ((_, slot), tensor) in plan.inputs.iter().zip(given) {
-        let value = tensor.map(|tensor| Value {
-            batch: plan
-                .batching
-                .then(|| tensor.shape.first().copied().unwrap_or(1)),
-            tensor,
-        });
-        flow.provide(*slot, value, &mut ready);
-    }
+    provide_inputs(plan, &mut flow, inputs, &mut ready);
 
     let mut compute = ComputeTimes::default();
     let mut running = FuturesUnordered::new();
@@ -257,48 +253,13 @@ async fn run(plan: &EnsemblePlan, request: InferRequest) -> InferResult<InferRes
             break;
         };
         let spec = &plan.steps[step];
-        let response = result.map_err(|e| {
-            InferError::new(
-                e.kind,
-                format!(
-                    "in ensemble '{}', step {step} (model '{}') failed: {}",
-                    plan.name, spec.model_name, e.message
-                ),
-            )
-        })?;
+        let response = result.map_err(|e| step_failed(plan, step, e))?;
         compute += response.compute;
-        for tensor in response.outputs {
-            if let Some((_, slot)) = spec.outputs.iter().find(|(n, _)| *n == tensor.name) {
-                let value = Value {
-                    batch: spec
-                        .batching
-                        .then(|| tensor.shape.first().copied().unwrap_or(1)),
-                    tensor,
-                };
-                flow.provide(*slot, Some(value), &mut ready);
-            }
-        }
+        provide_outputs(spec, &mut flow, response.outputs, &mut ready);
     }
 
-    let mut outputs = Vec::with_capacity(plan.outputs.len());
-    let selected: Vec<&(String, usize, Vec<i64>)> = if wanted.is_empty() {
-        plan.outputs.iter().collect()
-    } else {
-        let mut selected = Vec::with_capacity(wanted.len());
-        for w in &wanted {
-            if w.class_count().is_some() {
-                return Err(InferError::unsupported(format!(
-                    "in ensemble '{}', classification of output '{}' is not supported for ensembles yet",
-                    plan.name, w.name
-                )));
-            }
-            // validate_request already refused unknown output names.
-            if let Some(o) = plan.outputs.iter().find(|(n, _, _)| *n == w.name) {
-                selected.push(o);
-            }
-        }
-        selected
-    };
+    let selected = selected_outputs(plan, &wanted)?;
+    let mut outputs = Vec::with_capacity(selected.len());
     for (name, slot, dims) in selected {
         let Some(Value { mut tensor, batch }) = flow.take(*slot) else {
             return Err(InferError::internal(format!(
@@ -319,6 +280,252 @@ async fn run(plan: &EnsemblePlan, request: InferRequest) -> InferResult<InferRes
         trace: info.trace,
         compute,
     })
+}
+
+fn step_failed(plan: &EnsemblePlan, step: usize, e: InferError) -> InferError {
+    InferError::new(
+        e.kind,
+        format!(
+            "in ensemble '{}', step {step} (model '{}') failed: {}",
+            plan.name, plan.steps[step].model_name, e.message
+        ),
+    )
+}
+
+/// The ensemble outputs a request asked for (all of them when it named
+/// none), in its order.
+fn selected_outputs<'p>(
+    plan: &'p EnsemblePlan,
+    wanted: &[crate::types::RequestedOutput],
+) -> InferResult<Vec<&'p (String, usize, Vec<i64>)>> {
+    if wanted.is_empty() {
+        return Ok(plan.outputs.iter().collect());
+    }
+    let mut selected = Vec::with_capacity(wanted.len());
+    for w in wanted {
+        if w.class_count().is_some() {
+            return Err(InferError::unsupported(format!(
+                "in ensemble '{}', classification of output '{}' is not supported for ensembles yet",
+                plan.name, w.name
+            )));
+        }
+        // validate_request already refused unknown output names.
+        if let Some(o) = plan.outputs.iter().find(|(n, _, _)| *n == w.name) {
+            selected.push(o);
+        }
+    }
+    Ok(selected)
+}
+
+/// One instance of a decoupled ensemble's data flow: the request's own
+/// (label 0), or one response of a decoupled step together with what its
+/// downstream steps make of it (that step's label).
+struct Instance<'p> {
+    flow: Flow<'p>,
+    label: usize,
+    /// Steps of this instance that have not sent their final response.
+    running: usize,
+    /// Whether this instance already gave its ensemble response.
+    answered: bool,
+}
+
+/// A step's responses, tagged with its instance and step.
+type StepStream = LocalBoxStream<'static, (usize, usize, InferResult<Streamed>)>;
+
+/// Runs a decoupled ensemble request (Triton's `EnsembleContext` for a
+/// decoupled ensemble): each response of a decoupled step starts a new
+/// instance of the downstream data flow; an instance of the outputs'
+/// label whose outputs all exist is one ensemble response, sent into `tx`
+/// at once. An empty final response (flag only) starts nothing. The
+/// request ends, with the final flag returned here, once every step of
+/// every instance has sent its final response; zero responses are not a
+/// deadlock, as for any decoupled model. The first failing step ends the
+/// request with its error (the other steps are cancelled).
+async fn run_decoupled(
+    plan: &EnsemblePlan,
+    request: InferRequest,
+    mut tx: ResponseTx,
+) -> InferResult<InferResponse> {
+    let InferRequest {
+        id,
+        inputs,
+        outputs: wanted,
+        parameters,
+        trace,
+        ..
+    } = request;
+    let info = RequestInfo {
+        id,
+        parameters,
+        trace,
+    };
+    let selected = selected_outputs(plan, &wanted)?;
+    let mut root = Instance {
+        flow: Flow::new(plan),
+        label: 0,
+        running: 0,
+        answered: false,
+    };
+    let mut ready = Vec::new();
+    provide_inputs(plan, &mut root.flow, inputs, &mut ready);
+    // Finished instances leave `None` behind: indices stay valid for the
+    // steps still tagged with them.
+    let mut instances: Vec<Option<Instance>> = vec![Some(root)];
+    let mut running: SelectAll<StepStream> = SelectAll::new();
+    let mut compute = ComputeTimes::default();
+    // Instances to advance: start their ready steps, answer, or retire.
+    let mut touched: Vec<(usize, Vec<usize>)> = vec![(0, ready)];
+    loop {
+        for (at, ready) in touched.drain(..) {
+            let Some(instance) = instances.get_mut(at).and_then(Option::as_mut) else {
+                continue;
+            };
+            for step in ready {
+                let step_request = instance.flow.step_request(step, &info);
+                instance.running += 1;
+                running.push(
+                    infer_stream(step_request)
+                        .map(move |item| (at, step, item))
+                        .boxed_local(),
+                );
+            }
+            if !instance.answered
+                && instance.label == plan.output_label
+                && selected
+                    .iter()
+                    .all(|(_, slot, _)| instance.flow.provided[*slot])
+            {
+                instance.answered = true;
+                let response = InferResponse {
+                    model_name: plan.name.clone(),
+                    model_version: plan.version_str.clone(),
+                    id: info.id.clone(),
+                    outputs: instance_outputs(plan, &mut instance.flow, &selected),
+                    ..Default::default()
+                };
+                if tx.send(response).await.is_err() {
+                    return Err(InferError::unavailable(format!(
+                        "in ensemble '{}', the client stopped reading responses",
+                        plan.name
+                    )));
+                }
+            }
+            if instance.running == 0 {
+                if let Some(slot) = instances.get_mut(at) {
+                    *slot = None;
+                }
+            }
+        }
+        let Some((at, step, item)) = running.next().await else {
+            break;
+        };
+        let spec = &plan.steps[step];
+        let (response, last) = match item.map_err(|e| step_failed(plan, step, e))? {
+            Streamed::Response { response, last } => (Some(response), last),
+            Streamed::Final(_) => (None, true),
+        };
+        if last {
+            if let Some(instance) = instances.get_mut(at).and_then(Option::as_mut) {
+                instance.running = instance.running.saturating_sub(1);
+            }
+        }
+        let Some(response) = response else {
+            touched.push((at, Vec::new()));
+            continue;
+        };
+        compute += response.compute;
+        let target = if spec.decoupled {
+            instances.push(Some(Instance {
+                flow: Flow::new(plan),
+                label: spec.label,
+                running: 0,
+                answered: false,
+            }));
+            if last {
+                touched.push((at, Vec::new()));
+            }
+            instances.len() - 1
+        } else {
+            at
+        };
+        let mut ready = Vec::new();
+        if let Some(instance) = instances.get_mut(target).and_then(Option::as_mut) {
+            provide_outputs(spec, &mut instance.flow, response.outputs, &mut ready);
+            // An output the step did not send is known absent (Triton
+            // treats it as an optional input of the steps that read it).
+            for (_, slot) in &spec.outputs {
+                instance.flow.provide(*slot, None, &mut ready);
+            }
+        }
+        touched.push((target, ready));
+    }
+    drop(tx);
+    Ok(InferResponse {
+        model_name: plan.name.clone(),
+        model_version: plan.version_str.clone(),
+        id: info.id,
+        trace: info.trace,
+        compute,
+        ..Default::default()
+    })
+}
+
+/// The ensemble request's inputs into `flow` (an optional input left out
+/// is known absent).
+fn provide_inputs(
+    plan: &EnsemblePlan,
+    flow: &mut Flow,
+    inputs: Vec<Tensor>,
+    ready: &mut Vec<usize>,
+) {
+    let mut given: Vec<Option<Tensor>> = plan.inputs.iter().map(|_| None).collect();
+    for tensor in inputs {
+        if let Some(i) = plan.inputs.iter().position(|(n, _)| *n == tensor.name) {
+            given[i] = Some(tensor);
+        }
+    }
+    for ((_, slot), tensor) in plan.inputs.iter().zip(given) {
+        let value = tensor.map(|tensor| Value {
+            batch: plan
+                .batching
+                .then(|| tensor.shape.first().copied().unwrap_or(1)),
+            tensor,
+        });
+        flow.provide(*slot, value, ready);
+    }
+}
+
+/// A step's response tensors into the slots its output map names.
+fn provide_outputs(spec: &PlanStep, flow: &mut Flow, outputs: Vec<Tensor>, ready: &mut Vec<usize>) {
+    for tensor in outputs {
+        if let Some((_, slot)) = spec.outputs.iter().find(|(n, _)| *n == tensor.name) {
+            let value = Value {
+                batch: spec
+                    .batching
+                    .then(|| tensor.shape.first().copied().unwrap_or(1)),
+                tensor,
+            };
+            flow.provide(*slot, Some(value), ready);
+        }
+    }
+}
+
+/// The selected ensemble outputs of an instance, named and shaped as the
+/// ensemble declares them; one a step did not send is left out.
+fn instance_outputs(
+    plan: &EnsemblePlan,
+    flow: &mut Flow,
+    selected: &[&(String, usize, Vec<i64>)],
+) -> Vec<Tensor> {
+    let mut outputs = Vec::with_capacity(selected.len());
+    for (name, slot, dims) in selected {
+        if let Some(Value { mut tensor, batch }) = flow.take(*slot) {
+            tensor.name.clone_from(name);
+            tensor.shape = reshape(dims, plan.batching, batch, tensor.shape);
+            outputs.push(tensor);
+        }
+    }
+    outputs
 }
 
 #[cfg(test)]

@@ -27,6 +27,11 @@ pub struct PlanStep {
     pub inputs: Vec<(String, usize, Vec<i64>)>,
     /// Model output name, ensemble tensor slot.
     pub outputs: Vec<(String, usize)>,
+    /// Whether the composing model is decoupled: each of its responses
+    /// starts a new instance of the downstream data flow.
+    pub decoupled: bool,
+    /// The decoupled label of the step's outputs (see [`EnsemblePlan::decoupled`]).
+    pub label: usize,
 }
 
 /// An ensemble tensor: its name and the steps that read it.
@@ -48,6 +53,13 @@ pub struct EnsemblePlan {
     /// Ensemble output name, slot, configured dims (reshape applied).
     pub outputs: Vec<(String, usize, Vec<i64>)>,
     pub steps: Vec<PlanStep>,
+    /// Whether a decoupled step feeds the outputs: the ensemble is then
+    /// decoupled itself (Triton sets its `model_transaction_policy`).
+    pub decoupled: bool,
+    /// The decoupled label of the ensemble outputs: 0 for the request's
+    /// own data flow, else the decoupled step whose every response (and
+    /// what downstream steps make of it) gives one ensemble response.
+    pub output_label: usize,
 }
 
 /// What the ensemble's tensor is known to be, and from which model.
@@ -188,16 +200,6 @@ pub fn compile(
     for (index, step) in steps.iter().enumerate() {
         let model = composing_model(name, step, table)?;
         let composing = &model.config;
-        // Triton runs a decoupled composing model's every response through
-        // the downstream steps (the ensemble becomes decoupled); that data
-        // flow is not built here yet, so refuse at load rather than fail
-        // every request.
-        if crate::config::is_decoupled(composing) {
-            bail!(
-                "ensemble {name} contains decoupled model {} (model_transaction_policy decoupled: true): decoupled composing models are not supported yet by shardserve",
-                step.model_name
-            );
-        }
         let step_batching = composing.max_batch_size > 0;
         if composing.max_batch_size != 0 && composing.max_batch_size < config.max_batch_size {
             bail!(
@@ -267,14 +269,16 @@ pub fn compile(
             batching: step_batching,
             inputs,
             outputs,
+            decoupled: crate::config::is_decoupled(composing),
+            label: 0,
         });
     }
-    let inputs = config
+    let inputs: Vec<(String, usize)> = config
         .input
         .iter()
         .map(|i| (i.name.clone(), slot(&i.name, &mut slots)))
         .collect();
-    let outputs = config
+    let outputs: Vec<(String, usize, Vec<i64>)> = config
         .output
         .iter()
         .map(|o| {
@@ -282,6 +286,8 @@ pub fn compile(
             (o.name.clone(), slot(&o.name, &mut slots), dims)
         })
         .collect();
+    let output_label =
+        label_decoupled_flows(name, &mut plan_steps, slots.len(), &inputs, &outputs)?;
     Ok(EnsemblePlan {
         name: name.clone(),
         version_str: version.to_string(),
@@ -289,8 +295,88 @@ pub fn compile(
         slots,
         inputs,
         outputs,
+        decoupled: plan_steps.iter().any(|s| s.decoupled),
         steps: plan_steps,
+        output_label,
     })
+}
+
+/// Triton's check of the decoupled data flow (`ValidateEnsembleConfig`):
+/// every tensor carries the label of the decoupled step it descends from
+/// (0: the request itself), a decoupled step's outputs get a new label,
+/// and a step (or the ensemble's outputs) may only read tensors of one
+/// label, so each response of a decoupled step flows through its
+/// downstream steps on its own. Sets each step's label and returns the
+/// outputs' label.
+fn label_decoupled_flows(
+    name: &str,
+    steps: &mut [PlanStep],
+    slot_count: usize,
+    inputs: &[(String, usize)],
+    outputs: &[(String, usize, Vec<i64>)],
+) -> anyhow::Result<usize> {
+    let mut label: Vec<Option<usize>> = vec![None; slot_count];
+    for (_, slot) in inputs {
+        label[*slot] = Some(0);
+    }
+    let mut done = vec![false; steps.len()];
+    let mut decoupled_steps = 0;
+    // graph::validate already ensured every step's inputs can exist, so
+    // this reaches every step in at most one pass per step.
+    loop {
+        let mut progressed = false;
+        for (index, step) in steps.iter_mut().enumerate() {
+            if done[index] {
+                continue;
+            }
+            let Some(input_label) = one_label(
+                name,
+                &step.model_name,
+                step.inputs.iter().map(|(_, slot, _)| *slot),
+                &label,
+            )?
+            else {
+                continue;
+            };
+            step.label = if step.decoupled {
+                decoupled_steps += 1;
+                decoupled_steps
+            } else {
+                input_label
+            };
+            for (_, slot) in &step.outputs {
+                label[*slot] = Some(step.label);
+            }
+            done[index] = true;
+            progressed = true;
+        }
+        if !progressed {
+            break;
+        }
+    }
+    Ok(one_label(name, name, outputs.iter().map(|(_, slot, _)| *slot), &label)?.unwrap_or(0))
+}
+
+/// The one label of `slots` (0 for none); `None` while one has none yet.
+fn one_label(
+    ensemble: &str,
+    model: &str,
+    slots: impl Iterator<Item = usize>,
+    label: &[Option<usize>],
+) -> anyhow::Result<Option<usize>> {
+    let mut found: Option<usize> = None;
+    for slot in slots {
+        let Some(l) = label[slot] else {
+            return Ok(None);
+        };
+        match found {
+            Some(f) if f != l => bail!(
+                "in ensemble {ensemble}, step of model '{model}' receives inputs originated from different decoupled models"
+            ),
+            _ => found = Some(l),
+        }
+    }
+    Ok(Some(found.unwrap_or(0)))
 }
 
 /// Records what a step says about an ensemble tensor, or checks it
