@@ -2,7 +2,7 @@
 //! refuses a feature it still lacks (start-up fails, naming the flag), or
 //! accepts a setting that means nothing in this process and says so once.
 
-use super::args::{Cli, RateLimit};
+use super::args::Cli;
 
 /// A flag accepted with no effect, or a deprecated spelling: logged once at start-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,12 +42,6 @@ pub fn refusals(cli: &Cli) -> Vec<String> {
         .is_some_and(|n| n > 0)
     {
         refuse("--response-cache-byte-size", "the response cache");
-    }
-    if cli.rate_limiter.rate_limit == RateLimit::ExecutionCount {
-        refuse("--rate-limit=execution_count", "the rate limiter");
-    }
-    if !cli.rate_limiter.rate_limit_resource.is_empty() {
-        refuse("--rate-limit-resource", "the rate limiter");
     }
     out
 }

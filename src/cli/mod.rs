@@ -212,6 +212,9 @@ impl Cli {
             allow_gpu_metrics: metrics.allow_gpu_metrics && metrics.allow_metrics,
             allow_cpu_metrics: metrics.allow_cpu_metrics && metrics.allow_metrics,
             metrics_config: metrics.metrics_config.clone(),
+            // issue 24: rate limiter
+            rate_limit: self.rate_limiter.rate_limit == RateLimit::ExecutionCount,
+            rate_limit_resources: self.rate_limiter.rate_limit_resource.clone(),
             ..ServerOptions::new(repo.model_repository.clone())
         })
     }

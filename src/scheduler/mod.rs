@@ -20,6 +20,7 @@ mod job;
 mod model_scheduler;
 mod output;
 mod per_request;
+pub mod rate_limiter;
 pub mod sequence;
 mod timeout;
 

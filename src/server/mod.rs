@@ -617,6 +617,9 @@ fn load_options(options: &ServerOptions) -> LoadOptions {
         config_name: options.model_config_name.clone(),
         latency_summaries: crate::metrics::config::MetricsConfig::parse(&options.metrics_config)
             .is_ok_and(|c| c.summary_latencies),
+        rate_limiter: options.rate_limit.then(|| {
+            crate::scheduler::rate_limiter::RateLimiter::new(options.rate_limit_resources.clone())
+        }),
     }
 }
 

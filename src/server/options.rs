@@ -147,6 +147,12 @@ pub struct ServerOptions {
     /// `--metrics-config`: the raw `<setting>=<value>` settings, checked at
     /// start by `metrics::config::MetricsConfig::parse`.
     pub metrics_config: Vec<String>,
+    // issue 24: rate limiter
+    /// `--rate-limit execution_count` (true) or `off` (false, the default:
+    /// the models' `rate_limiter` settings are ignored).
+    pub rate_limit: bool,
+    /// `--rate-limit-resource <name>:<count>[:<device>]`, as given.
+    pub rate_limit_resources: Vec<crate::scheduler::rate_limiter::ResourceLimit>,
 }
 
 impl ServerOptions {
@@ -214,6 +220,9 @@ impl ServerOptions {
             allow_gpu_metrics: true,
             allow_cpu_metrics: true,
             metrics_config: Vec::new(),
+            // issue 24: rate limiter
+            rate_limit: false,
+            rate_limit_resources: Vec::new(),
         }
     }
 
