@@ -7,6 +7,7 @@
 # mode, concurrency and round, then the mean throughput ratio on/off.
 # Loopback only, bounded in time.
 #
+# (BENCH=path overrides the load generator.)
 # Usage: scripts/bench_rate_limit.sh [BIN=target/release/shardserve] [SECONDS=5] [ROUNDS=3] [SERVER_CPU=0] [CLIENT_CPU=1] [PORT=18000]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ rounds=${3:-3}
 server_cpu=${4:-0}
 client_cpu=${5:-1}
 port=${6:-18000}
-bench=target/release/shardserve-bench
+bench=${BENCH:-target/release/shardserve-bench}
 out=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$out"' EXIT
