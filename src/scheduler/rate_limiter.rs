@@ -307,7 +307,7 @@ fn max_needs(reg: &Registry) -> BTreeMap<PoolKey, u32> {
 
 /// Moves every pool to its new count; a pool no longer asked for drops to 0.
 fn apply(reg: &mut Registry, capacities: &BTreeMap<PoolKey, u32>) {
-    for (key, &cap) in capacities {
+    for key in capacities.keys() {
         reg.pools
             .entry(key.clone())
             .or_insert_with(|| (Arc::new(Pool::new()), 0));
