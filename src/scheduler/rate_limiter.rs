@@ -244,9 +244,7 @@ impl RateLimiter {
         let mut reg = lock(&self.registry);
         reg.models.remove(&id);
         // Fewer needs can only lower or keep each count: no refusal here.
-        let capacities = self
-            .capacities(&reg)
-            .unwrap_or_else(|_| max_needs(&reg).into_iter().collect());
+        let capacities = self.capacities(&reg).unwrap_or_else(|_| max_needs(&reg));
         apply(&mut reg, &capacities);
     }
 
