@@ -77,7 +77,7 @@ fn accepted_value(flag: &str) -> Option<&'static str> {
         "--response-cache-byte-size" => "1048576",
         "--cache-config" => "local,size=1048576",
         "--cache-directory" => "/tmp/caches",
-        "--rate-limit-resource" => return None,
+        "--rate-limit-resource" => "R1:4:0",
         f if f.starts_with("--allow-")
             || f.starts_with("--log-")
             || f.starts_with("--reuse-")
@@ -102,8 +102,6 @@ fn accepted_value(flag: &str) -> Option<&'static str> {
 fn refused_value(flag: &str) -> &'static str {
     match flag {
         "--model-namespacing" | "--allow-sagemaker" | "--allow-vertex-ai" => "true",
-        "--rate-limit" => "execution_count",
-        "--rate-limit-resource" => "R1:4",
         other => panic!("no refusing value for {other}"),
     }
 }
@@ -200,7 +198,7 @@ fn refused_flags_are_refused_by_name_and_their_off_values_accepted() {
         .filter(|(_, d)| d.as_str() == "refused")
         .map(|(f, _)| f)
         .collect();
-    assert!(refused.len() >= 5, "{refused:?}");
+    assert!(refused.len() >= 3, "{refused:?}");
     for flag in refused {
         let mut args = base_args();
         args.push(format!("{flag}={}", refused_value(flag)));
@@ -239,6 +237,37 @@ fn no_effect_flags_say_so_and_served_flags_do_not() {
     // Not given: nothing said.
     let c = parse(&["--model-repository", "/tmp/m"]).expect("parse");
     assert!(c.notes().is_empty(), "{:?}", c.notes());
+}
+
+#[test]
+fn rate_limit_flags_reach_the_server_options() {
+    let c = parse(&[
+        "--model-repository=/tmp/m",
+        "--rate-limit=EXECUTION_COUNT",
+        "--rate-limit-resource=R1:4",
+        "--rate-limit-resource",
+        "R2:2:1",
+    ])
+    .expect("parse");
+    c.validate().expect("served, not refused");
+    let o = c
+        .server_options(shardserve::tuning::TuningProfile::default())
+        .expect("options");
+    assert!(o.rate_limit);
+    let given: Vec<(String, u32, Option<u32>)> = o
+        .rate_limit_resources
+        .iter()
+        .map(|r| (r.name.clone(), r.count, r.device))
+        .collect();
+    assert_eq!(
+        given,
+        vec![("R1".into(), 4, None), ("R2".into(), 2, Some(1))]
+    );
+    let c = parse(&["--model-repository=/tmp/m"]).expect("parse");
+    let o = c
+        .server_options(shardserve::tuning::TuningProfile::default())
+        .expect("options");
+    assert!(!o.rate_limit && o.rate_limit_resources.is_empty());
 }
 
 #[test]
@@ -483,10 +512,9 @@ fn the_binary_refuses_missing_features_and_bad_values_with_status_1() {
         ("--cache-config=local,size=abc", "size 'abc'"),
         ("--cache-config=redis,host=x", "libtritoncache_redis.so"),
         (
-            "--rate-limit=EXECUTION_COUNT",
-            "--rate-limit=execution_count",
+            "--rate-limit-resource=R1:x",
+            "--rate-limit-resource option format is '<resource_name>:<count>:<device>' or '<resource_name>:<count>'. Got R1:x",
         ),
-        ("--rate-limit-resource=R1:2:0", "--rate-limit-resource"),
         ("--exit-on-error=maybe", "--exit-on-error"),
         ("--model-load-thread-count=-1", "--model-load-thread-count"),
     ] {

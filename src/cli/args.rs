@@ -433,7 +433,8 @@ pub enum RateLimit {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Rate Limiter")]
 pub struct RateLimiterArgs {
-    /// Rate limiting of model instances: off, or execution_count (refused: not supported yet).
+    /// Rate limiting of model instances: off (instance groups' rate_limiter ignored), or
+    /// execution_count (an instance executes only when its resources are free).
     #[arg(
         long,
         value_name = "STRING",
@@ -442,9 +443,9 @@ pub struct RateLimiterArgs {
         default_value = "off"
     )]
     pub rate_limit: RateLimit,
-    /// A rate limiter resource, `<name>:<count>[:<device>]` (refused: not supported yet).
-    #[arg(long, value_name = "<NAME>:<COUNT>[:<DEVICE>]", value_parser = values::rate_limit_resource)]
-    pub rate_limit_resource: Vec<String>,
+    /// A rate limiter resource, `<name>:<count>[:<device>]` (no device: on every device).
+    #[arg(long, value_name = "<NAME>:<COUNT>[:<DEVICE>]", value_parser = crate::scheduler::rate_limiter::ResourceLimit::parse)]
+    pub rate_limit_resource: Vec<crate::scheduler::rate_limiter::ResourceLimit>,
 }
 
 #[derive(Debug, Args)]

@@ -2,7 +2,7 @@
 //! refuses a feature it still lacks (start-up fails, naming the flag), or
 //! accepts a setting that means nothing in this process and says so once.
 
-use super::args::{Cli, RateLimit};
+use super::args::Cli;
 
 /// A flag accepted with no effect, or a deprecated spelling: logged once at start-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,11 +30,6 @@ pub fn refusals(cli: &Cli) -> Vec<String> {
     if cli.vertex.allow_vertex_ai == Some(true) {
         refuse("--allow-vertex-ai=true", "the Vertex AI service");
     }
-    if cli.rate_limiter.rate_limit == RateLimit::ExecutionCount {
-        refuse("--rate-limit=execution_count", "the rate limiter");
-    }
-    if !cli.rate_limiter.rate_limit_resource.is_empty() {
-        refuse("--rate-limit-resource", "the rate limiter");
     }
     out
 }

@@ -215,6 +215,9 @@ impl Cli {
             metrics_config: metrics.metrics_config.clone(),
             // issue 24: response cache
             response_cache_byte_size: cache::local_cache_bytes(&self.cache, &self.deprecated)?,
+            // issue 24: rate limiter
+            rate_limit: self.rate_limiter.rate_limit == RateLimit::ExecutionCount,
+            rate_limit_resources: self.rate_limiter.rate_limit_resource.clone(),
             ..ServerOptions::new(repo.model_repository.clone())
         })
     }

@@ -112,26 +112,6 @@ pub fn port_range(arg: &str) -> Result<(u16, u16), String> {
     Ok((low, high))
 }
 
-/// `<resource>:<count>[:<device>]` (`--rate-limit-resource`).
-pub fn rate_limit_resource(arg: &str) -> Result<String, String> {
-    let err = || {
-        format!("expected <resource name>:<count> or <resource name>:<count>:<device>; got {arg}")
-    };
-    let parts: Vec<&str> = arg.split(':').collect();
-    let ok = match parts.as_slice() {
-        [name, count] => !name.is_empty() && count.parse::<u32>().is_ok(),
-        [name, count, device] => {
-            !name.is_empty() && count.parse::<u32>().is_ok() && device.parse::<u32>().is_ok()
-        }
-        _ => false,
-    };
-    if ok {
-        Ok(arg.to_owned())
-    } else {
-        Err(err())
-    }
-}
-
 /// Milliseconds as a duration (the gRPC HTTP/2 limits).
 pub fn millis(arg: &str) -> Result<std::time::Duration, String> {
     arg.parse::<u64>()
@@ -170,10 +150,6 @@ mod tests {
         assert!(metrics_setting("a,b=c").is_err());
         assert_eq!(port_range("8080-8090"), Ok((8080, 8090)));
         assert!(port_range("9-8").is_err());
-        assert!(rate_limit_resource("R1:4").is_ok());
-        assert!(rate_limit_resource("R1:4:0").is_ok());
-        assert!(rate_limit_resource("R1").is_err());
-        assert!(rate_limit_resource("R1:4:0:1").is_err());
         assert_eq!(verbose_level("true"), Ok(1));
         assert!(verbose_level("-1").is_err());
     }

@@ -43,8 +43,9 @@ use crate::proto::inference::{
 /// which refuses `iterative_sequence`), `instance_group` of every kind (`KIND_MODEL` runs on CPU), `version_policy`, `reshape`, `optional` inputs,
 /// `parameters`, `label_filename`, and fields that are purely advisory
 /// here: input `format`, `optimization.priority`, `optimization.graph`,
-/// pinned-memory settings, `rate_limiter` (no rate limiter runs, as in
-/// Triton without `--rate-limit`), `host_policy`, `metric_tags`,
+/// pinned-memory settings, `rate_limiter` (honoured with `--rate-limit
+/// execution_count` by `scheduler::rate_limiter`, ignored with it off, as
+/// in Triton), `host_policy`, `metric_tags`,
 /// `model_metrics`, `cc_model_filenames`.
 pub fn check_supported(config: &ModelConfig) -> anyhow::Result<()> {
     let refused = unsupported_features(config);

@@ -56,6 +56,9 @@ pub struct LoadOptions {
     // issue 24: response cache
     /// The server's response cache (`--cache-config local,size=N`).
     pub response_cache: Option<Arc<crate::scheduler::ResponseCache>>,
+    /// `--rate-limit execution_count`: the server's one limiter, which
+    /// every loaded model registers its instances with.
+    pub rate_limiter: Option<Arc<crate::scheduler::rate_limiter::RateLimiter>>,
 }
 
 impl Default for LoadOptions {
@@ -68,6 +71,7 @@ impl Default for LoadOptions {
             config_name: None,
             latency_summaries: false,
             response_cache: None,
+            rate_limiter: None,
         }
     }
 }
@@ -473,6 +477,17 @@ fn load_version(
         bail!("GPU instances run on compute workers: shardserve_execution \"inline\" is refused");
     }
     let max_batch = config.max_batch_size.max(0) as usize;
+    let done_bell = Arc::new(futures::task::AtomicWaker::new());
+    // Refused before any instance is created; with `--rate-limit off` the
+    // `rate_limiter` of the instance groups is ignored, as in Triton.
+    let limits = match &opts.rate_limiter {
+        Some(limiter) => Some(
+            limiter
+                .register(&config, done_bell.clone())
+                .map_err(anyhow::Error::msg)?,
+        ),
+        None => None,
+    };
     let mut created = Vec::with_capacity(count);
     for (index, &device) in devices.iter().enumerate() {
         let spec = InstanceSpec {
@@ -515,7 +530,6 @@ fn load_version(
         ensemble: None,
         response_cache,
     });
-    let done_bell = Arc::new(futures::task::AtomicWaker::new());
     let mut executors = Vec::with_capacity(created.len());
     for (index, (name, mut instance)) in created.into_iter().enumerate() {
         instance.attach_statistics(model.stats.clone(), placement.shard_count + index);
@@ -551,6 +565,7 @@ fn load_version(
             model.clone(),
             executors,
             done_bell,
+            limits,
             installed,
         )),
     )?;

@@ -254,6 +254,7 @@ pub fn install_task(
     model: Arc<ModelVersion>,
     executors: Vec<InstanceExecutor>,
     done_bell: Arc<AtomicWaker>,
+    limits: Option<super::rate_limiter::ModelLimits>,
     installed: oneshot::Sender<()>,
 ) -> ShardTask {
     Box::new(move || {
@@ -266,6 +267,7 @@ pub fn install_task(
                 h.shard.id,
                 h.shard.gauges.clone(),
                 h.shard.max_queue_size,
+                limits,
             );
             monoio::spawn(scheduler.clone().run());
             h.schedulers.borrow_mut().insert(key, scheduler);

@@ -24,6 +24,7 @@ mod per_request;
 pub mod response_cache;
 mod reorder;
 mod ragged;
+pub mod rate_limiter;
 pub mod sequence;
 mod timeout;
 pub mod warmup;

@@ -25,6 +25,7 @@ use super::{
     dynamic_batcher::{BatchQueue, BatcherPolicy, Decision, Pending},
     execute::{Batch, Runner},
     ragged,
+    rate_limiter::ModelLimits,
     reorder::Reorder,
     sequence::{Entry, RowControl, SeqDecision, SequenceBatcher, Strategy},
     timeout::requested_timeout,
@@ -165,6 +166,9 @@ pub struct ModelScheduler {
     timer: shard::PreciseTimer,
     /// `preserve_ordering` across instances: answers leave in dispatch order.
     reorder: Option<Reorder>,
+    /// `--rate-limit execution_count`: what each instance must hold to
+    /// execute. `None` (the default) costs one check per batch.
+    limits: Option<ModelLimits>,
 }
 
 impl ModelScheduler {
@@ -176,6 +180,7 @@ impl ModelScheduler {
         shard: usize,
         gauges: Arc<[ShardGauges]>,
         default_max_queue: usize,
+        limits: Option<ModelLimits>,
     ) -> Rc<Self> {
         let queue = match &model.config.scheduling_choice {
             _ if model.sequence.is_some() => {
@@ -240,6 +245,7 @@ impl ModelScheduler {
             timer: shard::PreciseTimer::default(),
             reorder: wants_reorder(&model).then(|| Reorder::new(super::host::reply)),
             model,
+            limits,
         })
     }
 
@@ -416,9 +422,25 @@ impl ModelScheduler {
             if let Exec::Worker(w) = &inst.exec {
                 while w.borrow_mut().take_done().is_some() {
                     inst.busy.set(false);
+                    self.release_resources(index);
                     self.completed(index);
                 }
             }
+        }
+    }
+
+    /// The rate limiter: takes what instance `index` needs to execute, if
+    /// anything is queued for it (else there is nothing to hold it for).
+    fn acquire_resources(&self, index: usize) -> bool {
+        match &self.limits {
+            None => true,
+            Some(l) => self.queue_len() > 0 && l.try_acquire(index),
+        }
+    }
+
+    fn release_resources(&self, index: usize) {
+        if let Some(l) = &self.limits {
+            l.release(index);
         }
     }
 
@@ -435,11 +457,18 @@ impl ModelScheduler {
         self.expire(now);
         let mut wait: Option<Instant> = None;
         let mut earliest = |t: Instant| wait = Some(wait.map_or(t, |w: Instant| w.min(t)));
+        // An instance the rate limiter holds back: the others (other
+        // resources) may still run, and the queue is not idle.
+        let mut held_back = false;
         for (index, inst) in self.instances.iter().enumerate() {
             // Sequence models batch per instance (their slots); the other
             // queues feed whichever instance is free.
             loop {
                 if inst.busy.get() {
+                    break;
+                }
+                if !self.acquire_resources(index) {
+                    held_back |= self.queue_len() > 0;
                     break;
                 }
                 match self.next_batch(index, now) {
@@ -462,6 +491,7 @@ impl ModelScheduler {
                                     self.model.stats.shard(self.shard),
                                     batch,
                                 );
+                                self.release_resources(index);
                                 self.completed(index);
                                 return (true, None);
                             }
@@ -472,6 +502,7 @@ impl ModelScheduler {
                                     // instance in flight; answer rather
                                     // than lose them.
                                     inst.busy.set(false);
+                                    self.release_resources(index);
                                     self.completed(index);
                                     for job in batch.jobs {
                                         self.reject(
@@ -487,13 +518,17 @@ impl ModelScheduler {
                         }
                     }
                     Next::WaitUntil(t) => {
+                        self.release_resources(index);
                         earliest(t);
                         break;
                     }
-                    Next::Nothing => break,
+                    Next::Nothing => {
+                        self.release_resources(index);
+                        break;
+                    }
                 }
             }
-            if !self.per_instance_queues() && !inst.busy.get() {
+            if !self.per_instance_queues() && !inst.busy.get() && !held_back {
                 // A shared queue that gave this free instance nothing has
                 // nothing for the others either.
                 break;
@@ -502,7 +537,7 @@ impl ModelScheduler {
         if let Some(d) = self.next_deadline() {
             earliest(d);
         }
-        self.reject_stranded(wait.is_none());
+        self.reject_stranded(wait.is_none() && !held_back);
         (false, wait)
     }
 
@@ -695,6 +730,11 @@ impl ModelScheduler {
             // A worker may have finished between the last look and the
             // registration.
             if self.done_pending() {
+                return Poll::Ready(());
+            }
+            // Resources this scheduler waited for came back (the limiter
+            // rang `done_bell` after setting this).
+            if self.limits.as_ref().is_some_and(ModelLimits::woken) {
                 return Poll::Ready(());
             }
             Poll::Pending

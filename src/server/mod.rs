@@ -626,6 +626,9 @@ fn load_options(options: &ServerOptions) -> LoadOptions {
             );
             Arc::new(cache)
         }),
+        rate_limiter: options.rate_limit.then(|| {
+            crate::scheduler::rate_limiter::RateLimiter::new(options.rate_limit_resources.clone())
+        }),
     }
 }
 

@@ -151,6 +151,12 @@ pub struct ServerOptions {
     /// `--cache-config local,size=N` (or `--response-cache-byte-size N`):
     /// the bytes of the built-in local response cache; `None`: no cache.
     pub response_cache_byte_size: Option<u64>,
+    // issue 24: rate limiter
+    /// `--rate-limit execution_count` (true) or `off` (false, the default:
+    /// the models' `rate_limiter` settings are ignored).
+    pub rate_limit: bool,
+    /// `--rate-limit-resource <name>:<count>[:<device>]`, as given.
+    pub rate_limit_resources: Vec<crate::scheduler::rate_limiter::ResourceLimit>,
 }
 
 impl ServerOptions {
@@ -220,6 +226,9 @@ impl ServerOptions {
             metrics_config: Vec::new(),
             // issue 24: response cache
             response_cache_byte_size: None,
+            // issue 24: rate limiter
+            rate_limit: false,
+            rate_limit_resources: Vec::new(),
         }
     }
 
