@@ -212,6 +212,8 @@ impl Cli {
             allow_gpu_metrics: metrics.allow_gpu_metrics && metrics.allow_metrics,
             allow_cpu_metrics: metrics.allow_cpu_metrics && metrics.allow_metrics,
             metrics_config: metrics.metrics_config.clone(),
+            // issue 24: several repositories + namespacing
+            model_namespacing: repo.model_namespacing.unwrap_or(false),
             ..ServerOptions::new(repo.model_repository.clone())
         })
     }

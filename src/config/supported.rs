@@ -17,8 +17,10 @@ use crate::proto::inference::{
 ///
 /// - `dynamic_batching { preserve_ordering: true }` with more than one
 ///   instance (one instance answers in order by construction);
-/// - an ensemble's `step` with a `model_namespace` (namespaces are not
-///   implemented);
+/// - an ensemble's `step` with a `model_namespace` (Triton 2.51 overwrites
+///   it: a step resolves in its ensemble's own repository under
+///   `--model-namespacing`, as here; a namespace named by hand is not
+///   honoured, so it is refused rather than silently replaced);
 /// - `model_transaction_policy { decoupled: true }` together with
 ///   `sequence_batching` (the sequence executor answers once per request),
 ///   or with `shardserve_execution: "inline"` (a decoupled backend may block
@@ -119,7 +121,7 @@ pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
                         "ensemble_scheduling step model_namespace {:?}",
                         step.model_namespace
                     ),
-                    Some("model namespacing is not implemented"),
+                    Some("a step resolves in its ensemble's own repository (--model-namespacing); naming another namespace is not supported"),
                 );
             }
         }

@@ -53,6 +53,9 @@ pub struct LoadOptions {
     /// `--metrics-config summary_latencies=true`: models keep latency
     /// windows for the summary metrics.
     pub latency_summaries: bool,
+    // issue 24: several repositories + namespacing
+    /// `--model-namespacing`: models are kept apart by repository.
+    pub namespacing: bool,
 }
 
 impl Default for LoadOptions {
@@ -64,6 +67,7 @@ impl Default for LoadOptions {
             retry_count: 0,
             config_name: None,
             latency_summaries: false,
+            namespacing: false,
         }
     }
 }
@@ -258,6 +262,14 @@ pub fn load_repository(
                 continue;
             }
             Ok(dir) => load_model(dir, opts, placement, send),
+            Err(reason) if reason == super::scan::DUPLICATE => {
+                tracing::error!(
+                    model = %name,
+                    "failed to poll model: not unique across all model repositories"
+                );
+                table.not_polled.push(name.clone());
+                continue;
+            }
             Err(reason) => failed(name, reason),
         };
         table.models.insert(name.clone(), entry);
@@ -387,12 +399,12 @@ pub(crate) fn read_config(dir: &ModelDir, opts: &LoadOptions) -> anyhow::Result<
 fn named(mut config: ModelConfig, dir: &ModelDir) -> anyhow::Result<ModelConfig> {
     config::complete_backend_fields(&mut config, &dir.path);
     if config.name.is_empty() {
-        config.name = dir.name.clone();
-    } else if config.name != dir.name {
+        config.name = dir.model_name().to_string();
+    } else if config.name != dir.model_name() {
         bail!(
             "config name '{}' does not match the model folder name '{}'",
             config.name,
-            dir.name
+            dir.model_name()
         );
     }
     config::check_supported(&config)?;
@@ -506,6 +518,7 @@ fn load_version(
             opts.latency_summaries,
         )),
         ensemble: None,
+        namespace: dir.namespace.clone(),
     });
     let done_bell = Arc::new(futures::task::AtomicWaker::new());
     let mut executors = Vec::with_capacity(created.len());

@@ -512,7 +512,8 @@ pub fn start_interruptible(
         .env
         .lifecycle
         .set_models_ready(table.strictly_ready());
-    let failed = table.not_ready();
+    let mut failed = table.not_ready();
+    failed.extend(table.not_polled.iter().cloned());
     if options.exit_on_error && !failed.is_empty() {
         // Triton: the server stops (what loaded is unloaded) and the
         // binary exits 1 with "failed to load all models".
@@ -617,6 +618,8 @@ fn load_options(options: &ServerOptions) -> LoadOptions {
         config_name: options.model_config_name.clone(),
         latency_summaries: crate::metrics::config::MetricsConfig::parse(&options.metrics_config)
             .is_ok_and(|c| c.summary_latencies),
+        // issue 24: several repositories + namespacing
+        namespacing: options.model_namespacing,
     }
 }
 

@@ -147,6 +147,11 @@ pub struct ServerOptions {
     /// `--metrics-config`: the raw `<setting>=<value>` settings, checked at
     /// start by `metrics::config::MetricsConfig::parse`.
     pub metrics_config: Vec<String>,
+    // issue 24: several repositories + namespacing
+    /// `--model-namespacing`: each model is identified by its repository
+    /// (the namespace) and its name, so one name may live in several
+    /// repositories; metrics carry a `namespace` label.
+    pub model_namespacing: bool,
 }
 
 impl ServerOptions {
@@ -214,6 +219,8 @@ impl ServerOptions {
             allow_gpu_metrics: true,
             allow_cpu_metrics: true,
             metrics_config: Vec::new(),
+            // issue 24: several repositories + namespacing
+            model_namespacing: false,
         }
     }
 
