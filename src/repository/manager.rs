@@ -971,6 +971,7 @@ fn published(table: &ModelTable) -> ModelTable {
     for key in table.models.keys().filter(|k| is_namespaced_key(k)) {
         *ambiguous.entry(key_name(key).to_string()).or_insert(0) += 1;
     }
+    ambiguous.retain(|_, count| *count > 1);
     table.ambiguous = ambiguous;
     table
 }

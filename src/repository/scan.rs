@@ -34,8 +34,9 @@ pub const DUPLICATE: &str = "model appears in two or more repositories";
 
 /// Separates a name from its namespace in the table key of a model whose
 /// name several repositories hold (namespacing on). A folder name cannot
-/// contain it, so such a key is never a model's plain name.
-const NAMESPACE_SEPARATOR: char = '\0';
+/// contain it, so such a key is never a model's plain name; it is
+/// printable (keys name load threads and appear in logs).
+const NAMESPACE_SEPARATOR: char = '/';
 
 /// The table key of `name` in repository `namespace`, for a name found in
 /// several repositories under `--model-namespacing`.
