@@ -56,6 +56,10 @@ pub fn is_namespaced_key(key: &str) -> bool {
     key.contains(NAMESPACE_SEPARATOR)
 }
 
+/// Where a folder name was found: its repository and path, or why a link
+/// there cannot be followed.
+type Place<'a> = Result<(&'a PathBuf, PathBuf), String>;
+
 /// Lists the models of every repository root. Without namespacing, a name
 /// found in two roots is an error for that model only (Triton refuses such
 /// duplicates, with the reason [`DUPLICATE`]); with it (`namespacing`),
@@ -67,7 +71,7 @@ pub fn scan_repositories(
 ) -> anyhow::Result<BTreeMap<String, Result<ModelDir, String>>> {
     // Per folder name, where it was found, in repository order (or why a
     // link there cannot be followed).
-    let mut seen: BTreeMap<String, Vec<Result<(&PathBuf, PathBuf), String>>> = BTreeMap::new();
+    let mut seen: BTreeMap<String, Vec<Place<'_>>> = BTreeMap::new();
     for root in roots {
         let entries = std::fs::read_dir(root)
             .with_context(|| format!("cannot read model repository {}", root.display()))?;
