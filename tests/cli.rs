@@ -101,7 +101,7 @@ fn accepted_value(flag: &str) -> Option<&'static str> {
 /// For each refused flag, a value that asks for the missing feature.
 fn refused_value(flag: &str) -> &'static str {
     match flag {
-        "--model-namespacing" | "--allow-sagemaker" | "--allow-vertex-ai" => "true",
+        "--allow-sagemaker" | "--allow-vertex-ai" => "true",
         other => panic!("no refusing value for {other}"),
     }
 }
@@ -198,7 +198,8 @@ fn refused_flags_are_refused_by_name_and_their_off_values_accepted() {
         .filter(|(_, d)| d.as_str() == "refused")
         .map(|(f, _)| f)
         .collect();
-    assert!(refused.len() >= 3, "{refused:?}");
+    // The refusals shrink as issue 24 lands; the table itself must parse.
+    assert!(!table.is_empty(), "docs/flags.md has no flag rows");
     for flag in refused {
         let mut args = base_args();
         args.push(format!("{flag}={}", refused_value(flag)));
@@ -506,7 +507,6 @@ fn the_binary_refuses_missing_features_and_bad_values_with_status_1() {
     let repo = repo_path("models");
     let repo = repo.to_string_lossy();
     for (flag, expect) in [
-        ("--model-namespacing=true", "--model-namespacing=true"),
         ("--allow-sagemaker=1", "--allow-sagemaker=true"),
         ("--allow-vertex-ai=on", "--allow-vertex-ai=true"),
         ("--cache-config=local,size=abc", "size 'abc'"),

@@ -160,7 +160,7 @@ pub struct RepositoryArgs {
     /// Further attempts at loading a model that failed.
     #[arg(long, value_name = "INTEGER", default_value_t = 0)]
     pub model_load_retry_count: u32,
-    /// Models of one name in several repositories kept apart (refused when true: not supported yet).
+    /// Models of one name in several repositories kept apart, each in its repository's namespace.
     #[arg(long, value_name = "BOOLEAN", value_parser = values::boolean,
           num_args = 0..=1, default_missing_value = "true")]
     pub model_namespacing: Option<bool>,

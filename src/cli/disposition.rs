@@ -21,9 +21,6 @@ pub fn refusals(cli: &Cli) -> Vec<String> {
             "{flag}: {feature} is not supported by shardserve yet; remove the flag (or give its off value)"
         ));
     };
-    if cli.repository.model_namespacing == Some(true) {
-        refuse("--model-namespacing=true", "model namespacing");
-    }
     if cli.sagemaker.allow_sagemaker == Some(true) {
         refuse("--allow-sagemaker=true", "the SageMaker service");
     }

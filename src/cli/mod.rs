@@ -218,6 +218,8 @@ impl Cli {
             // issue 24: rate limiter
             rate_limit: self.rate_limiter.rate_limit == RateLimit::ExecutionCount,
             rate_limit_resources: self.rate_limiter.rate_limit_resource.clone(),
+            // issue 24: several repositories + namespacing
+            model_namespacing: repo.model_namespacing.unwrap_or(false),
             ..ServerOptions::new(repo.model_repository.clone())
         })
     }

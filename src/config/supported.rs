@@ -15,8 +15,10 @@ use crate::proto::inference::{
 /// Refused (each changes what a client observes, so ignoring it would be
 /// wrong):
 ///
-/// - an ensemble's `step` with a `model_namespace` (namespaces are not
-///   implemented);
+/// - an ensemble's `step` with a `model_namespace` (Triton 2.51 overwrites
+///   it: a step resolves in its ensemble's own repository under
+///   `--model-namespacing`, as here; a namespace named by hand is not
+///   honoured, so it is refused rather than silently replaced);
 /// - `model_transaction_policy { decoupled: true }` together with
 ///   `shardserve_execution: "inline"` (a decoupled backend may block while
 ///   its client is slow, which must never happen on a shard);
@@ -104,7 +106,7 @@ pub fn unsupported_features(config: &ModelConfig) -> Vec<Unsupported> {
                         "ensemble_scheduling step model_namespace {:?}",
                         step.model_namespace
                     ),
-                    Some("model namespacing is not implemented"),
+                    Some("a step resolves in its ensemble's own repository (--model-namespacing); naming another namespace is not supported"),
                 );
             }
         }

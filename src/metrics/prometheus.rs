@@ -77,7 +77,17 @@ pub fn render(table: &ModelTable, shards: &[ShardGauges], show: &Exposition) -> 
     let versions: Vec<_> = loaded
         .iter()
         .map(|m| {
-            let labels = format!("model=\"{}\",version=\"{}\"", escape(&m.name), m.version);
+            // Under namespacing Triton labels each model family with the
+            // model's repository.
+            let labels = match &m.namespace {
+                Some(ns) => format!(
+                    "model=\"{}\",namespace=\"{}\",version=\"{}\"",
+                    escape(&m.name),
+                    escape(ns),
+                    m.version
+                ),
+                None => format!("model=\"{}\",version=\"{}\"", escape(&m.name), m.version),
+            };
             (labels, m.stats.snapshot())
         })
         .collect();

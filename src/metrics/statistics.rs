@@ -8,7 +8,7 @@ use super::counters::{DurationTotal, StatsSnapshot};
 use crate::{
     model::{ModelState, ModelTable, ModelVersion},
     proto::inference::{InferBatchStatistics, InferStatistics, ModelStatistics, StatisticDuration},
-    types::{InferError, InferResult},
+    types::InferResult,
 };
 
 fn duration(d: DurationTotal) -> Option<StatisticDuration> {
@@ -58,9 +58,7 @@ pub fn collect(table: &ModelTable, name: &str, version: &str) -> InferResult<Vec
         return Ok(vec![model_statistics(table.resolve(name, version)?)]);
     }
     if !name.is_empty() && !table.models.contains_key(name) {
-        return Err(InferError::not_found(format!(
-            "Request for unknown model: '{name}' is not found"
-        )));
+        return Err(table.unknown(name));
     }
     let mut out = Vec::new();
     for (model_name, entry) in &table.models {

@@ -11,7 +11,7 @@ pub(crate) use validate::client_output_shape;
 pub use io_spec::{InputSpec, IoSpec, OutputSpec};
 pub use metadata::ModelMetadata;
 pub use table::{
-    ExecutionPlace, InstanceInfo, ModelEntry, ModelState, ModelTable, ModelVersion, VersionEntry,
-    UNLOADED,
+    ambiguous_model, ExecutionPlace, InstanceInfo, ModelEntry, ModelState, ModelTable,
+    ModelVersion, VersionEntry, UNLOADED,
 };
 pub use validate::validate_request;

@@ -78,6 +78,10 @@ pub struct ModelVersion {
     /// The server's response cache when this version enables it (and the
     /// server has one): requests look up and store their answers there.
     pub response_cache: Option<Arc<crate::scheduler::ResponseCache>>,
+    // issue 24: several repositories + namespacing
+    /// Under `--model-namespacing`: the model's repository (metrics label
+    /// it `namespace`).
+    pub namespace: Option<Arc<str>>,
 }
 
 #[derive(Debug, Clone)]
@@ -100,6 +104,24 @@ pub struct ModelEntry {
 #[derive(Debug, Clone, Default)]
 pub struct ModelTable {
     pub models: BTreeMap<String, ModelEntry>,
+    /// Names the start-up load could not poll because they are found in
+    /// two or more repositories. They have no entry (requests find no such
+    /// model and readiness ignores them, as in Triton), but they fail the
+    /// start-up under `--exit-on-error` ("failed to load all models").
+    pub not_polled: Vec<String>,
+    /// Under `--model-namespacing`: the names several repositories hold,
+    /// with how many. Their models sit under namespaced keys (reached by
+    /// the ensembles of their own repository), and a direct request for
+    /// the bare name is refused as ambiguous.
+    pub ambiguous: BTreeMap<String, usize>,
+}
+
+/// Triton's text for a direct request naming a model that `count`
+/// namespaces hold.
+pub fn ambiguous_model(name: &str, count: usize) -> String {
+    format!(
+        "There are {count} identifiers of model '{name}' in global map, model namespace must be provided to resolve ambiguity."
+    )
 }
 
 impl ModelTable {
@@ -107,10 +129,7 @@ impl ModelTable {
     /// ready one when `version` is empty. Errors use Triton's phrasing,
     /// which clients search for.
     pub fn resolve(&self, name: &str, version: &str) -> Result<&Arc<ModelVersion>, InferError> {
-        let entry = self.models.get(name).ok_or_else(|| {
-            let name = crate::types::clip(name);
-            InferError::not_found(format!("Request for unknown model: '{name}' is not found"))
-        })?;
+        let entry = self.models.get(name).ok_or_else(|| self.unknown(name))?;
         if version.is_empty() {
             return entry
                 .versions
@@ -152,6 +171,18 @@ impl ModelTable {
             _ => Err(InferError::unavailable(format!(
                 "Request for unknown model: '{name}' version {version} is not at ready state"
             ))),
+        }
+    }
+
+    /// Why a name with no entry is refused: ambiguous under namespacing
+    /// (Triton's INVALID_ARG), else not found.
+    pub fn unknown(&self, name: &str) -> InferError {
+        let clipped = crate::types::clip(name);
+        match self.ambiguous.get(name) {
+            Some(&count) => InferError::invalid(ambiguous_model(&clipped, count)),
+            None => InferError::not_found(format!(
+                "Request for unknown model: '{clipped}' is not found"
+            )),
         }
     }
 

@@ -16,7 +16,7 @@ use crate::{
     config,
     metrics::ModelStats,
     model::{IoSpec, ModelEntry, ModelMetadata, ModelTable, ModelVersion},
-    proto::inference::ModelConfig,
+    proto::inference::{model_config::SchedulingChoice, ModelConfig},
     scheduler::ensemble::{graph, plan},
 };
 
@@ -150,6 +150,28 @@ fn load_ensemble(
     entry
 }
 
+/// The ensemble's configuration with each step naming, where the
+/// ensemble's own repository holds a copy of a name several repositories
+/// hold (namespacing on), that copy's table key: as in Triton, a step
+/// resolves in its ensemble's namespace first.
+fn in_namespace(config: &ModelConfig, dir: &ModelDir, table: &ModelTable) -> ModelConfig {
+    let mut config = config.clone();
+    let Some(namespace) = dir.namespace.as_deref() else {
+        return config;
+    };
+    if let Some(SchedulingChoice::EnsembleScheduling(scheduling)) =
+        config.scheduling_choice.as_mut()
+    {
+        for step in &mut scheduling.step {
+            let key = super::namespaced_key(&step.model_name, namespace);
+            if table.models.contains_key(&key) {
+                step.model_name = key;
+            }
+        }
+    }
+    config
+}
+
 fn load_version(
     dir: &ModelDir,
     config: &ModelConfig,
@@ -158,7 +180,7 @@ fn load_version(
     table: &ModelTable,
     placement: &mut Placement,
 ) -> anyhow::Result<Arc<ModelVersion>> {
-    let plan = plan::compile(config, version, table)?;
+    let plan = plan::compile(&in_namespace(config, dir, table), version, table)?;
     // As Triton: the ensemble is decoupled exactly when a decoupled step
     // feeds it, whatever its own config said.
     let mut config = config.clone();
@@ -193,5 +215,6 @@ fn load_version(
             config,
             opts.response_cache.as_ref(),
         ),
+        namespace: dir.namespace.clone(),
     }))
 }

@@ -59,6 +59,9 @@ pub struct LoadOptions {
     /// `--rate-limit execution_count`: the server's one limiter, which
     /// every loaded model registers its instances with.
     pub rate_limiter: Option<Arc<crate::scheduler::rate_limiter::RateLimiter>>,
+    // issue 24: several repositories + namespacing
+    /// `--model-namespacing`: models are kept apart by repository.
+    pub namespacing: bool,
 }
 
 impl Default for LoadOptions {
@@ -72,6 +75,7 @@ impl Default for LoadOptions {
             latency_summaries: false,
             response_cache: None,
             rate_limiter: None,
+            namespacing: false,
         }
     }
 }
@@ -266,6 +270,14 @@ pub fn load_repository(
                 continue;
             }
             Ok(dir) => load_model(dir, opts, placement, send),
+            Err(reason) if reason == super::scan::DUPLICATE => {
+                tracing::error!(
+                    model = %name,
+                    "failed to poll model: not unique across all model repositories"
+                );
+                table.not_polled.push(name.clone());
+                continue;
+            }
             Err(reason) => failed(name, reason),
         };
         table.models.insert(name.clone(), entry);
@@ -395,12 +407,12 @@ pub(crate) fn read_config(dir: &ModelDir, opts: &LoadOptions) -> anyhow::Result<
 fn named(mut config: ModelConfig, dir: &ModelDir) -> anyhow::Result<ModelConfig> {
     config::complete_backend_fields(&mut config, &dir.path);
     if config.name.is_empty() {
-        config.name = dir.name.clone();
-    } else if config.name != dir.name {
+        config.name = dir.model_name().to_string();
+    } else if config.name != dir.model_name() {
         bail!(
             "config name '{}' does not match the model folder name '{}'",
             config.name,
-            dir.name
+            dir.model_name()
         );
     }
     config::check_supported(&config)?;
@@ -529,6 +541,7 @@ fn load_version(
         )),
         ensemble: None,
         response_cache,
+        namespace: dir.namespace.clone(),
     });
     let mut executors = Vec::with_capacity(created.len());
     for (index, (name, mut instance)) in created.into_iter().enumerate() {

@@ -34,7 +34,7 @@ use futures::channel::{mpsc::UnboundedSender, oneshot};
 use super::{
     children,
     load::{load_model_with, send_control, LoadOptions, Placement},
-    scan::{scan_repositories, ModelDir},
+    scan::{is_namespaced_key, key_name, namespaced_key, scan_repositories, ModelDir, DUPLICATE},
     uploads,
 };
 use crate::{
@@ -375,6 +375,9 @@ impl Repository {
                 Some(Request::Load { name, load, reply }) => {
                     if let Err(e) = self.m.explicit() {
                         let _ = reply.send(Err(e));
+                    } else if let Err(e) = validate_name(&name) {
+                        // A client names a model, never a namespaced key.
+                        let _ = reply.send(Err(load_failed(&name, &format!("{e:#}"))));
                     } else {
                         self.implicit.remove(&name);
                         self.start_load(&name, load, Some(reply), false);
@@ -385,9 +388,17 @@ impl Repository {
                     unload_dependents,
                     reply,
                 }) => {
-                    let done = self.m.explicit().map(|()| {
-                        self.unload(&name, unload_dependents);
-                    });
+                    let done = self
+                        .m
+                        .explicit()
+                        .and_then(|()| self.m.not_ambiguous(&name))
+                        .map(|()| {
+                            // A client names a model, never a namespaced
+                            // key: such a name is unknown (success).
+                            if !is_namespaced_key(&name) {
+                                self.unload(&name, unload_dependents);
+                            }
+                        });
                     let _ = reply.send(done);
                 }
                 Some(Request::Initial { only, reply }) => self.start_initial(only, reply),
@@ -412,7 +423,7 @@ impl Repository {
     fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
         let mut rows = self.m.index(ready_only);
         if ready_only {
-            return rows;
+            return display_names(rows);
         }
         // A model loading for the first time has no table entry yet.
         for f in &self.in_flight {
@@ -428,6 +439,7 @@ impl Repository {
                 None => rows.push(row),
             }
         }
+        let mut rows = display_names(rows);
         rows.sort_by(|a, b| a.name.cmp(&b.name));
         rows
     }
@@ -475,7 +487,7 @@ impl Repository {
         dir: ModelDir,
         reply: Option<oneshot::Sender<InferResult<()>>>,
     ) {
-        let found = match scan_repositories(&self.m.repositories) {
+        let found = match scan_repositories(&self.m.repositories, self.m.load.namespacing) {
             Ok(found) => found,
             Err(e) => {
                 let e = load_failed(&dir.name, &format!("{e:#}"));
@@ -702,7 +714,7 @@ impl Repository {
     }
 
     fn start_initial(&mut self, only: Option<Vec<String>>, reply: mpsc::Sender<ModelTable>) {
-        let found = match scan_repositories(&self.m.repositories) {
+        let found = match scan_repositories(&self.m.repositories, self.m.load.namespacing) {
             Ok(found) => found,
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "cannot scan the model repositories");
@@ -743,6 +755,15 @@ impl Repository {
             match dir {
                 Ok(dir) if ensemble::is_ensemble(&dir, &self.m.load) => ensembles.push(dir),
                 Ok(dir) => queue.push_back(dir),
+                // As Triton: no copy loads, the name stays out of the table
+                // (the index shows the reason) and the start-up fails.
+                Err(reason) if reason == DUPLICATE => {
+                    tracing::error!(
+                        model = %name,
+                        "failed to poll model: not unique across all model repositories"
+                    );
+                    self.m.table.not_polled.push(name);
+                }
                 Err(reason) => {
                     tracing::error!(model = %name, %reason, "failed to load");
                     self.m
@@ -787,7 +808,7 @@ impl Repository {
         } = &mut self.m;
         ensemble::load_ensembles(&dirs, load, table, placement);
         self.m.publish();
-        let _ = initial.reply.send(self.m.table.clone());
+        let _ = initial.reply.send(published(&self.m.table));
     }
 
     /// Unloads `name` (see [`Manager::unload`]); a load of it still running
@@ -896,7 +917,14 @@ fn closure(
         };
         match ensemble::composing_of(dir, opts) {
             Some(steps) => {
-                todo.extend(steps);
+                // Under namespacing a step is the ensemble's own
+                // repository's copy where it has one.
+                todo.extend(steps.into_iter().map(|step| {
+                    match dir.namespace.as_deref().map(|ns| namespaced_key(&step, ns)) {
+                        Some(key) if found.contains_key(&key) => key,
+                        _ => step,
+                    }
+                }));
                 ensembles.push(dir.clone());
             }
             None => models.push(dir.clone()),
@@ -924,6 +952,30 @@ fn load_failed(name: &str, why: &str) -> InferError {
     InferError::internal(format!("failed to load '{}', {why}", clip(name)))
 }
 
+/// Index rows name models, not table keys: the copies of a name several
+/// repositories hold (namespacing on) are listed under that name each.
+fn display_names(mut rows: Vec<IndexEntry>) -> Vec<IndexEntry> {
+    for row in &mut rows {
+        if is_namespaced_key(&row.name) {
+            row.name = key_name(&row.name).to_string();
+        }
+    }
+    rows
+}
+
+/// The table as published: with the names several repositories hold
+/// (namespacing on) counted, for the request path's ambiguity error.
+fn published(table: &ModelTable) -> ModelTable {
+    let mut table = table.clone();
+    let mut ambiguous = BTreeMap::new();
+    for key in table.models.keys().filter(|k| is_namespaced_key(k)) {
+        *ambiguous.entry(key_name(key).to_string()).or_insert(0) += 1;
+    }
+    ambiguous.retain(|_, count| *count > 1);
+    table.ambiguous = ambiguous;
+    table
+}
+
 fn failure_entry(name: &str, reason: &str) -> ModelEntry {
     ModelEntry {
         failure: Some(format!("failed to load '{}': {reason}", clip(name))),
@@ -941,11 +993,33 @@ impl Manager {
         Ok(())
     }
 
+    /// Refuses a load or unload naming a model that several repositories
+    /// hold (namespacing on), with Triton's ambiguity text: the repository
+    /// API has no way to name the namespace.
+    fn not_ambiguous(&self, name: &str) -> InferResult<()> {
+        if !self.load.namespacing {
+            return Ok(());
+        }
+        let found = scan_repositories(&self.repositories, true)
+            .map_err(|e| load_failed(name, &format!("{e:#}")))?;
+        let count = found
+            .keys()
+            .filter(|k| is_namespaced_key(k) && key_name(k) == name)
+            .count();
+        if count > 1 {
+            return Err(InferError::invalid(crate::model::ambiguous_model(
+                &clip(name),
+                count,
+            )));
+        }
+        Ok(())
+    }
+
     fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
         // Per name, why its folder cannot be used (a broken link, a
         // duplicate), if it cannot.
         let mut names: BTreeMap<String, Option<String>> =
-            match scan_repositories(&self.repositories) {
+            match scan_repositories(&self.repositories, self.load.namespacing) {
                 Ok(found) => found.into_iter().map(|(n, d)| (n, d.err())).collect(),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot scan the model repositories for the index");
@@ -957,6 +1031,17 @@ impl Manager {
         }
         let mut rows = Vec::new();
         for (name, unusable) in names {
+            // Triton lists a duplicated name once, with no version, even
+            // for `ready: true`, whatever a copy loaded earlier does.
+            if unusable.as_deref() == Some(DUPLICATE) {
+                rows.push(IndexEntry {
+                    name,
+                    version: None,
+                    state: Some("UNAVAILABLE"),
+                    reason: unusable,
+                });
+                continue;
+            }
             let Some(entry) = self.table.models.get(&name) else {
                 if !ready_only {
                     rows.push(IndexEntry {
@@ -1002,7 +1087,7 @@ impl Manager {
     }
 
     fn publish(&self) {
-        let table = Arc::new(self.table.clone());
+        let table = Arc::new(published(&self.table));
         for c in &self.control {
             let _ = c.unbounded_send(ShardControl::Table(table.clone()));
         }
@@ -1028,7 +1113,7 @@ impl Manager {
     /// A load that failed before it built anything: the model shows the
     /// reason unless an earlier version still serves.
     fn record_failure(&mut self, name: &str, message: &str) {
-        if self.serving(name) || validate_name(name).is_err() {
+        if self.serving(name) || validate_name(key_name(name)).is_err() {
             return;
         }
         self.table.models.insert(
@@ -1051,7 +1136,9 @@ impl Manager {
             |why: String| InferError::invalid(format!("failed to load '{}', {why}", clip(name)));
         let allow_python = self.load.allow_uploaded_python;
         let with_files = !load.files.is_empty();
-        validate_name(name).map_err(|e| failed(format!("{e:#}")))?;
+        // `name` is a table key: a namespaced one when the repository
+        // thread reloads a copy of a name several repositories hold.
+        validate_name(key_name(name)).map_err(|e| failed(format!("{e:#}")))?;
         let override_config = match &load.config {
             None => None,
             Some(json) => Some(config::model_config_from_json(json).map_err(|e| {
@@ -1061,10 +1148,18 @@ impl Manager {
             })?),
         };
         let (dir, tmp) = if load.files.is_empty() {
-            let found =
-                scan_repositories(&self.repositories).map_err(|e| failed(format!("{e:#}")))?;
+            self.not_ambiguous(name)?;
+            let found = scan_repositories(&self.repositories, self.load.namespacing)
+                .map_err(|e| failed(format!("{e:#}")))?;
             match found.get(name) {
                 Some(Ok(dir)) => (dir.clone(), None),
+                Some(Err(reason)) if reason == DUPLICATE => {
+                    tracing::error!(
+                        model = %clip(name),
+                        "failed to poll model: not unique across all model repositories"
+                    );
+                    return Err(failed("failed to poll from model repository".into()));
+                }
                 Some(Err(reason)) => return Err(failed(reason.clone())),
                 None => {
                     return Err(failed(
@@ -1089,6 +1184,8 @@ impl Manager {
                 ModelDir {
                     name: name.to_string(),
                     path: tmp.model_dir(),
+                    // Triton's namespace of a model sent in a request.
+                    namespace: self.load.namespacing.then(|| Arc::from("")),
                 },
                 Some(tmp),
             )
@@ -1112,6 +1209,7 @@ impl Manager {
     fn load_ensembles_now(&mut self, dirs: &[&ModelDir], asked: &str) -> InferResult<()> {
         let mut scratch = ModelTable {
             models: self.table.models.clone(),
+            ..Default::default()
         };
         ensemble::load_ensembles(dirs, &self.load, &mut scratch, &mut self.placement);
         let mut outcome = Ok(());
@@ -1143,6 +1241,7 @@ impl Manager {
     fn load_ensemble(&mut self, dir: &ModelDir) -> InferResult<()> {
         let mut scratch = ModelTable {
             models: self.table.models.clone(),
+            ..Default::default()
         };
         ensemble::load_ensembles(&[dir], &self.load, &mut scratch, &mut self.placement);
         let entry = scratch.models.remove(&dir.name).unwrap_or_default();
@@ -1268,11 +1367,14 @@ impl Manager {
     /// What poll mode compares: each model folder's config and version
     /// folders with their modification times.
     fn fingerprints(&self) -> BTreeMap<String, Vec<(PathBuf, Option<SystemTime>)>> {
-        let Ok(found) = scan_repositories(&self.repositories) else {
+        let Ok(found) = scan_repositories(&self.repositories, self.load.namespacing) else {
             return BTreeMap::new();
         };
         found
             .into_iter()
+            // A duplicated name counts as gone: Triton unloads it and
+            // loads it again once a single repository holds it.
+            .filter(|(_, dir)| !matches!(dir, Err(reason) if reason == DUPLICATE))
             .map(|(name, dir)| {
                 let mut marks = Vec::new();
                 if let Ok(dir) = dir {

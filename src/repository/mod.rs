@@ -17,5 +17,7 @@ pub use load::{
 };
 pub(crate) use load::{read_config, version_entry};
 pub(crate) use scan::{broken_link, version_folders};
-pub use scan::{scan_repositories, ModelDir};
+pub use scan::{
+    is_namespaced_key, key_name, namespaced_key, scan_repositories, ModelDir, DUPLICATE,
+};
 pub use versions::select_versions;

@@ -512,7 +512,8 @@ pub fn start_interruptible(
         .env
         .lifecycle
         .set_models_ready(table.strictly_ready());
-    let failed = table.not_ready();
+    let mut failed = table.not_ready();
+    failed.extend(table.not_polled.iter().cloned());
     if options.exit_on_error && !failed.is_empty() {
         // Triton: the server stops (what loaded is unloaded) and the
         // binary exits 1 with "failed to load all models".
@@ -629,6 +630,8 @@ fn load_options(options: &ServerOptions) -> LoadOptions {
         rate_limiter: options.rate_limit.then(|| {
             crate::scheduler::rate_limiter::RateLimiter::new(options.rate_limit_resources.clone())
         }),
+        // issue 24: several repositories + namespacing
+        namespacing: options.model_namespacing,
     }
 }
 

@@ -157,6 +157,11 @@ pub struct ServerOptions {
     pub rate_limit: bool,
     /// `--rate-limit-resource <name>:<count>[:<device>]`, as given.
     pub rate_limit_resources: Vec<crate::scheduler::rate_limiter::ResourceLimit>,
+    // issue 24: several repositories + namespacing
+    /// `--model-namespacing`: each model is identified by its repository
+    /// (the namespace) and its name, so one name may live in several
+    /// repositories; metrics carry a `namespace` label.
+    pub model_namespacing: bool,
 }
 
 impl ServerOptions {
@@ -229,6 +234,8 @@ impl ServerOptions {
             // issue 24: rate limiter
             rate_limit: false,
             rate_limit_resources: Vec::new(),
+            // issue 24: several repositories + namespacing
+            model_namespacing: false,
         }
     }
 
