@@ -24,12 +24,6 @@ pub fn refusals(cli: &Cli) -> Vec<String> {
     if cli.repository.model_namespacing == Some(true) {
         refuse("--model-namespacing=true", "model namespacing");
     }
-    if cli.sagemaker.allow_sagemaker == Some(true) {
-        refuse("--allow-sagemaker=true", "the SageMaker service");
-    }
-    if cli.vertex.allow_vertex_ai == Some(true) {
-        refuse("--allow-vertex-ai=true", "the Vertex AI service");
-    }
     if !cli.cache.cache_config.is_empty() {
         refuse("--cache-config", "the response cache");
     }
@@ -78,38 +72,15 @@ pub fn notes(cli: &Cli) -> Vec<Note> {
         "--grpc-infer-allocation-pool-size",
         "gRPC requests and responses are not pooled; each shard allocates its own",
     );
-    let sagemaker_off =
-        "the SageMaker service is off (--allow-sagemaker=true is not supported yet)";
-    none(
-        cli.sagemaker.sagemaker_port.is_some(),
-        "--sagemaker-port",
-        sagemaker_off,
-    );
-    none(
-        cli.sagemaker.sagemaker_safe_port_range.is_some(),
-        "--sagemaker-safe-port-range",
-        sagemaker_off,
-    );
     none(
         cli.sagemaker.sagemaker_thread_count.is_some(),
         "--sagemaker-thread-count",
-        sagemaker_off,
-    );
-    let vertex_off = "the Vertex AI service is off (--allow-vertex-ai=true is not supported yet)";
-    none(
-        cli.vertex.vertex_ai_port.is_some(),
-        "--vertex-ai-port",
-        vertex_off,
+        "the SageMaker service is served by the shard threads (one per core, see --cores)",
     );
     none(
         cli.vertex.vertex_ai_thread_count.is_some(),
         "--vertex-ai-thread-count",
-        vertex_off,
-    );
-    none(
-        cli.vertex.vertex_ai_default_model.is_some(),
-        "--vertex-ai-default-model",
-        vertex_off,
+        "the Vertex AI service is served by the shard threads (one per core, see --cores)",
     );
     none(
         cli.repoagent.repoagent_directory.is_some(),

@@ -147,6 +147,20 @@ pub struct ServerOptions {
     /// `--metrics-config`: the raw `<setting>=<value>` settings, checked at
     /// start by `metrics::config::MetricsConfig::parse`.
     pub metrics_config: Vec<String>,
+    // issue 24: SageMaker and Vertex AI
+    /// `--allow-sagemaker`: serve the SageMaker routes on `sagemaker_port`.
+    pub allow_sagemaker: bool,
+    /// `--sagemaker-port`.
+    pub sagemaker_port: u16,
+    /// `--sagemaker-safe-port-range`: with the SageMaker service on, the
+    /// other services' ports on its address must lie in it.
+    pub sagemaker_safe_port_range: Option<(u16, u16)>,
+    /// `--allow-vertex-ai` (default: `AIP_MODE=PREDICTION`).
+    pub allow_vertex_ai: bool,
+    /// `--vertex-ai-port` (default: `AIP_HTTP_PORT`, else 8080).
+    pub vertex_ai_port: u16,
+    /// `--vertex-ai-default-model`.
+    pub vertex_ai_default_model: Option<String>,
 }
 
 impl ServerOptions {
@@ -214,6 +228,13 @@ impl ServerOptions {
             allow_gpu_metrics: true,
             allow_cpu_metrics: true,
             metrics_config: Vec::new(),
+            // issue 24: SageMaker and Vertex AI
+            allow_sagemaker: false,
+            sagemaker_port: 8080,
+            sagemaker_safe_port_range: None,
+            allow_vertex_ai: false,
+            vertex_ai_port: 8080,
+            vertex_ai_default_model: None,
         }
     }
 
