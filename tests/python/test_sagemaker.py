@@ -5,6 +5,7 @@ errors, the refused multi-model routes and the start-up checks."""
 
 import json
 import subprocess
+import time
 
 import pytest
 
@@ -141,6 +142,11 @@ def test_ping_modes_when_not_ready(tmp_path):
                        args=["--exit-on-error=false"], log="python-sagemaker-notready.log",
                        ready_path="/v2/health/live")
         try:
+            # Live answers before the start-up load ends: wait for it.
+            deadline = time.time() + 60
+            while call(server.http_url, "GET", "/v2/models/simple/ready")[0] != 200:
+                assert time.time() < deadline, "simple did not load"
+                time.sleep(0.1)
             status, _, _ = call(server.sagemaker_url, "GET", "/ping")
             assert status in expect, (mode, status)
             # Not ready, yet the loaded model answers.
