@@ -37,6 +37,9 @@ def sagemaker(tmp_path_factory):
 def test_ping_answers_ready(sagemaker):
     status, _, _ = call(sagemaker.sagemaker_url, "GET", "/ping")
     assert status == 200
+    status, _, answer = call(sagemaker.sagemaker_url, "POST", "/ping", b"")
+    assert status == 405
+    assert json.loads(answer)["error"] == "Method Not Allowed"
 
 
 def test_invocations_json(sagemaker):

@@ -118,7 +118,12 @@ pub async fn handle(req: Request<Incoming>) -> HttpResponse {
         ));
     };
     match plan {
-        Plan::Forward(target) => forward(req, target).await,
+        Plan::Forward(target) => {
+            if req.method() != Method::GET {
+                return error_with(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
+            }
+            forward(req, target).await
+        }
         Plan::Invoke { target, infer } => {
             if req.method() != Method::POST {
                 return error_with(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
