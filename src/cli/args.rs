@@ -173,10 +173,10 @@ pub struct RepositoryArgs {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "HTTP")]
 pub struct HttpArgs {
-    /// Serve HTTP/REST.
-    #[arg(long, value_name = "BOOLEAN", default_value = "true", value_parser = values::boolean,
+    /// Serve HTTP/REST (default: true, false when AIP_MODE=PREDICTION).
+    #[arg(long, value_name = "BOOLEAN", value_parser = values::boolean,
           action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    pub allow_http: bool,
+    pub allow_http: Option<bool>,
     /// Address of the HTTP listener (default: --host).
     #[arg(long, value_name = "STRING")]
     pub http_address: Option<IpAddr>,
@@ -235,10 +235,10 @@ pub enum CompressionLevel {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "GRPC")]
 pub struct GrpcArgs {
-    /// Serve gRPC.
-    #[arg(long, value_name = "BOOLEAN", default_value = "true", value_parser = values::boolean,
+    /// Serve gRPC (default: true, false when AIP_MODE=PREDICTION).
+    #[arg(long, value_name = "BOOLEAN", value_parser = values::boolean,
           action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    pub allow_grpc: bool,
+    pub allow_grpc: Option<bool>,
     /// Address of the gRPC listener (default: --host).
     #[arg(long, value_name = "STRING")]
     pub grpc_address: Option<IpAddr>,
@@ -316,17 +316,17 @@ pub struct GrpcArgs {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Sagemaker")]
 pub struct SagemakerArgs {
-    /// The SageMaker service (refused when true: not supported yet).
+    /// Serve the SageMaker routes (/ping, /invocations).
     #[arg(long, value_name = "BOOLEAN", value_parser = values::boolean,
           num_args = 0..=1, default_missing_value = "true")]
     pub allow_sagemaker: Option<bool>,
-    /// Port of the SageMaker service.
+    /// Port of the SageMaker service (default 8080).
     #[arg(long, value_name = "INTEGER")]
     pub sagemaker_port: Option<u16>,
-    /// Ports the SageMaker service may use, `<low>-<high>`.
+    /// With SageMaker on: the ports the other services may use, `<low>-<high>`.
     #[arg(long, value_name = "<INTEGER>-<INTEGER>", value_parser = values::port_range)]
     pub sagemaker_safe_port_range: Option<(u16, u16)>,
-    /// Threads of the SageMaker service.
+    /// Threads of the SageMaker service (no effect: the shards serve it).
     #[arg(long, value_name = "INTEGER", value_parser = values::positive)]
     pub sagemaker_thread_count: Option<usize>,
 }
@@ -334,17 +334,17 @@ pub struct SagemakerArgs {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Vertex")]
 pub struct VertexArgs {
-    /// The Vertex AI service (refused when true: not supported yet).
+    /// Serve the Vertex AI routes (default: true when AIP_MODE=PREDICTION).
     #[arg(long, value_name = "BOOLEAN", value_parser = values::boolean,
           num_args = 0..=1, default_missing_value = "true")]
     pub allow_vertex_ai: Option<bool>,
-    /// Port of the Vertex AI service.
+    /// Port of the Vertex AI service (default: AIP_HTTP_PORT, else 8080).
     #[arg(long, value_name = "INTEGER")]
     pub vertex_ai_port: Option<u16>,
-    /// Threads of the Vertex AI service.
+    /// Threads of the Vertex AI service (no effect: the shards serve it).
     #[arg(long, value_name = "INTEGER", value_parser = values::positive)]
     pub vertex_ai_thread_count: Option<usize>,
-    /// Model that Vertex AI requests go to.
+    /// Model that Vertex AI predict requests go to (default: the only model).
     #[arg(long, value_name = "STRING")]
     pub vertex_ai_default_model: Option<String>,
 }

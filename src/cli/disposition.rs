@@ -1,6 +1,7 @@
-//! What shardserve does with the tritonserver flags it has no use for:
-//! refuses a feature it still lacks (start-up fails, naming the flag), or
+//! What shardserve does with the tritonserver flags it has no use for: it
 //! accepts a setting that means nothing in this process and says so once.
+//! (Since issue 24 no flag is refused: every tritonserver 2.51 feature a
+//! flag asks for is served.)
 
 use super::args::Cli;
 
@@ -10,25 +11,6 @@ pub struct Note {
     /// Warnings for settings that change nothing; info for deprecated spellings that work.
     pub warn: bool,
     pub text: String,
-}
-
-/// The flags asking for a feature shardserve does not have yet (issue 24),
-/// one message each; their "off" values are accepted.
-pub fn refusals(cli: &Cli) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut refuse = |flag: &str, feature: &str| {
-        out.push(format!(
-            "{flag}: {feature} is not supported by shardserve yet; remove the flag (or give its off value)"
-        ));
-    };
-    if cli.sagemaker.allow_sagemaker == Some(true) {
-        refuse("--allow-sagemaker=true", "the SageMaker service");
-    }
-    if cli.vertex.allow_vertex_ai == Some(true) {
-        refuse("--allow-vertex-ai=true", "the Vertex AI service");
-    }
-    }
-    out
 }
 
 /// The flags given that change nothing here, and the deprecated spellings used.
@@ -63,38 +45,15 @@ pub fn notes(cli: &Cli) -> Vec<Note> {
         "--cache-directory",
         "only the built-in 'local' response cache exists; no cache library is loaded",
     );
-    let sagemaker_off =
-        "the SageMaker service is off (--allow-sagemaker=true is not supported yet)";
-    none(
-        cli.sagemaker.sagemaker_port.is_some(),
-        "--sagemaker-port",
-        sagemaker_off,
-    );
-    none(
-        cli.sagemaker.sagemaker_safe_port_range.is_some(),
-        "--sagemaker-safe-port-range",
-        sagemaker_off,
-    );
     none(
         cli.sagemaker.sagemaker_thread_count.is_some(),
         "--sagemaker-thread-count",
-        sagemaker_off,
-    );
-    let vertex_off = "the Vertex AI service is off (--allow-vertex-ai=true is not supported yet)";
-    none(
-        cli.vertex.vertex_ai_port.is_some(),
-        "--vertex-ai-port",
-        vertex_off,
+        "the SageMaker service is served by the shard threads (one per core, see --cores)",
     );
     none(
         cli.vertex.vertex_ai_thread_count.is_some(),
         "--vertex-ai-thread-count",
-        vertex_off,
-    );
-    none(
-        cli.vertex.vertex_ai_default_model.is_some(),
-        "--vertex-ai-default-model",
-        vertex_off,
+        "the Vertex AI service is served by the shard threads (one per core, see --cores)",
     );
     none(
         cli.repoagent.repoagent_directory.is_some(),

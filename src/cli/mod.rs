@@ -39,10 +39,9 @@ pub fn help_text() -> String {
 }
 
 impl Cli {
-    /// Checks that need several flags, and refuses the features still missing;
-    /// every problem found, one a line.
+    /// Checks that need several flags; every problem found, one a line.
     pub fn validate(&self) -> anyhow::Result<()> {
-        let mut problems = disposition::refusals(self);
+        let mut problems: Vec<String> = Vec::new();
         if !self.repository.load_model.is_empty()
             && !matches!(self.repository.model_control_mode, ControlMode::Explicit)
         {
@@ -107,9 +106,17 @@ impl Cli {
             &self.metrics,
             &self.ours,
         );
-        if repo.model_repository.is_empty() {
+        // issue 24: Vertex AI: its storage is the repository when none is given.
+        let aip_storage: Vec<std::path::PathBuf> = std::env::var("AIP_STORAGE_URI")
+            .ok()
+            .filter(|u| !u.is_empty() && repo.model_repository.is_empty())
+            .map(Into::into)
+            .into_iter()
+            .collect();
+        if repo.model_repository.is_empty() && aip_storage.is_empty() {
             anyhow::bail!("--model-repository is required");
         }
+        let vertex = self.vertex_defaults()?;
         let http_restricted_api = Restrictions::parse(Protocol::Http, &http.http_restricted_api)
             .map_err(anyhow::Error::msg)?;
         let grpc_restricted_protocol =
@@ -144,8 +151,8 @@ impl Cli {
             http_port: http.http_port,
             grpc_port: grpc.grpc_port,
             metrics_port: metrics.metrics_port,
-            allow_http: http.allow_http,
-            allow_grpc: grpc.allow_grpc,
+            allow_http: http.allow_http.unwrap_or(!vertex.aip_prediction),
+            allow_grpc: grpc.allow_grpc.unwrap_or(!vertex.aip_prediction),
             allow_metrics: metrics.allow_metrics,
             cores: ours.cores,
             pin_threads: !ours.no_pin,
@@ -220,9 +227,43 @@ impl Cli {
             rate_limit_resources: self.rate_limiter.rate_limit_resource.clone(),
             // issue 24: several repositories + namespacing
             model_namespacing: repo.model_namespacing.unwrap_or(false),
-            ..ServerOptions::new(repo.model_repository.clone())
+            // issue 24: SageMaker and Vertex AI
+            allow_sagemaker: self.sagemaker.allow_sagemaker.unwrap_or(false),
+            sagemaker_port: self.sagemaker.sagemaker_port.unwrap_or(8080),
+            sagemaker_safe_port_range: self.sagemaker.sagemaker_safe_port_range,
+            allow_vertex_ai: self.vertex.allow_vertex_ai.unwrap_or(vertex.aip_prediction),
+            vertex_ai_port: self.vertex.vertex_ai_port.unwrap_or(vertex.port),
+            vertex_ai_default_model: self.vertex.vertex_ai_default_model.clone(),
+            ..ServerOptions::new(if aip_storage.is_empty() {
+                repo.model_repository.clone()
+            } else {
+                aip_storage
+            })
         })
     }
+
+    /// Triton's Vertex AI environment: `AIP_MODE=PREDICTION` turns the
+    /// service on and HTTP and gRPC off unless their flags say otherwise;
+    /// `AIP_HTTP_PORT` is its port unless `--vertex-ai-port` is given.
+    fn vertex_defaults(&self) -> anyhow::Result<VertexDefaults> {
+        let aip_prediction = std::env::var("AIP_MODE").is_ok_and(|m| m == "PREDICTION");
+        let port = match std::env::var("AIP_HTTP_PORT") {
+            Ok(p) if self.vertex.vertex_ai_port.is_none() => p.trim().parse().map_err(|_| {
+                anyhow::anyhow!("AIP_HTTP_PORT: '{p}' is not a port number (0-65535)")
+            })?,
+            _ => 8080,
+        };
+        Ok(VertexDefaults {
+            aip_prediction,
+            port,
+        })
+    }
+}
+
+/// What the Vertex AI environment variables change in the defaults.
+struct VertexDefaults {
+    aip_prediction: bool,
+    port: u16,
 }
 
 /// One listener's TLS files from its flags (`prefix`: `--grpc`, `--http`),

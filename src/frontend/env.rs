@@ -120,6 +120,12 @@ pub struct FrontendEnv {
     /// What the metrics port shows (`--allow-cpu-metrics`,
     /// `--allow-gpu-metrics`, `--metrics-config`).
     pub metrics: Arc<crate::metrics::prometheus::Exposition>,
+    // issue 24: SageMaker and Vertex AI
+    /// The SageMaker service's settings, set at start when it is on.
+    pub sagemaker: OnceLock<super::http::sagemaker::SagemakerSettings>,
+    /// The Vertex AI service's settings, set when it is on once the
+    /// start-up load is done (its default model must be loaded).
+    pub vertex: OnceLock<super::http::vertex::VertexSettings>,
 }
 
 impl FrontendEnv {
@@ -139,6 +145,8 @@ impl FrontendEnv {
             grpc_header_forward: OnceLock::new(),
             lifecycle: Lifecycle::default(),
             metrics: Arc::default(),
+            sagemaker: OnceLock::new(),
+            vertex: OnceLock::new(),
         }
     }
 

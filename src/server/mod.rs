@@ -1,6 +1,7 @@
 //! Bootstrap: shards, listeners, the initial model load, and graceful
 //! shutdown. `start` is also the in-process API tests and tools use.
 
+mod cloud;
 mod fdlimit;
 mod options;
 mod ports;
@@ -37,6 +38,9 @@ pub struct Addresses {
     pub http: Option<SocketAddr>,
     pub grpc: Option<SocketAddr>,
     pub metrics: Option<SocketAddr>,
+    // issue 24: SageMaker and Vertex AI
+    pub sagemaker: Option<SocketAddr>,
+    pub vertex_ai: Option<SocketAddr>,
 }
 
 /// A running server. Dropping it without `shutdown` leaves the shard
@@ -304,6 +308,7 @@ pub fn start_interruptible(
     )?;
     let shard_count = plan.shard_count();
     tracing::info!("placement:\n{}", plan.describe(topology, gpus));
+    cloud::check_ports(&options)?;
     // Held until every shard has bound its listeners (see `ports`).
     let mut reservations = Vec::new();
     let mut reserve = |what,
@@ -346,10 +351,26 @@ pub fn start_interruptible(
             options.metrics_port,
             false,
         )?,
+        // issue 24: SageMaker and Vertex AI
+        sagemaker: reserve(
+            "SageMaker",
+            options.allow_sagemaker,
+            options.host,
+            options.sagemaker_port,
+            false,
+        )?,
+        vertex_ai: reserve(
+            "Vertex AI",
+            options.allow_vertex_ai,
+            options.host,
+            options.vertex_ai_port,
+            false,
+        )?,
     };
     let state = ServerState::new(options.clone(), shard_count);
     state.env.lifecycle.set_strict(options.strict_readiness);
     let _ = state.env.tls.set(tls);
+    cloud::install_sagemaker(&options, &state.env)?;
     for (flag, pattern, slot) in [
         (
             "--http-header-forward-pattern",
@@ -527,6 +548,11 @@ pub fn start_interruptible(
             failed.join(", ")
         );
     }
+    if let Err(e) = cloud::install_vertex(&options, &handle.state.env, &table) {
+        handle.table = Arc::new(table);
+        let _ = handle.shutdown();
+        return Err(e);
+    }
     handle.table = Arc::new(table);
     handle.state.set_ready(true);
     Ok(Some(handle))
@@ -651,6 +677,8 @@ fn log_addresses(a: &Addresses, shards: usize) {
         http = %show(a.http),
         grpc = %show(a.grpc),
         metrics = %show(a.metrics),
+        sagemaker = %show(a.sagemaker),
+        vertex_ai = %show(a.vertex_ai),
         "listening"
     );
 }

@@ -162,6 +162,20 @@ pub struct ServerOptions {
     /// (the namespace) and its name, so one name may live in several
     /// repositories; metrics carry a `namespace` label.
     pub model_namespacing: bool,
+    // issue 24: SageMaker and Vertex AI
+    /// `--allow-sagemaker`: serve the SageMaker routes on `sagemaker_port`.
+    pub allow_sagemaker: bool,
+    /// `--sagemaker-port`.
+    pub sagemaker_port: u16,
+    /// `--sagemaker-safe-port-range`: with the SageMaker service on, the
+    /// other services' ports on its address must lie in it.
+    pub sagemaker_safe_port_range: Option<(u16, u16)>,
+    /// `--allow-vertex-ai` (default: `AIP_MODE=PREDICTION`).
+    pub allow_vertex_ai: bool,
+    /// `--vertex-ai-port` (default: `AIP_HTTP_PORT`, else 8080).
+    pub vertex_ai_port: u16,
+    /// `--vertex-ai-default-model`.
+    pub vertex_ai_default_model: Option<String>,
 }
 
 impl ServerOptions {
@@ -236,6 +250,13 @@ impl ServerOptions {
             rate_limit_resources: Vec::new(),
             // issue 24: several repositories + namespacing
             model_namespacing: false,
+            // issue 24: SageMaker and Vertex AI
+            allow_sagemaker: false,
+            sagemaker_port: 8080,
+            sagemaker_safe_port_range: None,
+            allow_vertex_ai: false,
+            vertex_ai_port: 8080,
+            vertex_ai_default_model: None,
         }
     }
 

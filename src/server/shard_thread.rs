@@ -133,6 +133,8 @@ async fn shard_main(boot: ShardBoot) -> Vec<String> {
             http: None,
             grpc: None,
             metrics: None,
+            sagemaker: None,
+            vertex_ai: None,
         }
     };
     let bound = (|| {
@@ -142,7 +144,10 @@ async fn shard_main(boot: ShardBoot) -> Vec<String> {
             bind(addresses.metrics)?,
         ))
     })();
-    let (http, grpc, metrics) = match bound {
+    // issue 24: SageMaker and Vertex AI
+    let cloud = bind(addresses.sagemaker).and_then(|s| Ok((s, bind(addresses.vertex_ai)?)));
+    let bound = bound.and_then(|b| Ok((b, cloud?)));
+    let ((http, grpc, metrics), (sagemaker, vertex_ai)) = match bound {
         Ok(l) => l,
         Err(e) => {
             let _ = ready.send(Err(format!("shard {id}: cannot bind a listener: {e}")));
@@ -171,6 +176,12 @@ async fn shard_main(boot: ShardBoot) -> Vec<String> {
     }
     if let Some(l) = metrics {
         monoio::spawn(frontend::http::serve_metrics(l, shard.clone()));
+    }
+    if let Some(l) = sagemaker {
+        monoio::spawn(frontend::http::serve_sagemaker(l, shard.clone()));
+    }
+    if let Some(l) = vertex_ai {
+        monoio::spawn(frontend::http::serve_vertex(l, shard.clone()));
     }
     let _ = ready.send(Ok(()));
 

@@ -1,13 +1,16 @@
 //! HTTP/REST (KServe v2 + Triton extensions).
+mod cloud;
 pub mod codec;
 pub mod compression;
 mod generate;
 mod metrics;
 mod repository;
 mod routes;
+pub mod sagemaker;
 mod server;
 mod shm_routes;
 mod status;
+pub mod vertex;
 
 use std::rc::Rc;
 
@@ -25,4 +28,16 @@ pub async fn serve(listener: TcpListener, shard: Rc<Shard>) {
 /// Serves `/metrics` on this shard until shutdown; plaintext, as Triton's.
 pub async fn serve_metrics(listener: TcpListener, shard: Rc<Shard>) {
     server::accept_loop(listener, shard, "metrics", None, metrics::handle).await;
+}
+
+/// Serves the SageMaker service (`--allow-sagemaker`) on this shard until
+/// shutdown; plaintext, as Triton's.
+pub async fn serve_sagemaker(listener: TcpListener, shard: Rc<Shard>) {
+    server::accept_loop(listener, shard, "sagemaker", None, sagemaker::handle).await;
+}
+
+/// Serves the Vertex AI service (`--allow-vertex-ai`) on this shard until
+/// shutdown; plaintext, as Triton's.
+pub async fn serve_vertex(listener: TcpListener, shard: Rc<Shard>) {
+    server::accept_loop(listener, shard, "vertex-ai", None, vertex::handle).await;
 }
