@@ -127,7 +127,7 @@ fn execute_once(
         if instance.takes_requests() {
             run_requests(instance, states, model, stats, jobs, None);
         } else if decoupled {
-            super::decoupled::run_decoupled(instance, model, stats, jobs);
+            super::decoupled::run_decoupled(instance, states, model, stats, jobs, None);
         } else {
             run_batch(instance, model, stats, jobs);
         }
