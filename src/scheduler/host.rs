@@ -264,9 +264,11 @@ pub fn install_task(
                 model,
                 executors,
                 done_bell,
-                h.shard.id,
-                h.shard.gauges.clone(),
-                h.shard.max_queue_size,
+                super::model_scheduler::OwnerShard {
+                    id: h.shard.id,
+                    gauges: h.shard.gauges.clone(),
+                    default_max_queue: h.shard.max_queue_size,
+                },
                 limits,
             );
             monoio::spawn(scheduler.clone().run());

@@ -171,17 +171,28 @@ pub struct ModelScheduler {
     limits: Option<ModelLimits>,
 }
 
+/// What the owner shard gives each scheduler it hosts.
+pub struct OwnerShard {
+    pub id: usize,
+    pub gauges: Arc<[ShardGauges]>,
+    /// `--max-queue-size`, for configs that leave `max_queue_size` at 0.
+    pub default_max_queue: usize,
+}
+
 impl ModelScheduler {
     pub fn new(
         key: u64,
         model: Arc<ModelVersion>,
         executors: Vec<InstanceExecutor>,
         done_bell: Arc<AtomicWaker>,
-        shard: usize,
-        gauges: Arc<[ShardGauges]>,
-        default_max_queue: usize,
+        owner: OwnerShard,
         limits: Option<ModelLimits>,
     ) -> Rc<Self> {
+        let OwnerShard {
+            id: shard,
+            gauges,
+            default_max_queue,
+        } = owner;
         let queue = match &model.config.scheduling_choice {
             _ if model.sequence.is_some() => {
                 let spec = model.sequence.as_ref().expect("checked");
