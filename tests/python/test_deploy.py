@@ -8,6 +8,7 @@ exists on a running server."""
 import json
 import pathlib
 import re
+import shutil
 import urllib.request
 
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 import tritonclient.http as httpclient
 import yaml
 
-from serverproc import ROOT
+from serverproc import ROOT, ServerProcess
 
 kubernetes_validate = pytest.importorskip(
     "kubernetes_validate", reason="scripts/setup.sh installs kubernetes-validate")
@@ -201,18 +202,36 @@ def has_gpu():
     return any(pathlib.Path("/dev").glob("nvidia[0-9]*"))
 
 
-def test_every_metric_queried_exists_on_a_running_server(server):
-    # One inference, so per-model families have samples.
+def infer_and_scrape(server):
+    # One inference (two with a cache: a miss, then a hit), so per-model
+    # families have samples.
     c = httpclient.InferenceServerClient(server.http_url)
     inputs = [httpclient.InferInput("INPUT0", [1, 16], "INT32"),
               httpclient.InferInput("INPUT1", [1, 16], "INT32")]
     for i in inputs:
         i.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
     c.infer("simple", inputs)
+    c.infer("simple", inputs)
     with urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=10) as r:
         text = r.read().decode()
     exposed = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
-    exposed |= set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]", text, re.M))
+    return exposed | set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]", text, re.M))
+
+
+def test_every_metric_queried_exists_on_a_running_server(server, tmp_path):
+    exposed = infer_and_scrape(server)
+    # The cache families exist only for models that enable the cache, on a
+    # server that has one (as in Triton): scrape such a server too.
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "models" / "simple", repo / "simple")
+    config = repo / "simple" / "config.pbtxt"
+    config.write_text(config.read_text() + "\nresponse_cache { enable: true }\n")
+    cached = ServerProcess([repo], ["--cache-config", "local,size=1048576"],
+                           log="deploy-cache-server.log")
+    try:
+        exposed |= infer_and_scrape(cached)
+    finally:
+        cached.stop_expecting_success()
 
     adapter = next(d for _, d in kube_docs() if d["kind"] == "ConfigMap")
     wanted = dashboard_metrics() | metric_names(adapter["data"]["config.yaml"])
