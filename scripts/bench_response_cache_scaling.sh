@@ -5,6 +5,7 @@
 # (16 segments, one lock each) and on with a 4 MiB cache (1 segment: one lock
 # every shard takes). Every request after the first KEYS is a hit.
 #
+# (MAX_TRIALS=N: most windows per step, default 6.)
 # Usage: scripts/bench_response_cache_scaling.sh [SHARDS=8] [KEYS=1024] [BIN=target/release] [PORT=18200]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +42,7 @@ run() {
     local cpus=$client_cpus
     [ "$c" = 1 ] && cpus=$shards
     "$bin/shardserve-bench" -m simple -u "127.0.0.1:$port" --concurrency-range "$c" -p 1500 \
-      --max-trials 6 -s 25 --cpu "$cpus" --input-data "$out/data.json" --no-progress -q \
+      --max-trials "${MAX_TRIALS:-6}" -s 25 --cpu "$cpus" --input-data "$out/data.json" --no-progress -q \
       --json "$out/r.json" >/dev/null
     python3 - "$label" "$c" "$out/r.json" <<'PY'
 import json, sys
