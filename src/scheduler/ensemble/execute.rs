@@ -26,7 +26,8 @@ use crate::{
     scheduler::{batch::batch_rows, decoupled::ResponseTx, infer_stream, Job, Streamed},
     shard,
     types::{
-        ComputeTimes, InferError, InferRequest, InferResponse, InferResult, Parameters, Tensor,
+        ComputeTimes, InferError, InferRequest, InferResponse, InferResult, Parameters,
+        RequestedOutput, Tensor,
     },
 };
 
@@ -200,6 +201,30 @@ struct RequestInfo {
     trace: crate::trace::TraceSlot,
 }
 
+impl RequestInfo {
+    /// The ensemble request's own details, its inputs and the outputs it
+    /// asks for.
+    fn split(request: InferRequest) -> (Self, Vec<Tensor>, Vec<RequestedOutput>) {
+        let InferRequest {
+            id,
+            inputs,
+            outputs,
+            parameters,
+            trace,
+            ..
+        } = request;
+        (
+            Self {
+                id,
+                parameters,
+                trace,
+            },
+            inputs,
+            outputs,
+        )
+    }
+}
+
 /// Triton's batch/non-batch conversion between a tensor and the model that
 /// reads it: a batching reader of an unbatched tensor that matches its
 /// dims gets a batch of 1; a non-batching reader of a batch-1 tensor that
@@ -225,19 +250,7 @@ fn reshape(
 }
 
 async fn run(plan: &EnsemblePlan, request: InferRequest) -> InferResult<InferResponse> {
-    let InferRequest {
-        id,
-        inputs,
-        outputs: wanted,
-        parameters,
-        trace,
-        ..
-    } = request;
-    let info = RequestInfo {
-        id,
-        parameters,
-        trace,
-    };
+    let (info, inputs, wanted) = RequestInfo::split(request);
     let mut flow = Flow::new(plan);
     let mut ready = Vec::new();
     provide_inputs(plan, &mut flow, inputs, &mut ready);
@@ -346,19 +359,7 @@ async fn run_decoupled(
     request: InferRequest,
     mut tx: ResponseTx,
 ) -> InferResult<InferResponse> {
-    let InferRequest {
-        id,
-        inputs,
-        outputs: wanted,
-        parameters,
-        trace,
-        ..
-    } = request;
-    let info = RequestInfo {
-        id,
-        parameters,
-        trace,
-    };
+    let (info, inputs, wanted) = RequestInfo::split(request);
     let selected = selected_outputs(plan, &wanted)?;
     let mut root = Instance {
         flow: Flow::new(plan),
