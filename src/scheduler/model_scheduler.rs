@@ -169,6 +169,9 @@ pub struct ModelScheduler {
     /// `--rate-limit execution_count`: what each instance must hold to
     /// execute. `None` (the default) costs one check per batch.
     limits: Option<ModelLimits>,
+    /// An input with `allow_ragged_batch`: requests batch without equal
+    /// shapes in it (read once from the config, not per batch).
+    ragged_inputs: bool,
 }
 
 /// What the owner shard gives each scheduler it hosts.
@@ -255,6 +258,7 @@ impl ModelScheduler {
             draining: Cell::new(false),
             timer: shard::PreciseTimer::default(),
             reorder: wants_reorder(&model).then(|| Reorder::new(super::host::reply)),
+            ragged_inputs: ragged::has_ragged_inputs(&model.config),
             model,
             limits,
         })
@@ -689,9 +693,8 @@ impl ModelScheduler {
                 };
                 // Ragged inputs need no equal shapes (`ragged::compatible`).
                 let config = &self.model.config;
-                let any_ragged = ragged::has_ragged_inputs(config);
                 match q.decide(at, |a, b| {
-                    if any_ragged {
+                    if self.ragged_inputs {
                         ragged::compatible(config, &a.request, &b.request)
                     } else {
                         compatible(&a.request, &b.request)
