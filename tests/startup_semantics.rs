@@ -92,7 +92,7 @@ fn without_exit_on_error_the_rest_serves_and_strict_readiness_says_not_ready() {
     assert_eq!(get(addr, "/v2/models/a/ready").status, 200);
     // Triton: live, serving `a`, but not ready while a model that should
     // be loaded is not.
-    assert_ne!(ready(addr), 200);
+    assert_eq!(ready(addr), 400, "Triton answers 400 when not ready");
     server.shutdown().unwrap();
 
     let mut opts = ServerOptions::for_tests(&repo.root);
@@ -123,7 +123,7 @@ fn an_unloaded_model_keeps_the_server_ready_a_failed_load_does_not() {
     assert_eq!(ready(addr), 200, "unloaded on purpose: still ready");
     let r = post_json(addr, "/v2/repository/models/broken/load", &json!({}));
     assert_eq!(r.status, 500);
-    assert_ne!(ready(addr), 200, "a failed load makes the server not ready");
+    assert_eq!(ready(addr), 400, "a failed load makes the server not ready");
     server.shutdown().unwrap();
 }
 

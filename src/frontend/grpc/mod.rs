@@ -10,5 +10,6 @@ mod shm_service;
 mod size_limit;
 mod status;
 mod stream;
+mod stream_order;
 
 pub use server::serve;

@@ -35,12 +35,13 @@ use std::{
     task::{Context, Poll, Waker},
 };
 
-use futures::{stream::SelectAll, Stream, StreamExt};
+use futures::{Stream, StreamExt};
 use tonic::{Code, Status, Streaming};
 
 use super::{
     codec::encode_model_infer_response,
     service::{decode_infer_request, echoed_model_name},
+    stream_order::OrderedAnswers,
 };
 use crate::{
     frontend::core::infer as core,
@@ -50,7 +51,7 @@ use crate::{
     },
     scheduler::Streamed,
     shard,
-    types::{clip, clip_to, InferError, InferRequest, InferResponse, MESSAGE_BYTES},
+    types::{clip, clip_to, InferError, InferRequest, InferResponse, ParamValue, MESSAGE_BYTES},
 };
 
 /// Requests in flight on one stream (read, not yet answered) before it
@@ -72,6 +73,42 @@ const FINAL_RESPONSE: &str = "triton_final_response";
 /// The stream responses of one request.
 type Answer = Pin<Box<dyn Stream<Item = ModelStreamInferResponse> + Send>>;
 type Decoding = Pin<Box<dyn Future<Output = Result<InferRequest, InferError>> + Send>>;
+
+/// The sequence a request belongs to on this stream, as the client named
+/// it (model, version, `sequence_id`) rather than as its scheduler sees
+/// it: a request with an id to a model without sequence batching is
+/// merely kept in order with its like.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SequenceKey {
+    model: String,
+    version: String,
+    id: SequenceId,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum SequenceId {
+    Uint(u64),
+    Str(String),
+}
+
+impl SequenceKey {
+    fn of(request: &InferRequest) -> Option<Self> {
+        let id = match request.parameters.get("sequence_id")? {
+            ParamValue::Uint(0) | ParamValue::Int(0) => return None,
+            ParamValue::Uint(v) => SequenceId::Uint(*v),
+            // gRPC carries ids as int64: the same 64 bits, as the
+            // sequence batcher reads them.
+            ParamValue::Int(v) => SequenceId::Uint(*v as u64),
+            ParamValue::String(s) if !s.is_empty() => SequenceId::Str(s.clone()),
+            _ => return None,
+        };
+        Some(Self {
+            model: request.model_name.clone(),
+            version: request.model_version.clone(),
+            id,
+        })
+    }
+}
 
 /// What a request's response needs from the request once it has been
 /// consumed: who it was for, and whether it asked for the final flag.
@@ -165,7 +202,7 @@ pub struct InferStream {
     /// A request being decoded off the shard; nothing behind it is read
     /// until it has been dispatched.
     decoding: Option<(Ticket, Decoding)>,
-    in_flight: SelectAll<Answer>,
+    in_flight: OrderedAnswers<SequenceKey, ModelStreamInferResponse>,
     /// Answers that are already known (failed decoding or validation),
     /// in arrival order.
     ready: VecDeque<ModelStreamInferResponse>,
@@ -187,7 +224,7 @@ impl InferStream {
             inbound: Some(inbound),
             failure: None,
             decoding: None,
-            in_flight: SelectAll::new(),
+            in_flight: OrderedAnswers::new(),
             ready: VecDeque::new(),
             watch: None,
         }
@@ -270,16 +307,16 @@ impl InferStream {
                 return;
             }
         };
+        let sequence = SequenceKey::of(&request);
         let mut answer = run(ticket, request);
-        match answer.as_mut().poll_next(cx) {
-            Poll::Ready(Some(response)) => {
-                // More may follow (a decoupled model).
-                self.ready.push_back(response);
-                self.in_flight.push(answer);
-            }
-            Poll::Ready(None) => {}
-            Poll::Pending => self.in_flight.push(answer),
-        }
+        let first = match answer.as_mut().poll_next(cx) {
+            // More may follow (a decoupled model).
+            Poll::Ready(Some(response)) => Some(response),
+            Poll::Ready(None) => return,
+            Poll::Pending => None,
+        };
+        let now = self.in_flight.push(sequence, first, answer);
+        self.ready.extend(now);
     }
 
     /// Graceful shutdown: read nothing more, answer what is in flight (the
@@ -304,7 +341,7 @@ impl InferStream {
     /// response and the status, for a client that is still there.
     fn fail(&mut self, status: Status) {
         tracing::debug!(code = ?status.code(), message = status.message(), "grpc: stream inbound failed");
-        self.in_flight = SelectAll::new();
+        self.in_flight.clear();
         let status = match status.code() {
             // gRPC's code for a message over the limit (tonic says OUT_OF_RANGE).
             Code::OutOfRange | Code::ResourceExhausted => Status::new(
@@ -340,7 +377,7 @@ impl Stream for InferStream {
             return Poll::Ready(Some(Ok(response)));
         }
         if !this.in_flight.is_empty() {
-            return match this.in_flight.poll_next_unpin(cx) {
+            return match this.in_flight.poll_next(cx) {
                 Poll::Ready(Some(response)) => Poll::Ready(Some(Ok(response))),
                 // Pending registered the wake-ups of every request in it.
                 Poll::Pending => Poll::Pending,

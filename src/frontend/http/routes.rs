@@ -106,10 +106,12 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
         ["v2", "health", "live"] => {
             expect_get(&method).ok_or_else(not_allowed)?;
             let live = with_env(|e| e.lifecycle.live())?;
+            // Triton answers 400, not 503, when not live/ready
+            // (`HandleServerHealth`); probes read any non-2xx alike.
             Ok(empty(if live {
                 StatusCode::OK
             } else {
-                StatusCode::SERVICE_UNAVAILABLE
+                StatusCode::BAD_REQUEST
             }))
         }
         ["v2", "health", "ready"] => {
@@ -118,7 +120,7 @@ async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
             Ok(empty(if ready {
                 StatusCode::OK
             } else {
-                StatusCode::SERVICE_UNAVAILABLE
+                StatusCode::BAD_REQUEST
             }))
         }
         ["v2", "logging"] => crate::frontend::logging::http(req).await,
