@@ -4,7 +4,9 @@
 # Runtime in <prefix>/lib and the backends in <prefix>/backends from its own
 # location (docs/deploy.md).
 #
-#   scripts/package.sh OUT.tar.gz
+#   scripts/package.sh OUT.tar.gz     (OUT.tar: uncompressed, for
+#                                      scripts/build-image.sh, which
+#                                      unpacks it at once)
 #
 #   shardserve-<version>-linux-<arch>/
 #     bin/shardserve, bin/shardserve-bench   (stripped)
@@ -88,8 +90,9 @@ mkdir -p "$pkg/docs"
 [ -d deploy ] && cp -r deploy "$pkg/deploy"
 
 mkdir -p "$(dirname "$out")"
-compress=gzip
-command -v pigz >/dev/null && compress=pigz
+compress=(-I gzip)
+command -v pigz >/dev/null && compress=(-I pigz)
+case "$out" in *.tar) compress=() ;; esac
 tar -C "$stage" --owner=0 --group=0 --numeric-owner --sort=name \
-  -I "$compress" -cf "$out" "$name"
+  "${compress[@]}" -cf "$out" "$name"
 echo "package: $out ($(du -h "$out" | cut -f1), unpacks to $(du -sh "$pkg" | cut -f1))"

@@ -10,6 +10,9 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 APT_PACKAGES=(pkg-config libhwloc-dev libudev-dev wrk nghttp2-client python3-venv binutils libpython3.11 gcc openssl)
+# scripts/build-image.sh and tests/python/test_image.py: the image's Debian
+# root file system and the image itself.
+APT_PACKAGES+=(mmdebstrap podman)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -32,6 +35,23 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing Python packages"
   .venv/bin/pip install -q -r scripts/requirements.txt
   echo "$want" > "$stamp"
+fi
+
+# The KServe SDK's models (tests/python/test_deploy.py), in a venv of their
+# own under the cache (outside the source tree, so a fresh clone in CI reuses
+# it), named by the hash of its requirements: a changed pin makes a new one.
+# tests/python/kserve_models.py finds it by the same rule.
+cache=${SHARDSERVE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/shardserve}
+kserve_venv=$cache/kserve-sdk-$(sha256sum scripts/requirements-kserve.txt | cut -c1-16)
+if [ ! -f "$kserve_venv/.complete" ]; then
+  echo "setup: installing the KServe SDK's models into $kserve_venv"
+  rm -rf "$kserve_venv"
+  mkdir -p "$cache"
+  python3 -m venv "$kserve_venv"
+  "$kserve_venv/bin/pip" install -q --no-deps -r scripts/requirements-kserve.txt
+  touch "$kserve_venv/.complete"
+  # Earlier pins' venvs are stale.
+  find "$cache" -maxdepth 1 -name 'kserve-sdk-*' ! -path "$kserve_venv" -exec rm -rf {} +
 fi
 
 # Where a GPU is present, the GPU build of ONNX Runtime replaces the CPU one

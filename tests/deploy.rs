@@ -84,7 +84,11 @@ struct TestCgroup {
 
 impl TestCgroup {
     fn create(quota_us: u64) -> Option<Self> {
-        let name = format!("shardserve-test-{}-{quota_us}", std::process::id());
+        // Tests run in parallel threads of one process: a counter keeps
+        // their cgroups apart.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("shardserve-test-{}-{n}-{quota_us}", std::process::id());
         let v1 = Path::new("/sys/fs/cgroup/cpu");
         let (dir, files): (PathBuf, Vec<(&str, String)>) = if v1.join("cpu.cfs_quota_us").is_file()
         {
@@ -131,28 +135,26 @@ impl Drop for TestCgroup {
     }
 }
 
-/// `shardserve topology` inside a cgroup with a 1-CPU quota (this box may
-/// have as few as 2 CPUs, so a 2-CPU quota could not be told apart from
-/// none) uses one CPU: one shard.
-#[test]
-fn a_real_cgroup_quota_limits_the_shards() {
+/// `shardserve topology ARGS` run inside a fresh cgroup with a 1-CPU quota
+/// (this box may have as few as 2 CPUs, so a 2-CPU quota could not be told
+/// apart from none): its standard output, or `None` where this process may
+/// not make such a cgroup.
+fn topology_in_a_1_cpu_cgroup(args: &str) -> Option<String> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cpus < 2 {
         eprintln!("skipped: one CPU, a quota cannot lower it");
-        return;
+        return None;
     }
-    let Some(cgroup) = TestCgroup::create(50_000) else {
-        return;
-    };
+    let cgroup = TestCgroup::create(50_000)?;
     let exe = env!("CARGO_BIN_EXE_shardserve");
     // The shell moves itself into the cgroup, then becomes the server
     // binary, so the process reading /proc/self/cgroup is in it.
     let script = format!(
-        "echo $$ > '{}/cgroup.procs' && exec '{exe}' topology",
+        "echo $$ > '{}/cgroup.procs' && exec '{exe}' topology {args}",
         cgroup.dir.display()
     );
     let out = Command::new("sh").args(["-c", &script]).output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{stdout}\n{}",
@@ -162,8 +164,32 @@ fn a_real_cgroup_quota_limits_the_shards() {
         stdout.contains("CPU quota 50000/100000 us = 1 CPU(s)"),
         "{stdout}"
     );
-    assert!(stdout.contains("\nshards: 1\n"), "{stdout}");
     drop(cgroup);
+    Some(stdout)
+}
+
+/// Without --cores the shards follow the quota: one.
+#[test]
+fn a_real_cgroup_quota_limits_the_shards() {
+    let Some(stdout) = topology_in_a_1_cpu_cgroup("") else {
+        return;
+    };
+    assert!(stdout.contains("\nshards: 1\n"), "{stdout}");
+    assert!(!stdout.contains("warning:"), "{stdout}");
+}
+
+/// An explicit --cores above the quota wins (the user asked for it), and
+/// `shardserve topology` warns that the shards will share the quota.
+#[test]
+fn cores_above_a_real_cgroup_quota_win_with_a_warning() {
+    let Some(stdout) = topology_in_a_1_cpu_cgroup("--cores 2") else {
+        return;
+    };
+    assert!(stdout.contains("\nshards: 2\n"), "{stdout}");
+    assert!(
+        stdout.contains("warning: 2 shards exceed the 1 CPU(s) the cgroup allows"),
+        "{stdout}"
+    );
 }
 
 #[test]

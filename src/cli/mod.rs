@@ -372,6 +372,9 @@ fn topology(
     let plan = ShardPlan::build(profile, cli.ours.cores, !cli.ours.no_pin, &topology.cpus)?;
     print!("{topology}");
     print!("{}", plan.describe(&topology, &gpus));
+    if let Some(warning) = plan.cgroup_warning(&topology) {
+        println!("warning: {warning}");
+    }
     Ok(())
 }
 

@@ -308,6 +308,9 @@ pub fn start_interruptible(
     )?;
     let shard_count = plan.shard_count();
     tracing::info!("placement:\n{}", plan.describe(topology, gpus));
+    if let Some(warning) = plan.cgroup_warning(topology) {
+        tracing::warn!("{warning}");
+    }
     cloud::check_ports(&options)?;
     // Held until every shard has bound its listeners (see `ports`).
     let mut reservations = Vec::new();

@@ -149,6 +149,27 @@ impl ShardPlan {
         }
     }
 
+    /// Set when the plan runs more shards than the cgroup lets the process
+    /// use (its CPU quota, or its cpuset when that is smaller): an explicit
+    /// `--cores`, shard `count` or `cpus` list wins over the cgroup, since
+    /// the user asked for it, but the extra shards only share the quota's
+    /// CPU time and get throttled together, which is worth saying.
+    pub fn cgroup_warning(&self, topology: &MachineTopology) -> Option<String> {
+        let cg = topology.cgroup.as_ref()?;
+        let limit = [cg.cpu_limit(), cg.cpuset.as_ref().map(Vec::len)]
+            .into_iter()
+            .flatten()
+            .min()?;
+        let shards = self.shard_count();
+        (shards > limit).then(|| {
+            format!(
+                "{shards} shards exceed the {limit} CPU(s) the cgroup allows ({cg}); \
+                 they share that CPU time and are throttled together: \
+                 drop --cores (or the tuning profile's shard count or cpus) to follow the cgroup"
+            )
+        })
+    }
+
     /// The plan in words: shards, the compute workers' CPUs per NUMA node,
     /// and where each GPU's instances go.
     pub fn describe(&self, topology: &MachineTopology, gpus: &GpuInventory) -> String {
@@ -268,6 +289,59 @@ mod tests {
         let unpinned =
             ShardPlan::build(&TuningProfile::default(), Some(2), false, &[0, 1]).unwrap();
         assert!(unpinned.worker_cpus(node).iter().all(Vec::is_empty));
+    }
+
+    fn in_cgroup(
+        cpus: Vec<usize>,
+        quota: Option<(u64, u64)>,
+        cpuset: Option<Vec<usize>>,
+    ) -> MachineTopology {
+        MachineTopology {
+            packages: 1,
+            cores: cpus.len(),
+            numa_nodes: Vec::new(),
+            cpus,
+            pci_devices: Vec::new(),
+            degraded: None,
+            cgroup: Some(crate::tuning::CgroupCpu {
+                version: 2,
+                path: "/pod".into(),
+                quota,
+                cpuset,
+            }),
+        }
+    }
+
+    #[test]
+    fn cores_above_the_cgroup_quota_win_with_a_warning() {
+        // A 2-CPU quota on an 8-CPU cpuset: the detected CPUs are 2.
+        let topology = in_cgroup(vec![0, 1], Some((200_000, 100_000)), Some((0..8).collect()));
+        let profile = TuningProfile::default();
+        let follow = ShardPlan::build(&profile, None, true, &topology.cpus).unwrap();
+        assert_eq!(follow.shard_count(), 2);
+        assert_eq!(follow.cgroup_warning(&topology), None);
+        let within = ShardPlan::build(&profile, Some(2), true, &topology.cpus).unwrap();
+        assert_eq!(within.cgroup_warning(&topology), None);
+        let over = ShardPlan::build(&profile, Some(6), true, &topology.cpus).unwrap();
+        assert_eq!(over.shard_count(), 6, "the explicit flag wins");
+        let warning = over.cgroup_warning(&topology).unwrap();
+        assert!(
+            warning.starts_with("6 shards exceed the 2 CPU(s)"),
+            "{warning}"
+        );
+        assert!(warning.contains("200000/100000 us"), "{warning}");
+        // A cpuset smaller than the quota is the limit then.
+        let narrow = in_cgroup(vec![0], Some((400_000, 100_000)), Some(vec![0]));
+        let two = ShardPlan::build(&profile, Some(2), true, &narrow.cpus).unwrap();
+        assert!(two
+            .cgroup_warning(&narrow)
+            .unwrap()
+            .starts_with("2 shards exceed the 1 CPU(s)"));
+        // No cgroup, or one without limits: nothing to warn about.
+        let mut free = in_cgroup(vec![0, 1], None, None);
+        assert_eq!(over.cgroup_warning(&free), None);
+        free.cgroup = None;
+        assert_eq!(over.cgroup_warning(&free), None);
     }
 
     #[test]
