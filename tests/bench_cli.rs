@@ -182,41 +182,195 @@ fn open_loop_with_sub_millisecond_gaps_completes_requests() {
     server.shutdown().expect("server stops");
 }
 
+/// Runs the binary; its exit code and stderr.
+fn run_bin(extra: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(BIN)
+        .args(["-p", "150", "--max-trials", "3", "--warmup", "50"])
+        .args(extra)
+        .output()
+        .expect("the bench binary runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A step where every request fails is an error with the server's reason
+/// (exit 1), not a table of zeros marked stable.
 #[test]
-fn rejected_requests_are_counted_as_errors() {
+fn a_step_where_every_request_fails_stops_with_the_servers_reason() {
     let server = common::start_server(1);
     let http = server.http_addr().to_string();
     let grpc = server.grpc_addr().to_string();
     // simple's max_batch_size is 8.
-    let r = &run(&["-m", "simple", "-u", &http, "-b", "9"])[0];
-    assert_eq!(r.requests, 0);
-    assert!(r.errors > 0);
+    let (code, err) = run_bin(&["-m", "simple", "-u", &http, "-b", "9"]);
+    assert_eq!(code, Some(1), "{err}");
     assert!(
-        r.first_error
-            .as_deref()
-            .unwrap_or_default()
-            .starts_with("HTTP 400"),
-        "{r:?}"
+        err.contains("concurrency 1") && err.contains("failed; first error: HTTP 400"),
+        "{err}"
     );
 
-    let r = &run(&[
+    let opts = Options::try_parse_from(args(&[
         "-m", "simple", "-i", "grpc", "-u", &grpc, "--shape", "INPUT0:8",
-    ])[0];
-    assert_eq!(r.requests, 0);
-    assert!(r.errors > 0);
-    assert!(
-        r.first_error
-            .as_deref()
-            .unwrap_or_default()
-            .contains("INVALID_ARGUMENT"),
-        "{r:?}"
-    );
+    ]))
+    .expect("arguments parse");
+    let e = format!("{:#}", bench::run(&opts).expect_err("every request fails"));
+    assert!(e.contains("INVALID_ARGUMENT"), "{e}");
 
     // ModelStreamInfer: the streaming mode measures like unary calls.
     check_sane(&run(&["-m", "simple", "-i", "grpc", "-u", &grpc, "--streaming"])[0]);
 
     // The server stays healthy and the bench still measures it.
     check_sane(&run(&["-m", "simple", "-u", &http])[0]);
+    server.shutdown().expect("server stops");
+}
+
+/// gRPC pointed at the HTTP port says so instead of "connection error".
+#[test]
+fn grpc_against_an_http_port_is_named_as_such() {
+    let server = common::start_server(1);
+    let http = server.http_addr().to_string();
+    for extra in [&["-m", "simple"][..], &["--endpoint", "live"]] {
+        let mut a = vec!["-i", "grpc", "-u", &http];
+        a.extend_from_slice(extra);
+        let (code, err) = run_bin(&a);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains(&format!("{http} is not a gRPC endpoint")),
+            "{extra:?}: {err}"
+        );
+    }
+    server.shutdown().expect("server stops");
+}
+
+/// A minimal HTTP/1.1 server answering every GET of a model's metadata
+/// with `metadata` and everything else (the config) with 404.
+fn fake_metadata_server(metadata: &'static str) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address");
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match conn.read(&mut byte) {
+                    Ok(1) => head.push(byte[0]),
+                    _ => break,
+                }
+            }
+            let head = String::from_utf8_lossy(&head);
+            let path = head.split_whitespace().nth(1).unwrap_or("");
+            let (status, body) = if path.ends_with("/config") || path.ends_with("/stats") {
+                ("404 Not Found", r#"{"error":"not here"}"#)
+            } else {
+                ("200 OK", metadata)
+            };
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_model_whose_metadata_lists_no_inputs_is_refused_before_the_load() {
+    let addr = fake_metadata_server(
+        r#"{"name":"hollow","versions":["1"],"platform":"x","inputs":[],"outputs":[{"name":"OUT","datatype":"FP32","shape":[1]}]}"#,
+    );
+    let (code, err) = run_bin(&["-m", "hollow", "-u", &addr.to_string()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("model 'hollow' lists no inputs in its metadata"),
+        "{err}"
+    );
+    assert!(!err.contains("connection error"), "{err}");
+}
+
+/// -H reaches the server on every request: with a forward pattern that
+/// matches it, a reserved name makes the server refuse each request (its
+/// reason comes back), an ordinary one is forwarded and served.
+#[test]
+fn headers_go_with_every_http_and_grpc_request() {
+    let mut o = shardserve::server::ServerOptions::for_tests(common::repo_path("models"));
+    o.cores = Some(1);
+    o.http_header_forward_pattern = Some("^triton_|^x-fwd-".into());
+    o.grpc_header_forward_pattern = Some("^triton_|^x-fwd-".into());
+    let server = common::start_with(o);
+    let http = server.http_addr().to_string();
+    let grpc = server.grpc_addr().to_string();
+    for (proto, url) in [("http", &http), ("grpc", &grpc)] {
+        let (code, err) = run_bin(&[
+            "-m",
+            "simple",
+            "-i",
+            proto,
+            "-u",
+            url,
+            "-H",
+            "x-fwd-a: 1",
+            "-H",
+            "Triton_Probe:yes",
+        ]);
+        assert_eq!(code, Some(1), "{proto}: {err}");
+        assert!(
+            err.contains("Header 'triton_probe' is reserved for Triton usage"),
+            "{proto}: {err}"
+        );
+        check_sane(&run(&["-m", "simple", "-i", proto, "-u", url, "-H", "X-Fwd-A: 1"])[0]);
+    }
+    let (code, err) = run_bin(&["-m", "simple", "-u", &http, "-H", "no colon"]);
+    assert_eq!(code, Some(2), "{err}");
+    server.shutdown().expect("server stops");
+}
+
+/// --request-intervals: one open-loop step at the intervals' mean rate,
+/// also with the gaps shared by two threads.
+#[test]
+fn request_intervals_drive_an_open_loop() {
+    let server = common::start_server(1);
+    let http = server.http_addr().to_string();
+    let dir = std::env::temp_dir().join(format!("bench-intervals-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("intervals.txt");
+    std::fs::write(&file, "2000\n1000\n\n3000\n").unwrap();
+    let f = file.to_string_lossy().to_string();
+    for threads in ["1", "2"] {
+        let r = run(&[
+            "-m",
+            "simple",
+            "-u",
+            &http,
+            "--request-intervals",
+            &f,
+            "--threads",
+            threads,
+        ]);
+        assert_eq!(r.len(), 1);
+        check_sane(&r[0]);
+        assert_eq!(r[0].mode, "request_rate");
+        assert!((r[0].load - 500.0).abs() < 1e-9, "{:?}", r[0].load);
+    }
+    std::fs::write(&file, "100\nfast\n").unwrap();
+    let (code, err) = run_bin(&["-m", "simple", "-u", &http, "--request-intervals", &f]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("line 2"), "{err}");
+    let (code, err) = run_bin(&[
+        "-m",
+        "simple",
+        "-u",
+        &http,
+        "--request-intervals",
+        &f,
+        "--concurrency-range",
+        "2",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
     server.shutdown().expect("server stops");
 }
 
@@ -250,6 +404,32 @@ fn compare_two_targets_gives_ratios() {
         .ratios
         .iter()
         .all(|r| r.throughput > 0.0 && r.p50 > 0.0));
+
+    // -f holds every server's rows, each server's in turn, naming it.
+    let dir = std::env::temp_dir().join(format!("bench-compare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("compare.csv");
+    let mut a = args(&["-m", "simple", "-u", &http, "--compare", &grpc]);
+    a.extend(["--concurrency-range".into(), "1,2".into(), "-f".into()]);
+    a.push(csv.to_string_lossy().to_string());
+    bench::run(&Options::try_parse_from(a).unwrap()).expect("bench runs");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5, "{text}");
+    assert!(
+        lines[0].starts_with("Concurrency,Inferences/Second,") && lines[0].ends_with(",Server")
+    );
+    let quoted = format!("\"{grpc}\"");
+    for (line, (load, server)) in lines[1..].iter().zip([
+        ("1", http.as_str()),
+        ("2", http.as_str()),
+        ("1", quoted.as_str()),
+        ("2", quoted.as_str()),
+    ]) {
+        assert!(line.starts_with(&format!("{load},")), "{line}");
+        assert!(line.ends_with(&format!(",{server}")), "{line}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
     server.shutdown().expect("server stops");
 }
 
@@ -573,5 +753,44 @@ fn streaming_counts_a_decoupled_models_responses_per_request() {
         .as_ref()
         .expect("time to first response");
     assert!(first.p50 <= r.latency_us.p99, "{r:?}");
+    server.shutdown().expect("server stops");
+}
+
+/// -l stops the sweep at the first step over the limit; --binary-search
+/// measures the ends and bisects. Limits no request or every request
+/// meets keep the outcome deterministic.
+#[test]
+fn latency_threshold_and_binary_search() {
+    let server = common::start_server(1);
+    let http = server.http_addr().to_string();
+    let search = |extra: &[&str]| {
+        let mut a = vec!["-m", "simple", "-u", &http, "--concurrency-range", "1:4"];
+        a.extend_from_slice(extra);
+        bench::run(&Options::try_parse_from(args(&a)).expect("arguments parse"))
+            .expect("bench runs")
+    };
+    for extra in [
+        &["-l", "0.000001"][..],
+        &["-l", "0.000001", "--binary-search"],
+    ] {
+        let r = search(extra);
+        let loads: Vec<f64> = r.results.iter().map(|s| s.load).collect();
+        assert_eq!(loads, [1.0], "{extra:?}");
+        assert!(
+            r.json["search"]["best_load"].is_null(),
+            "{}",
+            r.json["search"]
+        );
+    }
+    let r = search(&["-l", "60000", "--binary-search"]);
+    let loads: Vec<f64> = r.results.iter().map(|s| s.load).collect();
+    assert_eq!(loads, [1.0, 4.0]);
+    assert_eq!(r.json["search"]["mode"], "binary");
+    assert_eq!(r.json["search"]["best_load"], 4.0);
+    let r = search(&["-l", "60000"]);
+    assert_eq!(r.results.len(), 4);
+    assert_eq!(r.json["search"]["best_load"], 4.0);
+    let (code, err) = run_bin(&["-m", "simple", "-u", &http, "--binary-search"]);
+    assert_eq!(code, Some(2), "{err}");
     server.shutdown().expect("server stops");
 }

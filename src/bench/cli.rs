@@ -4,9 +4,11 @@
 use std::{
     net::{SocketAddr, ToSocketAddrs},
     path::PathBuf,
+    time::Duration,
 };
 
 use clap::{Parser, ValueEnum};
+use http::{HeaderName, HeaderValue};
 
 use super::tls::{ClientTls, ClientTlsOptions};
 
@@ -63,8 +65,9 @@ Targets: -u host:port (default localhost:8000 for http, localhost:8001 for grpc)
 --target host:port[,http|grpc]; --compare host:port adds a second server. Steps are interleaved
 between targets and ratios to the first target are printed.
 
-CSV (-f) has perf_analyzer's columns, latencies in microseconds. Measured: Inferences/Second,
-p50/p90/p95/p99/Avg latency; Server Queue / Compute Input / Infer / Output from the statistics
+CSV (-f) has perf_analyzer's columns, latencies in microseconds; with several targets (--compare,
+--target) one file holds every server's rows, each server's in turn, and a 17th column, Server.
+Measured: Inferences/Second, p50/p90/p95/p99/Avg latency; Server Queue / Compute Input / Infer / Output from the statistics
 extension (0 when the server has none); Network+Server Send/Recv is the average latency minus the
 server-side total. Client Send, Client Recv, request/response and response wait are not measured
 and written as 0.
@@ -73,6 +76,16 @@ TLS (perf_analyzer's options): gRPC with --ssl-grpc-use-ssl (--ssl-grpc-root-cer
 --ssl-grpc-certificate-chain-file and --ssl-grpc-private-key-file for mutual TLS); HTTPS with an
 https:// target or any --ssl-https-*-file option (--ssl-https-verify-peer 0 and
 --ssl-https-verify-host 0 turn the checks off). PEM files only; without a CA file the system bundle.
+
+--request-intervals FILE: an open loop whose gaps come from FILE (microseconds, one per line,
+cycled; with several threads each takes every n-th request); reported as one step at the mean rate.
+-H 'Name: value' (repeatable) goes on every request, as an HTTP header or gRPC metadata.
+
+-l MS stops the sweep after the first step whose latency (the --percentile value, else the
+average) is over MS; with --binary-search the steps are bisected instead (lowest, highest, then
+halves) for the highest load under MS, which is printed and in the JSON as search.best_load.
+
+A step in which every request of a window fails stops the run with the first error (exit 1).
 
 -a/--async, --sync and --max-threads are accepted for compatibility: this generator is always
 asynchronous, with one thread per --cpu entry (or --threads).";
@@ -111,6 +124,21 @@ pub struct Options {
     /// Open loop: start:end:step requests per second (or a list a,b,c).
     #[arg(long = "request-rate-range")]
     pub request_rate_range: Option<String>,
+    /// Open loop from a file: one interval in microseconds per line, the gaps
+    /// between consecutive requests, cycled (instead of --request-rate-range).
+    #[arg(long = "request-intervals")]
+    pub request_intervals: Option<PathBuf>,
+    /// Latency limit in milliseconds (the --percentile latency, or the average):
+    /// the sweep stops at the first step over it; 0 is no limit.
+    #[arg(short = 'l', long = "latency-threshold", default_value_t = 0.0)]
+    pub latency_threshold_ms: f64,
+    /// With -l: bisect the concurrency or request-rate range for the highest
+    /// load whose latency stays under the limit.
+    #[arg(long = "binary-search")]
+    pub binary_search: bool,
+    /// "Name: value" header sent with every request (gRPC: as metadata); repeatable.
+    #[arg(short = 'H', long = "header")]
+    pub headers: Vec<String>,
     /// Arrival process of the open loop.
     #[arg(long = "request-distribution", value_enum, default_value = "constant")]
     pub distribution: Distribution,
@@ -358,6 +386,18 @@ impl Load {
 
 impl Options {
     pub fn load_steps(&self) -> anyhow::Result<Vec<Load>> {
+        if let Some(intervals) = self.request_intervals()? {
+            if self.concurrency_range.is_some() || self.request_rate_range.is_some() {
+                return Err(usage(
+                    "--request-intervals excludes --concurrency-range and --request-rate-range",
+                ));
+            }
+            // One open-loop step, reported at the intervals' mean rate.
+            let total: Duration = intervals.iter().sum();
+            return Ok(vec![Load::Rate(
+                intervals.len() as f64 / total.as_secs_f64(),
+            )]);
+        }
         match (&self.concurrency_range, &self.request_rate_range) {
             (Some(_), Some(_)) => Err(usage(
                 "--concurrency-range and --request-rate-range are exclusive",
@@ -414,6 +454,27 @@ impl Options {
                 Ok(target)
             })
             .collect()
+    }
+
+    /// The gaps of --request-intervals, in file order.
+    pub fn request_intervals(&self) -> anyhow::Result<Option<Vec<Duration>>> {
+        let Some(path) = &self.request_intervals else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            usage(format!(
+                "--request-intervals: cannot read '{}': {e}",
+                path.display()
+            ))
+        })?;
+        parse_intervals(&text)
+            .map(Some)
+            .map_err(|e| usage(format!("--request-intervals '{}': {e}", path.display())))
+    }
+
+    /// The -H headers, parsed.
+    pub fn header_pairs(&self) -> anyhow::Result<Vec<(HeaderName, HeaderValue)>> {
+        self.headers.iter().map(|h| parse_header(h)).collect()
     }
 
     /// Input shapes given with --shape, by input name.
@@ -516,6 +577,15 @@ impl Options {
             return Err(usage("--streaming needs -i grpc"));
         }
         self.load_steps()?;
+        self.header_pairs()?;
+        if !(self.latency_threshold_ms >= 0.0 && self.latency_threshold_ms.is_finite()) {
+            return Err(usage(
+                "-l/--latency-threshold must be a number of milliseconds >= 0",
+            ));
+        }
+        if self.binary_search && self.latency_threshold_ms == 0.0 {
+            return Err(usage("--binary-search needs -l/--latency-threshold"));
+        }
         self.shape_overrides()?;
         self.cpus()?;
         if self.num_of_sequences == 0 {
@@ -533,6 +603,41 @@ impl Options {
         }
         Ok(())
     }
+}
+
+/// One interval in microseconds per line (blank lines skipped); the
+/// intervals must not all be zero.
+pub fn parse_intervals(text: &str) -> Result<Vec<Duration>, String> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let us: u64 = line.parse().map_err(|_| {
+            format!(
+                "line {}: '{line}' is not a whole number of microseconds",
+                n + 1
+            )
+        })?;
+        out.push(Duration::from_micros(us));
+    }
+    if out.iter().all(Duration::is_zero) {
+        return Err("no interval above zero".into());
+    }
+    Ok(out)
+}
+
+/// perf_analyzer's `-H 'Name:value'` (spaces around the value are dropped).
+pub fn parse_header(spec: &str) -> anyhow::Result<(HeaderName, HeaderValue)> {
+    let Some((name, value)) = spec.split_once(':') else {
+        return Err(usage(format!("-H '{spec}': expected 'Name: value'")));
+    };
+    let name = HeaderName::from_bytes(name.trim().as_bytes())
+        .map_err(|e| usage(format!("-H '{spec}': bad header name: {e}")))?;
+    let value = HeaderValue::from_str(value.trim())
+        .map_err(|e| usage(format!("-H '{spec}': bad header value: {e}")))?;
+    Ok((name, value))
 }
 
 /// `start[:end]`, end excluded: (start, number of ids, end given).
@@ -688,6 +793,29 @@ pub fn parse_target(spec: &str, default: Protocol) -> anyhow::Result<Target> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn headers_and_request_intervals_parse() {
+        let (n, v) = parse_header("X-Token:  abc def ").unwrap();
+        assert_eq!((n.as_str(), v.to_str().unwrap()), ("x-token", "abc def"));
+        for bad in ["no-colon", "bad name: x", ": empty name"] {
+            let e = parse_header(bad).unwrap_err();
+            assert!(e.downcast_ref::<UsageError>().is_some(), "{bad}: {e}");
+        }
+        assert_eq!(
+            parse_intervals("100\n\n 2500 \n0\n").unwrap(),
+            vec![
+                Duration::from_micros(100),
+                Duration::from_micros(2500),
+                Duration::ZERO
+            ]
+        );
+        assert!(parse_intervals("100\n1.5\n")
+            .unwrap_err()
+            .contains("line 2"));
+        assert!(parse_intervals("0\n").is_err());
+        assert!(parse_intervals("").is_err());
+    }
 
     fn opts(args: &[&str]) -> Options {
         let mut v = vec!["shardserve-bench"];

@@ -233,6 +233,16 @@ pub fn build_inputs(
             model.name
         );
     }
+    if model.inputs.is_empty() {
+        // Requests are built from the metadata's inputs: with none there is
+        // nothing to send, and a server would reject every empty request.
+        bail!(
+            "model '{}' lists no inputs in its metadata, so the bench has nothing to send: \
+             check the model's configuration on the server (its metadata must name every input), \
+             or measure the server without a model with --endpoint live",
+            model.name
+        );
+    }
     let batched = model.max_batch_size > 0;
     for (name, _) in opts.shapes {
         if !model.inputs.iter().any(|i| &i.name == name) {

@@ -107,6 +107,22 @@ pub struct WorkerSpec {
     pub recorder: Arc<Recorder>,
     /// Sequence models: this worker's sequences.
     pub sequence: Option<WorkerSequences>,
+    /// --request-intervals: the gaps, and the number of workers sharing
+    /// them (this one sends every n-th request, from its `index`).
+    pub intervals: Option<(Arc<[Duration]>, usize)>,
+}
+
+impl WorkerSpec {
+    /// This worker's open-loop send times, from `rate` or the intervals.
+    fn schedule(&self, rate: f64) -> Schedule {
+        let start = Instant::now() + self.phase;
+        match &self.intervals {
+            Some((gaps, stride)) => {
+                Schedule::from_intervals(start, gaps.clone(), self.index, *stride)
+            }
+            None => Schedule::new(start, rate, self.distribution, self.seed),
+        }
+    }
 }
 
 /// A worker's part of a sequence run.
@@ -260,6 +276,16 @@ pub struct Schedule {
     next: Instant,
     mean: Duration,
     rng: Option<SplitMix64>,
+    gaps: Option<Gaps>,
+}
+
+/// --request-intervals: a worker's walk through the cycled gaps.
+struct Gaps {
+    gaps: Arc<[Duration]>,
+    /// The request this worker sends next (an index into the cycle).
+    pos: usize,
+    /// Workers sharing the gaps: the next request of this one is `stride` later.
+    stride: usize,
 }
 
 impl Schedule {
@@ -270,6 +296,7 @@ impl Schedule {
             next: start,
             mean,
             rng,
+            gaps: None,
         };
         if s.rng.is_some() {
             let g = s.gap();
@@ -278,7 +305,35 @@ impl Schedule {
         s
     }
 
+    /// Send times from `gaps` (non-empty), cycled: this worker sends
+    /// requests `first`, `first + stride`, ... starting at `start`.
+    pub fn from_intervals(
+        start: Instant,
+        gaps: Arc<[Duration]>,
+        first: usize,
+        stride: usize,
+    ) -> Self {
+        Self {
+            next: start,
+            mean: Duration::ZERO,
+            rng: None,
+            gaps: Some(Gaps {
+                gaps,
+                pos: first,
+                stride: stride.max(1),
+            }),
+        }
+    }
+
     fn gap(&mut self) -> Duration {
+        if let Some(g) = self.gaps.as_mut() {
+            let len = g.gaps.len().max(1);
+            let sum = (0..g.stride)
+                .map(|k| g.gaps.get((g.pos + k) % len).copied().unwrap_or_default())
+                .sum();
+            g.pos = (g.pos + g.stride) % len;
+            return sum;
+        }
         match self.rng.as_mut() {
             Some(rng) => Duration::from_secs_f64(rng.exp(self.mean.as_secs_f64())),
             None => self.mean,
@@ -295,12 +350,7 @@ impl Schedule {
 
 async fn open_loop(pool: Rc<Pool>, spec: Rc<WorkerSpec>) {
     let Load::Rate(rate) = spec.load else { return };
-    let mut schedule = Schedule::new(
-        Instant::now() + spec.phase,
-        rate,
-        spec.distribution,
-        spec.seed,
-    );
+    let mut schedule = spec.schedule(rate);
     // Sub-millisecond gaps on a parked runtime. Yielding through them (the
     // first version) kept the runtime from parking, and on io_uring the
     // sockets' readiness is only re-armed in a park: at 500 req/s and more
@@ -349,12 +399,7 @@ async fn open_loop_sequences(
     serial: bool,
 ) {
     let Load::Rate(rate) = spec.load else { return };
-    let mut schedule = Schedule::new(
-        Instant::now() + spec.phase,
-        rate,
-        spec.distribution,
-        spec.seed,
-    );
+    let mut schedule = spec.schedule(rate);
     let slots = Rc::new(RefCell::new(vec![Slot::default(); live]));
     // Serial mode: sequences with nothing in flight, oldest first.
     let (free_tx, mut free_rx) = mpsc::unbounded::<usize>();
@@ -442,6 +487,28 @@ mod tests {
         let mut s = Schedule::new(start, 1000.0, Distribution::Constant, 0);
         let times: Vec<_> = (0..4).map(|_| s.next_send() - start).collect();
         assert_eq!(times, [0, 1, 2, 3].map(Duration::from_millis));
+    }
+
+    #[test]
+    fn interval_schedules_cycle_and_share_the_gaps() {
+        let start = Instant::now();
+        let gaps: Arc<[Duration]> = [100, 300, 600].map(Duration::from_micros).into();
+        let mut one = Schedule::from_intervals(start, gaps.clone(), 0, 1);
+        let times: Vec<_> = (0..5)
+            .map(|_| (one.next_send() - start).as_micros())
+            .collect();
+        assert_eq!(times, [0, 100, 400, 1000, 1100]);
+        // Two workers: the second starts after the first gap (its phase)
+        // and each steps over the other's requests; together they make the
+        // single worker's times.
+        let mut a = Schedule::from_intervals(start, gaps.clone(), 0, 2);
+        let mut b = Schedule::from_intervals(start + Duration::from_micros(100), gaps, 1, 2);
+        let mut all: Vec<_> = (0..3)
+            .flat_map(|_| [a.next_send(), b.next_send()])
+            .map(|t| (t - start).as_micros())
+            .collect();
+        all.sort_unstable();
+        assert_eq!(all, [0, 100, 400, 1000, 1100, 1400]);
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub struct Plan {
     pub num_of_sequences: u32,
     /// Sequence models, open loop: one request in flight per sequence.
     pub serial_sequences: bool,
+    /// --request-intervals: the open loop's gaps, cycled.
+    pub intervals: Option<Arc<[Duration]>>,
 }
 
 /// What a target needs besides the load: its request and, when it has the
@@ -209,9 +211,12 @@ pub async fn run_step(
             serial: plan.serial_sequences,
             next_ordinal: run.next_ordinal.clone(),
         });
-        let phase = match load {
-            Load::Rate(r) => Duration::from_secs_f64(i as f64 / r),
-            Load::Concurrency(_) => Duration::ZERO,
+        let phase = match (load, &plan.intervals) {
+            // Worker i sends requests i, i + n, ...: its first at the sum
+            // of the gaps before request i.
+            (Load::Rate(_), Some(gaps)) => (0..i).map(|k| gaps[k % gaps.len()]).sum(),
+            (Load::Rate(r), None) => Duration::from_secs_f64(i as f64 / r),
+            (Load::Concurrency(_), _) => Duration::ZERO,
         };
         let recorder = Arc::new(Recorder::default());
         recorders.push(recorder.clone());
@@ -229,6 +234,7 @@ pub async fn run_step(
             stop: stop.clone(),
             recorder,
             sequence,
+            intervals: plan.intervals.clone().map(|gaps| (gaps, n)),
         };
         match load::spawn(spec) {
             Ok(t) => threads.push(t),
@@ -324,6 +330,23 @@ async fn measure(
             summary,
         };
         t0 = Instant::now();
+        // A window in which nothing succeeded measures nothing: perf_analyzer
+        // stops at a failed request with the server's reason, and so do we
+        // rather than report zeros that look stable.
+        if w.latencies.is_empty() && w.errors > 0 {
+            return Err(anyhow!(
+                "{} at {} {}: all {} requests of a {:.0} ms window failed; first error: {}",
+                run.target.label,
+                match load {
+                    Load::Concurrency(_) => "concurrency",
+                    Load::Rate(_) => "request rate",
+                },
+                load.value(),
+                w.errors,
+                w.duration.as_secs_f64() * 1000.0,
+                w.first_error.as_deref().unwrap_or("(no reason given)")
+            ));
+        }
         progress(plan, run, load, windows.len() as u32 + 1, w.throughput());
         windows.push(w);
         if stable(&windows, plan.stability_percent) {

@@ -12,6 +12,7 @@ pub mod measure;
 pub mod probe;
 pub mod report;
 pub mod request;
+pub mod search;
 pub mod sequence;
 pub mod stats;
 pub mod tls;
@@ -96,6 +97,10 @@ async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::R
                 false,
             )?,
         };
+        let mut prepared = prepared;
+        for (name, value) in opts.header_pairs()? {
+            prepared.headers.append(name, value);
+        }
         return Ok(TargetRun {
             index,
             target,
@@ -179,6 +184,11 @@ async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::R
             request::grpc_prepared(&target.authority, method, bodies, opts.streaming)?
         }
     };
+    // -H: part of the headers every request already clones, so a run
+    // without them costs nothing more per request.
+    for (name, value) in opts.header_pairs()? {
+        prepared.headers.append(name, value);
+    }
     if let Some(seq) = &sequence {
         prepared.template = Some(match target.protocol {
             Protocol::Http => {
@@ -243,6 +253,7 @@ async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
         progress: !opts.no_progress && !opts.quiet && std::io::stderr().is_terminal(),
         num_of_sequences: opts.num_of_sequences,
         serial_sequences: opts.serial_sequences,
+        intervals: opts.request_intervals()?.map(Arc::from),
     };
     let sequences = runs.iter().any(|r| r.sequence.is_some());
     let multi = runs.len() > 1;
@@ -288,15 +299,43 @@ async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
         println!("{}", report::table_header(multi, rate, sequences));
     }
     let mut results = Vec::with_capacity(steps.len() * runs.len());
+    let threshold_us =
+        (opts.latency_threshold_ms > 0.0).then_some(opts.latency_threshold_ms * 1000.0);
+    let mut search = search::Search::new(steps, threshold_us, opts.binary_search);
     // Interleave: every target at this load before the next load, so a
-    // noisy machine affects all targets alike.
-    for load in &steps {
+    // noisy machine affects all targets alike. The first target's latency
+    // steers a -l search.
+    while let Some(load) = search.next() {
+        let mut headline = f64::NAN;
         for run in &runs {
-            let r = measure::run_step(&plan, run, *load, opts.batch_size).await?;
+            let r = measure::run_step(&plan, run, load, opts.batch_size).await?;
             if !opts.quiet {
                 println!("{}", report::table_row(&r, multi));
             }
+            if run.index == 0 {
+                headline = r.latency_us.percentile.unwrap_or(r.latency_us.avg);
+            }
             results.push(r);
+        }
+        search.record(headline);
+    }
+    let best_load = search.best().map(|l| l.value());
+    if let (Some(limit), false) = (threshold_us, opts.quiet) {
+        match best_load {
+            Some(b) => println!(
+                "highest load under the {} ms latency threshold{}: {}",
+                opts.latency_threshold_ms,
+                if search.is_binary() {
+                    " (binary search)"
+                } else {
+                    ""
+                },
+                report::fmt_load(b)
+            ),
+            None => println!(
+                "no load measured stays under the latency threshold ({} us)",
+                limit
+            ),
         }
     }
     let ratios = report::ratios(&results);
@@ -327,18 +366,21 @@ async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
         .iter()
         .map(|r| serde_json::json!({"label": r.target.label, "address": r.target.addr.to_string(), "protocol": r.target.protocol, "statistics": r.stats_model.is_some(), "sequence_model": r.sequence.is_some()}))
         .collect();
-    let json = report::json_report(&info, &target_json, &results, &ratios);
+    let mut json = report::json_report(&info, &target_json, &results, &ratios);
+    if let Some(limit) = threshold_us {
+        json["search"] = serde_json::json!({
+            "mode": if opts.binary_search { "binary" } else { "linear" },
+            "latency_threshold_us": limit,
+            "best_load": best_load,
+        });
+    }
     if let Some(path) = &opts.csv {
-        for run in &runs {
-            let rows: Vec<&StepResult> = results
-                .iter()
-                .filter(|r| r.target_index == run.index)
-                .collect();
-            report::write_file(
-                &report::csv_path(path, run.index),
-                &report::csv(&rows, rate),
-            )?;
-        }
+        // One file: each server's rows in turn (steps run interleaved).
+        let rows: Vec<&StepResult> = runs
+            .iter()
+            .flat_map(|run| results.iter().filter(move |r| r.target_index == run.index))
+            .collect();
+        report::write_file(path, &report::csv(&rows, rate, multi))?;
     }
     if let Some(path) = &opts.json {
         let text = serde_json::to_string_pretty(&json).context("encoding the JSON report")?;

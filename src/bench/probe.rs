@@ -2,9 +2,12 @@
 //! a run, statistics around each window. Not on the hot path: a fresh
 //! connection per call keeps this simple.
 
+use std::{future::poll_fn, pin::Pin, time::Duration};
+
 use anyhow::{anyhow, Context};
 use http::StatusCode;
 use http_body_util::BodyExt;
+use monoio::io::poll_io::{AsyncRead, AsyncWrite, ReadBuf};
 use serde_json::Value;
 
 use super::{
@@ -12,7 +15,7 @@ use super::{
     grpc,
     input::{ModelInfo, SequenceControl, TensorInfo},
     request::{http_error, http_prepared},
-    wire::{connect_h1, connect_h2, BenchBody},
+    wire::{self, connect_h1, connect_h2, BenchBody},
 };
 use crate::proto::inference as pb;
 
@@ -75,8 +78,11 @@ pub async fn model_info(target: &Target, model: &str, version: &str) -> anyhow::
             ModelInfo::from_json(&meta, config.as_ref(), version)
         }
         Protocol::Grpc => {
-            let mut sender = connect_h2(target).await?;
-            let meta: pb::ModelMetadataResponse = grpc::call(
+            let mut sender = match connect_h2(target).await {
+                Ok(s) => s,
+                Err(e) => return Err(not_grpc(target).await.map_or(e, |why| anyhow!(why))),
+            };
+            let meta: anyhow::Result<pb::ModelMetadataResponse> = grpc::call(
                 &mut sender,
                 &target.authority,
                 "ModelMetadata",
@@ -85,8 +91,21 @@ pub async fn model_info(target: &Target, model: &str, version: &str) -> anyhow::
                     version: version.into(),
                 },
             )
-            .await
-            .map_err(|e| anyhow!("server {} rejected model '{model}': {e}", target.authority))?;
+            .await;
+            let meta = match meta {
+                Ok(m) => m,
+                Err(e) => {
+                    // A server that does not speak HTTP/2 makes the call fail
+                    // with a bare "connection error": say what is wrong.
+                    if let Some(why) = not_grpc(target).await {
+                        return Err(anyhow!(why));
+                    }
+                    return Err(anyhow!(
+                        "server {} rejected model '{model}': {e}",
+                        target.authority
+                    ));
+                }
+            };
             let config: Option<pb::ModelConfigResponse> = grpc::call(
                 &mut sender,
                 &target.authority,
@@ -124,8 +143,81 @@ pub async fn model_info(target: &Target, model: &str, version: &str) -> anyhow::
 pub async fn reachable(target: &Target) -> anyhow::Result<()> {
     match target.protocol {
         Protocol::Http => connect_h1(target).await.map(drop),
-        Protocol::Grpc => connect_h2(target).await.map(drop),
+        Protocol::Grpc => {
+            // The HTTP/2 handshake does not wait for the server's answer,
+            // so a server that is not gRPC is found by asking.
+            let connected = connect_h2(target).await.map(drop);
+            match not_grpc(target).await {
+                Some(why) => Err(anyhow!(why)),
+                None => connected,
+            }
+        }
     }
+}
+
+/// The client's HTTP/2 connection preface and an empty SETTINGS frame.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+
+/// Why `target` is not a gRPC endpoint, when its answer to the HTTP/2
+/// preface shows it: an HTTP/1 status line, or the connection closed
+/// without a frame. `None` when it answers with HTTP/2 frames, or the
+/// question cannot be settled (then the caller's own error stands).
+pub async fn not_grpc(target: &Target) -> Option<String> {
+    let mut io = wire::connect(target).await.ok()?.inner();
+    let answer = match monoio::time::timeout(Duration::from_secs(3), h2_exchange(&mut io)).await {
+        Ok(Ok(bytes)) => bytes,
+        // A reset during the handshake is a refusal of HTTP/2 too.
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => Vec::new(),
+        _ => return None,
+    };
+    describe_h2_answer(&target.label, &answer)
+}
+
+/// Sends the preface and reads the first bytes of the answer (empty: the
+/// server closed the connection).
+async fn h2_exchange(io: &mut wire::BenchIo) -> std::io::Result<Vec<u8>> {
+    let mut sent = 0;
+    while sent < H2_PREFACE.len() {
+        let n = poll_fn(|cx| Pin::new(&mut *io).poll_write(cx, &H2_PREFACE[sent..])).await?;
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        sent += n;
+    }
+    poll_fn(|cx| Pin::new(&mut *io).poll_flush(cx)).await?;
+    let mut buf = [0u8; 16];
+    let mut got = 0;
+    // Enough bytes to tell "HTTP/1.1 400" from a frame header.
+    while got < 9 {
+        let mut rb = ReadBuf::new(&mut buf[got..]);
+        poll_fn(|cx| Pin::new(&mut *io).poll_read(cx, &mut rb)).await?;
+        let n = rb.filled().len();
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    Ok(buf[..got].to_vec())
+}
+
+fn describe_h2_answer(label: &str, answer: &[u8]) -> Option<String> {
+    if answer.starts_with(b"HTTP/") {
+        let version: String = answer[5..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit() || **b == b'.')
+            .map(|b| char::from(*b))
+            .collect();
+        return Some(format!(
+            "{label} is not a gRPC endpoint: it answered the HTTP/2 preface with HTTP/{version} \
+             (an HTTP port? use -i http, or the server's gRPC port)"
+        ));
+    }
+    if answer.is_empty() {
+        return Some(format!(
+            "{label} is not a gRPC endpoint: it closed the connection during the HTTP/2 handshake"
+        ));
+    }
+    None
 }
 
 /// Cumulative server-side counters of a model (the statistics extension).
@@ -263,5 +355,19 @@ mod tests {
             (6, 100, 4)
         );
         assert!(ServerCounters::from_json(&serde_json::json!({})).is_none());
+    }
+
+    #[test]
+    fn answers_to_the_h2_preface() {
+        let http = describe_h2_answer("127.0.0.1:8000", b"HTTP/1.1 400 Bad Request\r\n").unwrap();
+        assert!(
+            http.contains("127.0.0.1:8000 is not a gRPC endpoint") && http.contains("HTTP/1.1"),
+            "{http}"
+        );
+        assert!(describe_h2_answer("x", b"")
+            .unwrap()
+            .contains("closed the connection"));
+        // A SETTINGS frame header: an HTTP/2 server.
+        assert!(describe_h2_answer("x", &[0, 0, 6, 4, 0, 0, 0, 0, 0]).is_none());
     }
 }

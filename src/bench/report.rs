@@ -115,7 +115,7 @@ fn truncate(s: &str, n: usize) -> String {
     }
 }
 
-fn fmt_load(v: f64) -> String {
+pub fn fmt_load(v: f64) -> String {
     if v.fract() == 0.0 {
         format!("{v:.0}")
     } else {
@@ -123,14 +123,20 @@ fn fmt_load(v: f64) -> String {
     }
 }
 
-/// perf_analyzer's CSV for one target's steps (latencies in µs).
-pub fn csv(results: &[&StepResult], rate: bool) -> String {
+/// perf_analyzer's CSV (latencies in µs). With `server_column` (several
+/// targets, `--compare`) every row ends with a "Server" column naming its
+/// target, so one file holds every server's rows and the first 16 columns
+/// keep perf_analyzer's positions.
+pub fn csv(results: &[&StepResult], rate: bool, server_column: bool) -> String {
     let mut out = String::new();
     let mut cols = CSV_COLUMNS;
     if rate {
         cols[0] = "Request Rate";
     }
     out.push_str(&cols.join(","));
+    if server_column {
+        out.push_str(",Server");
+    }
     out.push('\n');
     for r in results {
         let l = &r.latency_us;
@@ -168,6 +174,10 @@ pub fn csv(results: &[&StepResult], rate: bool) -> String {
             "0".into(),
         ];
         out.push_str(&fields.join(","));
+        if server_column {
+            out.push(',');
+            out.push_str(&csv_field(&r.target));
+        }
         out.push('\n');
     }
     out
@@ -387,21 +397,14 @@ pub fn write_file(path: &Path, content: &str) -> anyhow::Result<()> {
     std::fs::write(path, content).with_context(|| format!("cannot write '{}'", path.display()))
 }
 
-/// For several targets, the CSV of target k > 0 goes next to the first:
-/// out.csv, out.target2.csv, ...
-pub fn csv_path(path: &Path, index: usize) -> std::path::PathBuf {
-    if index == 0 {
-        return path.to_path_buf();
+/// A CSV field, quoted when it holds a separator or a quote (a target
+/// label such as `host:8001,grpc` does).
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
     }
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().to_string())
-        .unwrap_or_default();
-    let ext = path
-        .extension()
-        .map(|e| format!(".{}", e.to_string_lossy()))
-        .unwrap_or_default();
-    path.with_file_name(format!("{stem}.target{}{ext}", index + 1))
 }
 
 #[cfg(test)]
@@ -456,7 +459,7 @@ mod tests {
     #[test]
     fn csv_has_perf_analyzer_columns() {
         let r = result(0, 4.0, 1234.5, 90.0);
-        let text = csv(&[&r], false);
+        let text = csv(&[&r], false, false);
         let mut lines = text.lines();
         assert_eq!(lines.next().unwrap(), CSV_COLUMNS.join(","));
         let row: Vec<&str> = lines.next().unwrap().split(',').collect();
@@ -467,7 +470,26 @@ mod tests {
         assert_eq!(row[4], "5");
         assert_eq!(row[9], "90");
         assert_eq!(row[13], "100");
-        assert!(csv(&[&r], true).starts_with("Request Rate,Inferences/Second,"));
+        assert!(csv(&[&r], true, false).starts_with("Request Rate,Inferences/Second,"));
+    }
+
+    #[test]
+    fn compare_csv_holds_every_servers_rows() {
+        let mut a = result(0, 1.0, 100.0, 50.0);
+        a.target = "127.0.0.1:8000".into();
+        let mut b = result(1, 1.0, 300.0, 25.0);
+        b.target = "127.0.0.1:8001,grpc".into();
+        let text = csv(&[&a, &b], false, true);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].ends_with(",Avg latency,request/response,response wait,Server"));
+        assert!(lines[1].ends_with(",127.0.0.1:8000"), "{}", lines[1]);
+        assert!(
+            lines[2].ends_with(",\"127.0.0.1:8001,grpc\""),
+            "{}",
+            lines[2]
+        );
+        assert_eq!(csv_field("a\"b"), "\"a\"\"b\"");
     }
 
     #[test]
@@ -483,10 +505,6 @@ mod tests {
             svg.starts_with("<svg")
                 && svg.contains("a&lt;b")
                 && svg.matches("<polyline").count() == 4
-        );
-        assert_eq!(
-            csv_path(Path::new("/x/out.csv"), 1),
-            Path::new("/x/out.target2.csv")
         );
     }
 }
