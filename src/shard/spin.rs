@@ -28,6 +28,15 @@
 //! wake is pending (then it lets the runtime park once, which takes the
 //! wake without blocking). After such a park the spinner waits for
 //! [`note_work`]: what the park woke is a request, whose end re-arms it.
+//!
+//! Spinning only pays on a core nobody else wants. Where other threads
+//! compete for it (other processes, a compute worker, a build), a spinning
+//! thread spends its fair share of the core and the scheduler then makes it
+//! wait milliseconds, where a sleeping thread would have been run at once
+//! on its wake-up. So the spinner watches its own thread's run-queue wait
+//! (`/proc/thread-self/schedstat`) about every millisecond; when the thread
+//! waited for the CPU for more than a quarter of that time, it stops
+//! spinning for [`BACKOFF`] (the thread parks as with a zero window).
 
 use std::{
     cell::{Cell, RefCell},
@@ -66,6 +75,7 @@ pub struct SpinStats {
     spinning: AtomicBool,
     rounds: AtomicU64,
     windows: AtomicU64,
+    backoffs: AtomicU64,
 }
 
 impl SpinStats {
@@ -81,6 +91,11 @@ impl SpinStats {
     /// Times the spinner was re-armed after it had stopped.
     pub fn windows(&self) -> u64 {
         self.windows.load(Ordering::Relaxed)
+    }
+
+    /// Times the spinner backed off because its core was contended.
+    pub fn backoffs(&self) -> u64 {
+        self.backoffs.load(Ordering::Relaxed)
     }
 }
 
@@ -149,6 +164,7 @@ pub fn install(
             gate: Box::new(gate),
             tick: None,
             poller,
+            contention: Contention::new(),
         },
         stats,
     ))
@@ -180,6 +196,72 @@ pub struct Spinner {
     tick: Option<Tick>,
     /// The epoll instance of this runtime's poll-based I/O.
     poller: RawFd,
+    contention: Contention,
+}
+
+/// How long a spinner whose core is contended parks like a zero window.
+pub const BACKOFF: Duration = Duration::from_millis(100);
+
+/// How often the run-queue wait is sampled.
+const SAMPLE_EVERY: Duration = Duration::from_millis(1);
+
+/// Watches the thread's run-queue wait (second field of its schedstat:
+/// nanoseconds runnable but not running).
+struct Contention {
+    /// `None` where the kernel does not provide schedstat: never backs off.
+    file: Option<std::fs::File>,
+    last: Option<(Instant, u64)>,
+    backoff_until: Option<Instant>,
+}
+
+impl Contention {
+    fn new() -> Self {
+        Self {
+            file: std::fs::File::open("/proc/thread-self/schedstat").ok(),
+            last: None,
+            backoff_until: None,
+        }
+    }
+
+    fn wait_ns(&self) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 96];
+        let n = self.file.as_ref()?.read_at(&mut buf, 0).ok()?;
+        let text = std::str::from_utf8(buf.get(..n)?).ok()?;
+        text.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    /// Whether spinning is off for now: in a back-off, or the last
+    /// interval showed the thread waiting for its CPU.
+    fn backing_off(&mut self, now: Instant, stats: &SpinStats) -> bool {
+        if let Some(until) = self.backoff_until {
+            if now < until {
+                return true;
+            }
+            self.backoff_until = None;
+            self.last = None;
+        }
+        let due = self
+            .last
+            .is_none_or(|(at, _)| now.duration_since(at) >= SAMPLE_EVERY);
+        if !due {
+            return false;
+        }
+        let Some(wait) = self.wait_ns() else {
+            return false;
+        };
+        let contended = self.last.is_some_and(|(at, before)| {
+            let waited = wait.saturating_sub(before);
+            let span = now.duration_since(at).as_nanos() as u64;
+            waited.saturating_mul(4) > span
+        });
+        self.last = Some((now, wait));
+        if contended {
+            self.backoff_until = Some(now + BACKOFF);
+            stats.backoffs.fetch_add(1, Ordering::Relaxed);
+        }
+        contended
+    }
 }
 
 /// Finds the epoll instance monoio's driver keeps for poll-based I/O on
@@ -265,7 +347,9 @@ impl Future for Spinner {
             Gate::Hold | Gate::Yield => return this.stop(cx),
         }
         let now = Instant::now();
-        if now.duration_since(this.state.last_work.get()) >= this.state.window {
+        if now.duration_since(this.state.last_work.get()) >= this.state.window
+            || this.contention.backing_off(now, &this.state.stats)
+        {
             return this.stop(cx);
         }
         if readable(this.poller) {
