@@ -102,6 +102,31 @@ else
   echo "floor sockperf not installed (apt-get install sockperf): no loopback floor"
 fi
 
+# Where the time goes: context switches and syscalls per request on the
+# server at c=1 (HTTP binary), A and B, with perf if installed.
+count() { curl -s "http://127.0.0.1:$port/v2/models/simple/stats" |
+  python3 -c "import sys, json; print(json.load(sys.stdin)['model_stats'][0]['inference_count'])"; }
+if command -v perf >/dev/null; then
+  for which in A B; do
+    if [ $which = A ]; then bin=$base; bench=$base_bench; extra=(); else bin=$new; bench=$new_bench; read -ra extra <<<"$new_args"; fi
+    start_server "$bin" "${extra[@]}"
+    timeout $((secs * 6 + 30)) taskset -c "$ccpu" "$bench" -m simple -i http -u "127.0.0.1:$port" \
+      --concurrency-range 1 --cpu "$ccpu" -p $(((secs + 2) * 1000)) --max-trials 1 >/dev/null 2>&1 &
+    gen=$!
+    sleep 1
+    before=$(count)
+    perf stat -x, -e context-switches,raw_syscalls:sys_enter,task-clock -p "$pid" -- sleep "$secs" 2>"$out/perf.txt" || true
+    after=$(count)
+    wait "$gen" 2>/dev/null || true
+    n=$((after - before))
+    awk -F, -v n="$n" -v w="$which" '
+      $3 == "context-switches" {cs = $1} $3 == "raw_syscalls:sys_enter" {sc = $1} $3 == "task-clock" {tc = $1}
+      END { if (n > 0) printf "per-request %s requests=%d context_switches=%.2f syscalls=%.2f cpu_us=%.1f\n", w, n, cs / n, sc / n, tc * 1000 / n;
+            else print "per-request " w " no requests counted" }' "$out/perf.txt"
+    stop_server
+  done
+fi
+
 # Idle CPU: one c=1 run to arm the spinner, then IDLE_SECS with no traffic.
 for variant in default off; do
   extra=(); [ $variant = off ] && extra=(--spin-us 0)

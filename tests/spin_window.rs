@@ -14,7 +14,7 @@ use monoio::io::{
     poll_io::{AsyncReadExt, AsyncWriteExt},
     IntoPollIo,
 };
-use shardserve::shard::spin::{self, Gate};
+use shardserve::shard::spin::{self, Driver, Gate};
 
 fn epoll_runtime() -> monoio::Runtime<monoio::time::TimeDriver<monoio::LegacyDriver>> {
     monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
@@ -39,7 +39,7 @@ async fn eventually(cond: impl Fn() -> bool) -> bool {
 fn a_zero_window_never_spins() {
     let mut rt = epoll_runtime();
     rt.block_on(async {
-        assert!(spin::install(Duration::ZERO, || Gate::Spin).is_none());
+        assert!(spin::install(Duration::ZERO, Driver::Epoll, || Gate::Spin).is_none());
         // And work noted on a thread without a spinner is harmless.
         spin::note_work();
     });
@@ -50,7 +50,8 @@ fn the_spinner_stops_after_its_window_and_work_rearms_it() {
     let mut rt = epoll_runtime();
     rt.block_on(async {
         let (spinner, stats) =
-            spin::install(Duration::from_millis(20), || Gate::Spin).expect("a spinner");
+            spin::install(Duration::from_millis(20), Driver::Epoll, || Gate::Spin)
+                .expect("a spinner");
         monoio::spawn(spinner);
         spin::note_work();
         assert!(
@@ -67,9 +68,14 @@ fn the_spinner_stops_after_its_window_and_work_rearms_it() {
         assert_eq!(stats.rounds(), rounds, "a stopped spinner spun");
         assert!(!stats.spinning());
         let windows = stats.windows();
-        spin::note_work();
+        // Noted again while waiting: on a loaded machine the spinner may be
+        // in its contention back-off, which ends by itself.
         assert!(
-            eventually(|| stats.windows() > windows && stats.rounds() > rounds).await,
+            eventually(|| {
+                spin::note_work();
+                stats.windows() > windows && stats.rounds() > rounds
+            })
+            .await,
             "note_work did not re-arm the spinner"
         );
         assert!(eventually(|| !stats.spinning()).await);
@@ -84,13 +90,14 @@ fn timers_fire_while_it_spins() {
         // A window far longer than the test: the spinner never stops by
         // itself, and the sleeps below must still end.
         let (spinner, stats) =
-            spin::install(Duration::from_secs(3600), || Gate::Spin).expect("a spinner");
+            spin::install(Duration::from_secs(3600), Driver::Epoll, || Gate::Spin)
+                .expect("a spinner");
         monoio::spawn(spinner);
         spin::note_work();
         for _ in 0..5 {
             monoio::time::sleep(Duration::from_millis(3)).await;
         }
-        assert!(stats.spinning() && stats.rounds() > 0);
+        assert!(stats.rounds() > 0, "the spinner never spun");
         spin::clear();
     });
 }
@@ -104,14 +111,20 @@ fn a_holding_gate_stops_it_until_released() {
             let held = held.clone();
             move || if held.get() { Gate::Hold } else { Gate::Spin }
         };
-        let (spinner, stats) = spin::install(Duration::from_secs(3600), gate).expect("a spinner");
+        let (spinner, stats) =
+            spin::install(Duration::from_secs(3600), Driver::Epoll, gate).expect("a spinner");
         monoio::spawn(spinner);
         spin::note_work();
         monoio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(stats.rounds(), 0, "spun while held");
         held.set(false);
-        spin::note_work();
-        assert!(eventually(|| stats.rounds() > 0).await);
+        assert!(
+            eventually(|| {
+                spin::note_work();
+                stats.rounds() > 0
+            })
+            .await
+        );
         spin::clear();
     });
 }
@@ -121,9 +134,9 @@ fn a_holding_gate_stops_it_until_released() {
 /// instance only when it parks) and on epoll: every message arrives.
 #[test]
 fn sockets_stay_readable_while_it_spins() {
-    async fn ping_pong() {
+    async fn ping_pong(driver: Driver) {
         let (spinner, stats) =
-            spin::install(Duration::from_secs(3600), || Gate::Spin).expect("a spinner");
+            spin::install(Duration::from_secs(3600), driver, || Gate::Spin).expect("a spinner");
         monoio::spawn(spinner);
         let (a, b) = monoio::net::UnixStream::pair().expect("pair");
         let (mut a, mut b) = (
@@ -146,14 +159,18 @@ fn sockets_stay_readable_while_it_spins() {
             assert_eq!(buf, i.to_le_bytes());
         }
         echo.await;
-        assert!(stats.rounds() > 0, "the spinner never spun");
+        // On epoll nothing stops it but its window, a hold or a back-off
+        // (whose first sample cannot show contention), so it spun.
+        if driver == Driver::Epoll {
+            assert!(stats.rounds() > 0, "the spinner never spun");
+        }
         spin::clear();
     }
-    epoll_runtime().block_on(ping_pong());
+    epoll_runtime().block_on(ping_pong(Driver::Epoll));
     if let Ok(mut rt) = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
         .enable_timer()
         .build()
     {
-        rt.block_on(ping_pong());
+        rt.block_on(ping_pong(Driver::IoUring));
     }
 }

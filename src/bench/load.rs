@@ -161,9 +161,16 @@ pub fn spawn(spec: WorkerSpec) -> std::io::Result<JoinHandle<()>> {
                     return;
                 }
             };
-            let busy_poll = spec.busy_poll;
-            rt.block_on(crate::shard::spin::alongside(busy_poll, run(spec)));
+            let (busy_poll, driver) = (spec.busy_poll, spin_driver(&rt));
+            rt.block_on(crate::shard::spin::alongside(busy_poll, driver, run(spec)));
         })
+}
+
+fn spin_driver<L, R>(rt: &monoio::FusionRuntime<L, R>) -> crate::shard::spin::Driver {
+    match rt {
+        monoio::FusionRuntime::Uring(_) => crate::shard::spin::Driver::IoUring,
+        monoio::FusionRuntime::Legacy(_) => crate::shard::spin::Driver::Epoll,
+    }
 }
 
 async fn run(mut spec: WorkerSpec) {

@@ -77,7 +77,11 @@ pub fn run(boot: ShardBoot) -> Vec<String> {
     } else {
         tracing::debug!(shard = boot.id, driver, "shard runtime driver");
     }
-    let stuck = runtime.block_on(shard_main(boot));
+    let spin_driver = match runtime {
+        FusionRuntime::Uring(_) => spin::Driver::IoUring,
+        FusionRuntime::Legacy(_) => spin::Driver::Epoll,
+    };
+    let stuck = runtime.block_on(shard_main(boot, spin_driver));
     spin::clear();
     ShardTransport::clear_current();
     Shard::clear_current();
@@ -118,7 +122,7 @@ fn bind(addr: Option<SocketAddr>) -> std::io::Result<Option<TcpListener>> {
     .transpose()
 }
 
-async fn shard_main(boot: ShardBoot) -> Vec<String> {
+async fn shard_main(boot: ShardBoot, spin_driver: spin::Driver) -> Vec<String> {
     let ShardBoot {
         id,
         count,
@@ -188,7 +192,7 @@ async fn shard_main(boot: ShardBoot) -> Vec<String> {
             }
         }
     };
-    if let Some((spinner, _)) = spin::install(state.options.spin, gate) {
+    if let Some((spinner, _)) = spin::install(state.options.spin, spin_driver, gate) {
         monoio::spawn(spinner);
     }
     let draining = host.clone();

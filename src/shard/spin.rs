@@ -131,24 +131,39 @@ pub fn clear() {
     CURRENT.with(|c| c.borrow_mut().take());
 }
 
+/// Which monoio driver the spinner's runtime uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    /// io_uring: its epoll instance is re-armed only when it parks, so the
+    /// spinner watches it.
+    IoUring,
+    /// epoll: every submit-only round is a zero-timeout `epoll_wait` that
+    /// also takes foreign wakes, so there is nothing to watch.
+    Epoll,
+}
+
 /// Builds this thread's spinner; `None` when `window` is zero (off: the
-/// runtime parks as soon as it has nothing to run) or when the runtime's
-/// epoll instance cannot be found (spinning would then hide socket
-/// readiness until the window ends). Call from inside the runtime; spawn
-/// the returned future on it; `gate` is asked before every round.
+/// runtime parks as soon as it has nothing to run) or when, on io_uring,
+/// the runtime's epoll instance cannot be found (spinning would then hide
+/// socket readiness until the window ends). Call from inside the runtime;
+/// spawn the returned future on it; `gate` is asked before every round.
 pub fn install(
     window: Duration,
+    driver: Driver,
     gate: impl Fn() -> Gate + 'static,
 ) -> Option<(Spinner, Arc<SpinStats>)> {
     if window.is_zero() {
         return None;
     }
-    let poller = match find_poller() {
-        Ok(fd) => fd,
-        Err(e) => {
-            tracing::warn!(error = %e, "spin-before-park off: cannot find the runtime's epoll instance");
-            return None;
-        }
+    let poller = match driver {
+        Driver::Epoll => None,
+        Driver::IoUring => match find_poller() {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                tracing::warn!(error = %e, "spin-before-park off: cannot find the runtime's epoll instance");
+                return None;
+            }
+        },
     };
     let stats = Arc::new(SpinStats::default());
     let state = Rc::new(State {
@@ -174,8 +189,8 @@ pub fn install(
 /// that always may spin: for a load generator, whose thread has nothing
 /// else to give its core to and whose requests' completions call
 /// [`note_work`].
-pub async fn alongside<F: Future>(window: Duration, future: F) -> F::Output {
-    if let Some((spinner, _)) = install(window, || Gate::Spin) {
+pub async fn alongside<F: Future>(window: Duration, driver: Driver, future: F) -> F::Output {
+    if let Some((spinner, _)) = install(window, driver, || Gate::Spin) {
         monoio::spawn(spinner);
     }
     let out = future.await;
@@ -194,8 +209,8 @@ pub struct Spinner {
     state: Rc<State>,
     gate: Box<dyn Fn() -> Gate>,
     tick: Option<Tick>,
-    /// The epoll instance of this runtime's poll-based I/O.
-    poller: RawFd,
+    /// The epoll instance of this runtime's poll-based I/O (io_uring only).
+    poller: Option<RawFd>,
     contention: Contention,
 }
 
@@ -352,7 +367,7 @@ impl Future for Spinner {
         {
             return this.stop(cx);
         }
-        if readable(this.poller) {
+        if this.poller.is_some_and(readable) {
             // A socket is ready: the park that follows re-arms the epoll
             // instance in the ring, which completes at once.
             return this.stop(cx);
