@@ -75,7 +75,7 @@ for r in $(seq 1 "$rounds"); do
     if [ $which = A ]; then bin=$base; bench=$base_bench; extra=(); else bin=$new; bench=$new_bench; read -ra extra <<<"$new_args"; fi
     start_server "$bin" "${extra[@]}"
     for proto in http-json http-binary grpc; do
-      read -r p50 p99 rps <<<"$(c1 "$bench" "$proto") - -"
+      read -r p50 p99 rps _ <<<"$(c1 "$bench" "$proto") - - -"
       echo "c1 $which round=$r proto=$proto p50_us=$p50 p99_us=$p99 infer_s=$rps" | tee -a "$out/all.txt"
     done
     stop_server
