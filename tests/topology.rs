@@ -246,3 +246,45 @@ fn tune_derives_a_profile_per_socket_that_plans_on_that_machine() {
     .expect("plans");
     assert_eq!((plan.accept.len(), plan.compute.len()), (64, 64), "{text}");
 }
+
+#[test]
+fn the_topology_command_shows_the_spin_window() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shardserve"))
+            .args(["topology", "--xml"])
+            .arg(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests/fixtures/hwloc/dual-socket-4gpu.xml"),
+            )
+            .args(args)
+            .output()
+            .expect("run shardserve topology");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let default = run(&[]);
+    let expected = format!(
+        "spin {} us after a request",
+        shardserve::tuning::RuntimeSection::DEFAULT_SPIN_US
+    );
+    assert!(default.contains(&expected), "{default}");
+    let dir = std::env::temp_dir().join(format!("spin-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("spin-off.toml");
+    std::fs::write(&file, "name = \"spin-off\"\n[runtime]\nspin_us = 0\n").expect("write profile");
+    let path = file.to_string_lossy().to_string();
+    let off = run(&["--tuning-profile", &path]);
+    assert!(
+        off.contains("spin 0 us after a request before parking (off)"),
+        "{off}"
+    );
+    // The flag wins over the profile.
+    let flag = run(&["--tuning-profile", &path, "--spin-us", "75"]);
+    assert!(flag.contains("spin 75 us after a request"), "{flag}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

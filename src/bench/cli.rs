@@ -243,6 +243,11 @@ pub struct Options {
     /// CPUs to pin the generator's threads to, one thread per entry: 1,3 or 2-5.
     #[arg(long = "cpu")]
     pub cpu: Option<String>,
+    /// Microseconds a generator thread keeps polling for completions after a response before
+    /// it sleeps (0: sleep at once). A sleeping generator adds its own wake-up to every
+    /// latency it measures at low concurrency.
+    #[arg(long = "busy-poll-us", default_value_t = 1000)]
+    pub busy_poll_us: u64,
     /// Generator threads when --cpu is not given.
     #[arg(long = "threads", default_value_t = 1)]
     pub threads: usize,

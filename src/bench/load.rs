@@ -60,6 +60,7 @@ impl Recorder {
     /// Records a request: its latency to its final response and what it
     /// got; `ends_sequence` when it carried `sequence_end`.
     pub fn record_request(&self, result: Result<(u64, Completion), String>, ends_sequence: bool) {
+        crate::shard::spin::note_work();
         let mut b = self.buf.lock().unwrap_or_else(|e| e.into_inner());
         match result {
             Ok((ns, done)) => {
@@ -103,6 +104,8 @@ pub struct WorkerSpec {
     pub max_outstanding: usize,
     pub connections: usize,
     pub cpu: Option<usize>,
+    /// How long the thread polls after a completion before it sleeps.
+    pub busy_poll: Duration,
     pub stop: Arc<AtomicBool>,
     pub recorder: Arc<Recorder>,
     /// Sequence models: this worker's sequences.
@@ -174,8 +177,16 @@ pub fn spawn(spec: WorkerSpec) -> std::io::Result<JoinHandle<()>> {
                     return;
                 }
             };
-            rt.block_on(run(spec));
+            let (busy_poll, driver) = (spec.busy_poll, spin_driver(&rt));
+            rt.block_on(crate::shard::spin::alongside(busy_poll, driver, run(spec)));
         })
+}
+
+fn spin_driver<L, R>(rt: &monoio::FusionRuntime<L, R>) -> crate::shard::spin::Driver {
+    match rt {
+        monoio::FusionRuntime::Uring(_) => crate::shard::spin::Driver::IoUring,
+        monoio::FusionRuntime::Legacy(_) => crate::shard::spin::Driver::Epoll,
+    }
 }
 
 async fn run(mut spec: WorkerSpec) {

@@ -42,6 +42,8 @@ pub struct Plan {
     pub max_outstanding: usize,
     pub connections: usize,
     pub cpus: Option<Vec<usize>>,
+    /// --busy-poll-us.
+    pub busy_poll: Duration,
     pub workers: usize,
     pub progress: bool,
     /// Sequence models, open loop: sequences live at once (--num-of-sequences).
@@ -231,6 +233,7 @@ pub async fn run_step(
             max_outstanding: plan.max_outstanding,
             connections: plan.connections,
             cpu: plan.cpus.as_ref().map(|c| c[i % c.len()]),
+            busy_poll: plan.busy_poll,
             stop: stop.clone(),
             recorder,
             sequence,

@@ -249,6 +249,7 @@ async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
         max_outstanding: opts.max_outstanding,
         connections: opts.connections,
         cpus: opts.cpus()?,
+        busy_poll: std::time::Duration::from_micros(opts.busy_poll_us),
         workers,
         progress: !opts.no_progress && !opts.quiet && std::io::stderr().is_terminal(),
         num_of_sequences: opts.num_of_sequences,

@@ -567,6 +567,10 @@ pub struct ShardserveArgs {
     /// profile's, else auto).
     #[arg(long)]
     pub io_driver: Option<IoDriver>,
+    /// Microseconds each shard keeps polling after a request finished before it sleeps; 0 =
+    /// sleep at once (default: the profile's `[runtime] spin_us`, else 250).
+    #[arg(long, global = true)]
+    pub spin_us: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]

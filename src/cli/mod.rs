@@ -191,6 +191,10 @@ impl Cli {
                 .io_driver
                 .or(profile.runtime.driver)
                 .unwrap_or_default(),
+            spin: ours
+                .spin_us
+                .map(Duration::from_micros)
+                .unwrap_or_else(|| profile.runtime.spin()),
             tuning: profile,
             server_name: self.server.id.clone(),
             // Whole milliseconds, at least the 100 the metrics poller can keep up with.
@@ -372,6 +376,19 @@ fn topology(
     let plan = ShardPlan::build(profile, cli.ours.cores, !cli.ours.no_pin, &topology.cpus)?;
     print!("{topology}");
     print!("{}", plan.describe(&topology, &gpus));
+    let driver = cli
+        .ours
+        .io_driver
+        .or(profile.runtime.driver)
+        .unwrap_or_default();
+    let spin = cli
+        .ours
+        .spin_us
+        .unwrap_or_else(|| profile.runtime.spin().as_micros() as u64);
+    println!(
+        "runtime: driver {driver:?}, spin {spin} us after a request before parking{}",
+        if spin == 0 { " (off)" } else { "" }
+    );
     if let Some(warning) = plan.cgroup_warning(&topology) {
         println!("warning: {warning}");
     }

@@ -200,6 +200,13 @@ impl SchedulerHost {
         }
     }
 
+    /// Whether a scheduler this shard owns has requests queued or an
+    /// instance executing (on a compute worker, whose completion wakes this
+    /// shard from another thread).
+    pub fn busy(&self) -> bool {
+        self.schedulers.borrow().values().any(|s| s.is_busy())
+    }
+
     /// Requests queued in the schedulers this shard owns.
     pub fn queued(&self) -> usize {
         self.schedulers

@@ -394,6 +394,11 @@ impl ModelScheduler {
         }
     }
 
+    /// Requests queued or an instance executing.
+    pub fn is_busy(&self) -> bool {
+        self.queue_len() > 0 || self.instances.iter().any(|i| i.busy.get())
+    }
+
     fn busy_count(&self) -> usize {
         self.instances.iter().filter(|i| i.busy.get()).count()
     }

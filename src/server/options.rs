@@ -72,6 +72,9 @@ pub struct ServerOptions {
     pub intra_op_threads: usize,
     /// The shards' I/O driver.
     pub io_driver: IoDriver,
+    /// How long a shard keeps polling after a request finished before it
+    /// parks (zero: never spins).
+    pub spin: Duration,
     /// Placement and defaults; its ring capacity and ONNX Runtime threads
     /// apply where the command line did not set them.
     pub tuning: TuningProfile,
@@ -214,6 +217,7 @@ impl ServerOptions {
             grpc_compress_responses: false,
             intra_op_threads: 1,
             io_driver: IoDriver::Auto,
+            spin: TuningProfile::default().runtime.spin(),
             tuning: TuningProfile::default(),
             metrics_interval: Duration::from_millis(2000),
             server_name: crate::frontend::identity::DEFAULT_SERVER_NAME.to_string(),

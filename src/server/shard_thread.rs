@@ -22,7 +22,11 @@ use crate::{
         transport::{ShardTransport, TransportStats},
     },
     scheduler::{SchedulerHost, ShardMsg},
-    shard::{ring::ShardLinks, Shard, ShardControl, ShardId},
+    shard::{
+        ring::ShardLinks,
+        spin::{self, Gate},
+        Shard, ShardControl, ShardId,
+    },
     tuning::IoDriver,
 };
 
@@ -73,7 +77,12 @@ pub fn run(boot: ShardBoot) -> Vec<String> {
     } else {
         tracing::debug!(shard = boot.id, driver, "shard runtime driver");
     }
-    let stuck = runtime.block_on(shard_main(boot));
+    let spin_driver = match runtime {
+        FusionRuntime::Uring(_) => spin::Driver::IoUring,
+        FusionRuntime::Legacy(_) => spin::Driver::Epoll,
+    };
+    let stuck = runtime.block_on(shard_main(boot, spin_driver));
+    spin::clear();
     ShardTransport::clear_current();
     Shard::clear_current();
     // Dropping the runtime drops its tasks, and with them the schedulers
@@ -113,7 +122,7 @@ fn bind(addr: Option<SocketAddr>) -> std::io::Result<Option<TcpListener>> {
     .transpose()
 }
 
-async fn shard_main(boot: ShardBoot) -> Vec<String> {
+async fn shard_main(boot: ShardBoot, spin_driver: spin::Driver) -> Vec<String> {
     let ShardBoot {
         id,
         count,
@@ -165,7 +174,27 @@ async fn shard_main(boot: ShardBoot) -> Vec<String> {
     frontend::env::install(state.env.clone());
     let transport = ShardTransport::install(id, transport);
     let host = SchedulerHost::install(shard.clone(), links.outbox);
+    let doorbell = links.inbox.doorbell_watch();
     monoio::spawn(host.clone().drain_rings(links.inbox));
+    let gate = {
+        let (shard, host) = (shard.clone(), host.clone());
+        // Spin only while nothing of this shard's runs on another thread:
+        // a compute worker may share this core, and its completion comes
+        // back as a foreign wake, which the runtime takes only when it
+        // parks.
+        move || {
+            if shard.in_flight() > 0 || host.busy() {
+                Gate::Hold
+            } else if doorbell.take_rung() {
+                Gate::Yield
+            } else {
+                Gate::Spin
+            }
+        }
+    };
+    if let Some((spinner, _)) = spin::install(state.options.spin, spin_driver, gate) {
+        monoio::spawn(spinner);
+    }
     let draining = host.clone();
     monoio::spawn(shard.clone().run_control(control, move || draining.drain()));
     if let Some(l) = http {

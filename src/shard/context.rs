@@ -187,6 +187,9 @@ impl Drop for InFlight {
                 g.add_in_flight(-1);
             }
         });
+        // A request finished: the next one of a client at concurrency 1
+        // is about a round trip away, so keep the shard from parking.
+        super::spin::note_work();
     }
 }
 

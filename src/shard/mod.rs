@@ -8,6 +8,7 @@
 mod context;
 mod latch;
 pub mod ring;
+pub mod spin;
 mod timer;
 
 pub use context::{

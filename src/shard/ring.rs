@@ -5,7 +5,10 @@
 //! Generic over the message so it can be benchmarked and tested alone.
 
 use std::{
-    sync::Arc,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
     task::{Context, Poll},
 };
 
@@ -22,11 +25,29 @@ pub type ShardId = usize;
 #[repr(align(128))]
 pub struct Doorbell {
     waker: AtomicWaker,
+    /// Set after each ring: a spinning owner, whose runtime takes foreign
+    /// wakes only when it parks, checks it to let that park happen.
+    rung: AtomicBool,
 }
 
 impl Doorbell {
     pub fn ring(&self) {
         self.waker.wake();
+        self.rung.store(true, Ordering::Release);
+    }
+}
+
+/// Tells a shard whether its doorbell rang since it last asked.
+pub struct DoorbellWatch {
+    me: ShardId,
+    doorbells: Arc<[Doorbell]>,
+}
+
+impl DoorbellWatch {
+    pub fn take_rung(&self) -> bool {
+        self.doorbells.get(self.me).is_some_and(|d| {
+            d.rung.load(Ordering::Relaxed) && d.rung.swap(false, Ordering::Acquire)
+        })
     }
 }
 
@@ -75,6 +96,14 @@ pub struct Inbox<T> {
 }
 
 impl<T> Inbox<T> {
+    /// A watch on this shard's doorbell, for its spinner.
+    pub fn doorbell_watch(&self) -> DoorbellWatch {
+        DoorbellWatch {
+            me: self.me,
+            doorbells: self.doorbells.clone(),
+        }
+    }
+
     /// Takes every message currently queued, calling `f` for each; returns
     /// how many were taken. Bounded per ring so one busy peer cannot starve
     /// the others.

@@ -9,6 +9,6 @@ mod tune;
 
 pub use cgroup::{parse_cpu_list, CgroupCpu};
 pub use plan::{GpuPlacement, ShardPlan};
-pub use profile::{ComputeSection, IoDriver, TuningProfile};
+pub use profile::{ComputeSection, IoDriver, RuntimeSection, TuningProfile};
 pub use topology::{cpu_list, normalize_bus_id, MachineTopology, NumaNode, PciDevice};
 pub use tune::{derive_profile, measure, Measurements, RoundTrip};

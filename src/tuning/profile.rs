@@ -91,6 +91,22 @@ impl std::str::FromStr for IoDriver {
 #[serde(deny_unknown_fields)]
 pub struct RuntimeSection {
     pub driver: Option<IoDriver>,
+    /// Microseconds a shard keeps polling its ring after a request finished
+    /// before it parks (0: park at once). See `RuntimeSection::DEFAULT_SPIN_US`.
+    pub spin_us: Option<u64>,
+}
+
+impl RuntimeSection {
+    /// Default spin window: long enough to bridge the gap between a
+    /// response and a concurrency-1 client's next request over loopback
+    /// (a round trip plus the client's own turn-around), so the shard is
+    /// not asleep when it arrives; the CPU it costs ends that long after
+    /// the last request (`scripts/bench_latency_floor.sh`).
+    pub const DEFAULT_SPIN_US: u64 = 250;
+
+    pub fn spin(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.spin_us.unwrap_or(Self::DEFAULT_SPIN_US))
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -173,7 +189,7 @@ mod tests {
     #[test]
     fn parses_every_section() {
         let p = TuningProfile::parse(
-            "name = \"x\"\n[shards]\ncpus = [0, 1]\naccept = [0]\ncompute = [1]\n[rings]\ncapacity = 256\n[onnxruntime]\nintra_op_threads = 2\n[runtime]\ndriver = \"epoll\"\n[gpu]\npinned_pool_bytes = 1024\n",
+            "name = \"x\"\n[shards]\ncpus = [0, 1]\naccept = [0]\ncompute = [1]\n[rings]\ncapacity = 256\n[onnxruntime]\nintra_op_threads = 2\n[runtime]\ndriver = \"epoll\"\nspin_us = 40\n[gpu]\npinned_pool_bytes = 1024\n",
             Path::new("x.toml"),
         )
         .unwrap();
@@ -182,6 +198,11 @@ mod tests {
         assert_eq!(p.rings.capacity, Some(256));
         assert_eq!(p.onnxruntime.intra_op_threads, Some(2));
         assert_eq!(p.runtime.driver, Some(IoDriver::Epoll));
+        assert_eq!(p.runtime.spin(), std::time::Duration::from_micros(40));
+        assert_eq!(
+            TuningProfile::default().runtime.spin(),
+            std::time::Duration::from_micros(RuntimeSection::DEFAULT_SPIN_US)
+        );
         assert_eq!(p.gpu.pinned_pool_bytes, Some(1024));
     }
 
