@@ -65,10 +65,13 @@ fn git_commit() {
                 .map(PathBuf::from)
                 .map(|p| if p.is_absolute() { p } else { git_dir.join(p) })
                 .unwrap_or_else(|| git_dir.clone());
-            println!(
-                "cargo:rerun-if-changed={}",
-                common.join("packed-refs").display()
-            );
+            // Watched only where it exists: cargo treats a missing file
+            // as changed, which would rerun this (and rebuild the crate)
+            // on every build.
+            let packed = common.join("packed-refs");
+            if packed.exists() {
+                println!("cargo:rerun-if-changed={}", packed.display());
+            }
             if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
                 println!("cargo:rerun-if-changed={}", common.join(branch).display());
             }
