@@ -372,6 +372,13 @@ fn topology(
     let plan = ShardPlan::build(profile, cli.ours.cores, !cli.ours.no_pin, &topology.cpus)?;
     print!("{topology}");
     print!("{}", plan.describe(&topology, &gpus));
+    let compute = &profile.compute;
+    println!(
+        "compute workers: nice {}, spin {} us before parking, pipeline depth {}",
+        compute.nice(),
+        compute.spin().as_micros(),
+        compute.pipeline_depth()
+    );
     Ok(())
 }
 

@@ -50,13 +50,38 @@ pub struct ComputeSection {
     /// reactor already preempts the worker under CFS). Raise it where I/O
     /// latency must win over inference throughput.
     pub nice: Option<i32>,
+    /// Microseconds an idle compute worker keeps looking for its next
+    /// batch, yielding the CPU between looks, before it parks on a futex
+    /// (0: park at once). Costs CPU only right after work, never at rest.
+    /// Measured with `scripts/bench_handoff.sh`.
+    pub spin_us: Option<u64>,
+    /// Batches a model's scheduler may hand one compute worker before the
+    /// first comes back (1: one at a time, as before). Only the default
+    /// scheduler and full dynamic batches are handed ahead (see
+    /// `ModelScheduler::may_queue_behind`).
+    pub pipeline_depth: Option<usize>,
 }
 
 impl ComputeSection {
     pub const DEFAULT_NICE: i32 = 0;
+    pub const DEFAULT_SPIN_US: u64 = 50;
+    pub const DEFAULT_PIPELINE_DEPTH: usize = 2;
+    /// A deeper pipeline only holds requests out of the queue longer.
+    pub const MAX_PIPELINE_DEPTH: usize = 16;
 
     pub fn nice(&self) -> i32 {
         self.nice.unwrap_or(Self::DEFAULT_NICE).clamp(0, 19)
+    }
+
+    /// `spin_us`, at most 10 ms (longer is a busy core, not a hand-off).
+    pub fn spin(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.spin_us.unwrap_or(Self::DEFAULT_SPIN_US).min(10_000))
+    }
+
+    pub fn pipeline_depth(&self) -> usize {
+        self.pipeline_depth
+            .unwrap_or(Self::DEFAULT_PIPELINE_DEPTH)
+            .clamp(1, Self::MAX_PIPELINE_DEPTH)
     }
 }
 
