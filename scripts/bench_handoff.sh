@@ -29,6 +29,11 @@ server_cpu=${5:-0}
 client_cpu=${6:-1}
 bench=${BENCH:-target/release/shardserve-bench}
 python=${PYTHON:-.venv/bin/python}
+# Binaries copied out of the build tree find ONNX Runtime through this.
+if [ -z "${SHARDSERVE_ORT_LIB:-}" ] && [ -e .ort/libonnxruntime.so ]; then
+  SHARDSERVE_ORT_LIB=$(readlink -f .ort/libonnxruntime.so)
+  export SHARDSERVE_ORT_LIB
+fi
 out=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$out"' EXIT
@@ -105,7 +110,7 @@ PY
 }
 
 wrk_us() { # percentile wrk-output -> microseconds
-  awk -v p=" $1%" 'index($0, p) == 1 {
+  awk -v p="$1%" '$1 == p {
     v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v)
     f = (u == "ms") ? 1000 : (u == "s") ? 1000000 : 1
     printf "%.0f", v * f }' "$2"

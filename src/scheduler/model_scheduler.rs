@@ -76,7 +76,17 @@ impl InstanceExecutor {
         // scheduler may hand it before the first comes back (see
         // `ModelScheduler::may_queue_behind`).
         let mut runner = Runner::new(instance, &model);
-        let worker = ComputeWorker::spawn(name, placement, bell, move |batch: Batch| {
+        let worker = ComputeWorker::spawn(name, placement, bell, move |mut batch: Batch| {
+            // A request handed ahead waited in the ring, where the queue's
+            // sweep (`expire`) no longer sees it: one whose client went
+            // away meanwhile (its origin counted it) is dropped here, as
+            // the queue would have. Sequence rows keep their slots.
+            if batch.rows.is_none() {
+                batch.jobs.retain(|j| !j.is_cancelled());
+                if batch.jobs.is_empty() {
+                    return;
+                }
+            }
             runner.run(&model, model.stats.shard(stats_block), batch)
         })?;
         Ok(Self::Worker(worker))
