@@ -53,7 +53,13 @@ pub struct ComputeSection {
     /// Microseconds an idle compute worker keeps looking for its next
     /// batch, yielding the CPU between looks, before it parks on a futex
     /// (0: park at once). Costs CPU only right after work, never at rest.
-    /// Measured with `scripts/bench_handoff.sh`.
+    /// Default 0 until measured on a quiet machine: on a 2-core box busy
+    /// with builds, 50 us (with `pipeline_depth` 2) showed more CPU per
+    /// inference at concurrency 64, not less (a spinning worker takes its
+    /// share of an oversubscribed core), the spin's own part not isolated;
+    /// at concurrency 1 the next request comes a client round trip later,
+    /// longer than a useful spin. Measure with `scripts/bench_handoff.sh`
+    /// and `NEW_ARGS="--tuning-profile FILE"`.
     pub spin_us: Option<u64>,
     /// Batches a model's scheduler may hand one compute worker before the
     /// first comes back (1: one at a time, as before). Only the default
@@ -64,7 +70,7 @@ pub struct ComputeSection {
 
 impl ComputeSection {
     pub const DEFAULT_NICE: i32 = 0;
-    pub const DEFAULT_SPIN_US: u64 = 50;
+    pub const DEFAULT_SPIN_US: u64 = 0;
     pub const DEFAULT_PIPELINE_DEPTH: usize = 2;
     /// A deeper pipeline only holds requests out of the queue longer.
     pub const MAX_PIPELINE_DEPTH: usize = 16;
