@@ -62,16 +62,20 @@ pub struct ComputeSection {
     /// and `NEW_ARGS="--tuning-profile FILE"`.
     pub spin_us: Option<u64>,
     /// Batches a model's scheduler may hand one compute worker before the
-    /// first comes back (1: one at a time, as before). Only the default
-    /// scheduler and full dynamic batches are handed ahead (see
-    /// `ModelScheduler::may_queue_behind`).
+    /// first comes back (1: one at a time). Only the default (FIFO)
+    /// scheduler's requests without a queue timeout are handed ahead (see
+    /// `ModelScheduler::may_queue_behind`). Default 1: on the busy 2-core
+    /// box, two A/B runs of `scripts/bench_handoff.sh` showed depth 2 with
+    /// more compute CPU per inference and lower unbatched `mlp_onnx`
+    /// throughput at concurrency 64 on one shared core (the shard then has
+    /// work to preempt every execution with); re-measure on a quiet box.
     pub pipeline_depth: Option<usize>,
 }
 
 impl ComputeSection {
     pub const DEFAULT_NICE: i32 = 0;
     pub const DEFAULT_SPIN_US: u64 = 0;
-    pub const DEFAULT_PIPELINE_DEPTH: usize = 2;
+    pub const DEFAULT_PIPELINE_DEPTH: usize = 1;
     /// A deeper pipeline only holds requests out of the queue longer.
     pub const MAX_PIPELINE_DEPTH: usize = 16;
 
