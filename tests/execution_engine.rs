@@ -360,6 +360,114 @@ fn shutdown_answers_queued_requests_then_exits_at_once() {
     );
 }
 
+/// `nv_inference_pending_request_count` of `model`: requests in its queue,
+/// not yet handed to an instance.
+fn pending(server: &ServerHandle, model: &str) -> f64 {
+    let text = String::from_utf8_lossy(&get(server.metrics_addr(), "/metrics").body).to_string();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("nv_inference_pending_request_count")
+                && l.contains(&format!("model=\"{model}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Sends `n` requests on their own threads without waiting for them.
+fn fire(addr: SocketAddr, model: &str, n: usize) -> Vec<thread::JoinHandle<HttpReply>> {
+    (0..n)
+        .map(|i| {
+            let model = model.to_string();
+            thread::spawn(move || infer(addr, &model, i as i32))
+        })
+        .collect()
+}
+
+/// With `[compute] pipeline_depth = 2`, a busy worker is handed one more
+/// request behind the one it runs, never two: of five requests sent to a
+/// one-instance model whose executions take seconds, exactly three stay
+/// queued (with a deeper pipeline the count would never reach three).
+#[test]
+fn a_worker_is_handed_at_most_its_pipeline_depth() {
+    let repo = TempRepo::new("depth", &[("deep", slow_model("deep", 2500, 1, 1, ""))]);
+    let server = start(&repo, 1, |o| o.tuning.compute.pipeline_depth = Some(2));
+    let addr = server.http_addr();
+    let load = fire(addr, "deep", 5);
+    eventually("three of five requests queued", || {
+        pending(&server, "deep") == 3.0
+    });
+    for r in load {
+        let r = r.join().expect("client");
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    }
+    assert_eq!(stats(addr, "deep")["execution_count"].as_u64(), Some(5));
+    server.shutdown().expect("shutdown");
+}
+
+/// Depth 1 is the one-at-a-time hand-over: four of five stay queued.
+#[test]
+fn pipeline_depth_one_hands_one_request_at_a_time() {
+    let repo = TempRepo::new("depth1", &[("one", slow_model("one", 2500, 1, 1, ""))]);
+    let server = start(&repo, 1, |o| o.tuning.compute.pipeline_depth = Some(1));
+    let addr = server.http_addr();
+    let load = fire(addr, "one", 5);
+    eventually("four of five requests queued", || {
+        pending(&server, "one") == 4.0
+    });
+    for r in load {
+        assert_eq!(r.join().expect("client").status, 200);
+    }
+    server.shutdown().expect("shutdown");
+}
+
+/// Two instances, depth 2, six requests: each instance holds two, so two
+/// stay queued (one instance taking all four it may not; one taking none
+/// would leave four queued).
+#[test]
+fn every_instance_gets_work_before_any_is_handed_ahead() {
+    let repo = TempRepo::new("spread", &[("two", slow_model("two", 2500, 1, 2, ""))]);
+    let server = start(&repo, 1, |o| o.tuning.compute.pipeline_depth = Some(2));
+    let addr = server.http_addr();
+    let load = fire(addr, "two", 6);
+    eventually("two of six requests queued", || {
+        pending(&server, "two") == 2.0
+    });
+    for r in load {
+        assert_eq!(r.join().expect("client").status, 200);
+    }
+    assert_eq!(stats(addr, "two")["execution_count"].as_u64(), Some(6));
+    server.shutdown().expect("shutdown");
+}
+
+/// Requests that carry a queue timeout are not handed ahead: they wait in
+/// the queue and expire there, as in Triton, with the default depth.
+#[test]
+fn requests_with_a_timeout_stay_queued_and_expire_with_a_pipeline() {
+    let repo = TempRepo::new("deadline", &[("late", slow_model("late", 2500, 1, 1, ""))]);
+    let server = start(&repo, 1, |o| o.tuning.compute.pipeline_depth = Some(2));
+    let addr = server.http_addr();
+    let first = thread::spawn(move || infer(addr, "late", 1));
+    let metrics = server.metrics_addr();
+    eventually("the first request in the server", || {
+        let text = String::from_utf8_lossy(&get(metrics, "/metrics").body).to_string();
+        gauge_sum(&text, "shardserve_shard_in_flight_requests") >= 1.0
+    });
+    let r = post_json(
+        addr,
+        "/v2/models/late/infer",
+        &body(2, json!({"timeout": 100_000})),
+    );
+    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+    assert!(
+        r.error().contains("Request timeout expired"),
+        "{}",
+        r.error()
+    );
+    assert_eq!(first.join().expect("first").status, 200);
+    assert_eq!(stats(addr, "late")["execution_count"].as_u64(), Some(1));
+    server.shutdown().expect("shutdown");
+}
+
 mod grpc {
     use super::*;
     use shardserve::proto::inference::{model_infer_request::InferInputTensor, ModelInferRequest};

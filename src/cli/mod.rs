@@ -392,6 +392,13 @@ fn topology(
     if let Some(warning) = plan.cgroup_warning(&topology) {
         println!("warning: {warning}");
     }
+    let compute = &profile.compute;
+    println!(
+        "compute workers: nice {}, spin {} us before parking, pipeline depth {}",
+        compute.nice(),
+        compute.spin().as_micros(),
+        compute.pipeline_depth()
+    );
     Ok(())
 }
 

@@ -1,17 +1,26 @@
 //! A compute worker: one OS thread that owns a piece of work's state (a
 //! model instance) and runs what it is handed, in order. It is fed through
-//! a bounded SPSC ring and parks when the ring is empty; results go back
-//! through a second SPSC ring, and the owner is woken through an
-//! `AtomicWaker` (a cross-thread wake, which monoio turns into an eventfd
-//! write only when the owning shard is parked).
+//! a bounded SPSC ring; results go back through a second SPSC ring, and the
+//! owner is woken through an `AtomicWaker` (a cross-thread wake, which
+//! monoio turns into an eventfd write only when the owning shard is parked).
+//!
+//! The hand-off is built so that a busy worker costs no syscall per item:
+//! the worker drains its ring before it sleeps, then polls it for
+//! `spin` (yielding the CPU between looks, so on a core it shares with its
+//! shard the shard runs and can hand it the next item), and only then
+//! parks. The owner unparks it only when it says it is asleep: a
+//! `sleeping` flag set before the worker's last look at the ring and read
+//! after the owner's push, each behind a SeqCst fence (Dekker), so either
+//! the worker sees the item or the owner sees the flag.
 
 use std::{
     io,
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{fence, AtomicBool, AtomicU64, Ordering},
         Arc,
     },
     thread::{JoinHandle, Thread},
+    time::{Duration, Instant},
 };
 
 use futures::task::AtomicWaker;
@@ -25,10 +34,34 @@ pub struct WorkerPlacement {
     pub cpus: Vec<usize>,
     /// Nice value (positive: below the shards, which run at 0).
     pub nice: i32,
+    /// How long an idle worker keeps looking at its ring (yielding between
+    /// looks) before it parks; zero parks at once.
+    pub spin: Duration,
+    /// How many items the owner may have handed and not yet taken back
+    /// (the rings' capacity; at least 1).
+    pub depth: usize,
+}
+
+impl WorkerPlacement {
+    /// Anywhere, nice 0, no spinning, one item at a time.
+    pub fn unpinned() -> Self {
+        Self {
+            cpus: Vec::new(),
+            nice: 0,
+            spin: Duration::ZERO,
+            depth: 1,
+        }
+    }
 }
 
 struct Shared {
     stop: AtomicBool,
+    /// The worker is parked or about to park: a submission must unpark it.
+    sleeping: AtomicBool,
+    /// Times the worker parked (for tests and diagnostics).
+    parks: AtomicU64,
+    /// Times a submission unparked the worker.
+    wakes: AtomicU64,
     done_bell: Arc<AtomicWaker>,
 }
 
@@ -39,6 +72,7 @@ pub struct ComputeWorker<W, R> {
     name: String,
     work: rtrb::Producer<W>,
     done: rtrb::Consumer<R>,
+    capacity: usize,
     thread: Thread,
     join: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
@@ -46,19 +80,22 @@ pub struct ComputeWorker<W, R> {
 
 impl<W: Send + 'static, R: Send + 'static> ComputeWorker<W, R> {
     /// Starts a worker thread running `body` on each item submitted.
-    /// `capacity` bounds both rings: the owner must never have more than
-    /// `capacity` items outstanding (it hands out one batch at a time).
+    /// `placement.depth` bounds both rings: the owner must never have more
+    /// than that many items outstanding.
     pub fn spawn(
         name: String,
         placement: WorkerPlacement,
-        capacity: usize,
         done_bell: Arc<AtomicWaker>,
         mut body: impl FnMut(W) -> R + Send + 'static,
     ) -> io::Result<Self> {
-        let (work_tx, mut work_rx) = rtrb::RingBuffer::<W>::new(capacity.max(1));
-        let (mut done_tx, done_rx) = rtrb::RingBuffer::<R>::new(capacity.max(1));
+        let capacity = placement.depth.max(1);
+        let (work_tx, mut work_rx) = rtrb::RingBuffer::<W>::new(capacity);
+        let (mut done_tx, done_rx) = rtrb::RingBuffer::<R>::new(capacity);
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
+            sleeping: AtomicBool::new(false),
+            parks: AtomicU64::new(0),
+            wakes: AtomicU64::new(0),
             done_bell,
         });
         let thread_shared = shared.clone();
@@ -72,6 +109,7 @@ impl<W: Send + 'static, R: Send + 'static> ComputeWorker<W, R> {
                 if let Err(e) = set_nice(placement.nice) {
                     tracing::warn!(worker = %thread_name, nice = placement.nice, error = %e, "cannot lower compute thread priority");
                 }
+                let shared = thread_shared;
                 loop {
                     match work_rx.pop() {
                         Ok(item) => {
@@ -87,12 +125,27 @@ impl<W: Send + 'static, R: Send + 'static> ComputeWorker<W, R> {
                                     }
                                 }
                             }
-                            thread_shared.done_bell.wake();
+                            shared.done_bell.wake();
                         }
-                        Err(_) if thread_shared.stop.load(Ordering::Acquire) => break,
-                        // An unpark that came before this park makes it
-                        // return at once, so no submission is missed.
-                        Err(_) => std::thread::park(),
+                        Err(_) if shared.stop.load(Ordering::Acquire) => break,
+                        Err(_) => {
+                            if spin_for_work(&work_rx, &shared.stop, placement.spin) {
+                                continue;
+                            }
+                            shared.sleeping.store(true, Ordering::SeqCst);
+                            // Pairs with the fence in `submit`: either this
+                            // look sees the owner's item, or the owner sees
+                            // `sleeping` and unparks.
+                            fence(Ordering::SeqCst);
+                            if work_rx.is_empty() && !shared.stop.load(Ordering::SeqCst) {
+                                shared.parks.fetch_add(1, Ordering::Relaxed);
+                                // An unpark that came before this park makes
+                                // it return at once; a spurious return just
+                                // looks again.
+                                std::thread::park();
+                            }
+                            shared.sleeping.store(false, Ordering::SeqCst);
+                        }
                     }
                 }
                 tracing::debug!(worker = %thread_name, "compute worker stopped");
@@ -101,6 +154,7 @@ impl<W: Send + 'static, R: Send + 'static> ComputeWorker<W, R> {
             name,
             work: work_tx,
             done: done_rx,
+            capacity,
             thread: join.thread().clone(),
             join: Some(join),
             shared,
@@ -115,11 +169,31 @@ impl<W: Send + 'static, R: Send + 'static> ComputeWorker<W, R> {
     pub fn submit(&mut self, item: W) -> Result<(), W> {
         match self.work.push(item) {
             Ok(()) => {
-                self.thread.unpark();
+                // Pairs with the worker's fence before its last look.
+                fence(Ordering::SeqCst);
+                if self.shared.sleeping.load(Ordering::SeqCst) {
+                    self.shared.wakes.fetch_add(1, Ordering::Relaxed);
+                    self.thread.unpark();
+                }
                 Ok(())
             }
             Err(rtrb::PushError::Full(item)) => Err(item),
         }
+    }
+
+    /// How many items may be outstanding (handed and not taken back).
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Times the worker thread parked since it started.
+    pub fn parks(&self) -> u64 {
+        self.shared.parks.load(Ordering::Relaxed)
+    }
+
+    /// Times a submission had to unpark the worker.
+    pub fn wakes(&self) -> u64 {
+        self.shared.wakes.load(Ordering::Relaxed)
     }
 
     /// A finished result, if any.
@@ -147,6 +221,26 @@ impl<W: Send + 'static, R: Send + 'static> ComputeWorker<W, R> {
     }
 }
 
+/// After the ring ran dry: keeps looking at it for `spin`, yielding the CPU
+/// between looks (on a core shared with the owner shard, that is what lets
+/// the shard run and hand over the next item). Whether work (or a stop)
+/// came in.
+fn spin_for_work<W>(ring: &rtrb::Consumer<W>, stop: &AtomicBool, spin: Duration) -> bool {
+    if spin.is_zero() {
+        return false;
+    }
+    let until = Instant::now() + spin;
+    loop {
+        if !ring.is_empty() || stop.load(Ordering::Acquire) {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
+
 impl<W, R> Drop for ComputeWorker<W, R> {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
@@ -164,10 +258,10 @@ mod tests {
     use super::*;
     use std::time::{Duration, Instant};
 
-    fn placement() -> WorkerPlacement {
+    fn placement(depth: usize) -> WorkerPlacement {
         WorkerPlacement {
-            cpus: Vec::new(),
-            nice: 0,
+            depth,
+            ..WorkerPlacement::unpinned()
         }
     }
 
@@ -175,7 +269,7 @@ mod tests {
     fn runs_items_in_order_and_returns_results() {
         let bell = Arc::new(AtomicWaker::new());
         let mut w =
-            ComputeWorker::spawn("t".into(), placement(), 4, bell, |x: u32| x * 2).expect("spawn");
+            ComputeWorker::spawn("t".into(), placement(4), bell, |x: u32| x * 2).expect("spawn");
         let mut got = Vec::new();
         for i in 0..100u32 {
             let mut item = i;
@@ -211,7 +305,7 @@ mod tests {
         let dropped_on = Arc::new(std::sync::Mutex::new(None));
         let owned = Owned(dropped_on.clone());
         let bell = Arc::new(AtomicWaker::new());
-        let w = ComputeWorker::spawn("reaped".into(), placement(), 2, bell, move |()| {
+        let w = ComputeWorker::spawn("reaped".into(), placement(2), bell, move |()| {
             let _keep = &owned;
         })
         .expect("spawn");
@@ -234,7 +328,7 @@ mod tests {
         let bell = Arc::new(AtomicWaker::new());
         let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let c = counter.clone();
-        let mut w = ComputeWorker::spawn("t".into(), placement(), 2, bell, move |()| {
+        let mut w = ComputeWorker::spawn("t".into(), placement(2), bell, move |()| {
             std::thread::sleep(Duration::from_millis(20));
             c.fetch_add(1, Ordering::SeqCst);
         })
@@ -243,5 +337,92 @@ mod tests {
         assert!(w.submit(()).is_ok());
         w.join();
         assert_eq!(counter.load(Ordering::SeqCst), 2);
+    }
+
+    /// Waits (bounded) for `n` results.
+    fn take_n<W: Send + 'static, R: Send + 'static>(
+        w: &mut ComputeWorker<W, R>,
+        n: usize,
+    ) -> Vec<R> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut got = Vec::new();
+        while got.len() < n && Instant::now() < deadline {
+            match w.take_done() {
+                Some(r) => got.push(r),
+                None => std::thread::sleep(Duration::from_micros(100)),
+            }
+        }
+        got
+    }
+
+    /// Items handed while the worker runs are taken without a wake-up, and
+    /// the worker runs them back to back without parking in between.
+    #[test]
+    fn a_busy_worker_drains_its_ring_without_wakes_or_parks() {
+        let bell = Arc::new(AtomicWaker::new());
+        let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+        let mut w = ComputeWorker::spawn("drain".into(), placement(4), bell, move |x: u32| {
+            if x == 0 {
+                let _ = started_tx.send(());
+                let _ = gate_rx.recv_timeout(Duration::from_secs(20));
+            }
+            x
+        })
+        .expect("spawn");
+        assert!(w.submit(0).is_ok());
+        started_rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the first item started");
+        // The worker is inside the first item: not asleep.
+        let (wakes, parks) = (w.wakes(), w.parks());
+        for i in 1..4u32 {
+            assert!(w.submit(i).is_ok(), "ring of 4 refused item {i}");
+        }
+        assert_eq!(w.wakes(), wakes, "a submission woke a busy worker");
+        gate_tx.send(()).expect("gate");
+        assert_eq!(take_n(&mut w, 4), vec![0, 1, 2, 3]);
+        // At most the park after the last item.
+        assert!(
+            w.parks() <= parks + 1,
+            "parked between queued items: {} -> {}",
+            parks,
+            w.parks()
+        );
+        w.join();
+    }
+
+    /// A worker that is still spinning when the next item comes needs no
+    /// unpark; one that parked does get woken (no lost submission).
+    #[test]
+    fn a_spinning_worker_needs_no_wake_and_a_parked_one_is_woken() {
+        let bell = Arc::new(AtomicWaker::new());
+        let spinning = WorkerPlacement {
+            spin: Duration::from_secs(60),
+            ..placement(2)
+        };
+        let mut w = ComputeWorker::spawn("spin".into(), spinning, bell.clone(), |x: u32| x + 1)
+            .expect("spawn");
+        for i in 0..20u32 {
+            assert!(w.submit(i).is_ok());
+            assert_eq!(take_n(&mut w, 1), vec![i + 1]);
+        }
+        assert_eq!(w.wakes(), 0, "a spinning worker was unparked");
+        assert_eq!(w.parks(), 0);
+        w.join();
+
+        let mut p =
+            ComputeWorker::spawn("park".into(), placement(2), bell, |x: u32| x + 1).expect("spawn");
+        for i in 0..20u32 {
+            // Wait until it is asleep, so each submission has to wake it.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while p.parks() <= u64::from(i) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            assert!(p.submit(i).is_ok());
+            assert_eq!(take_n(&mut p, 1), vec![i + 1], "submission {i} was lost");
+        }
+        assert!(p.wakes() >= 1, "a parked worker was never unparked");
+        p.join();
     }
 }

@@ -108,6 +108,10 @@ pub struct Placement {
     /// compute shards' CPUs on its NUMA node); empty = unpinned.
     worker_cpus: Vec<Vec<usize>>,
     worker_nice: i32,
+    /// Compute workers' spin before parking and pipeline depth
+    /// (profile `[compute] spin_us`, `pipeline_depth`).
+    worker_spin: std::time::Duration,
+    worker_depth: usize,
     /// Where each usable GPU's instances go; empty without GPUs.
     gpus: Vec<GpuPlacement>,
 }
@@ -121,6 +125,10 @@ impl Placement {
             next_key: Arc::new(AtomicU64::new(1)),
             worker_cpus: Vec::new(),
             worker_nice: 0,
+            worker_spin: std::time::Duration::from_micros(
+                crate::tuning::ComputeSection::DEFAULT_SPIN_US,
+            ),
+            worker_depth: crate::tuning::ComputeSection::DEFAULT_PIPELINE_DEPTH,
             gpus: Vec::new(),
         }
     }
@@ -141,6 +149,14 @@ impl Placement {
     pub fn with_workers(mut self, worker_cpus: Vec<Vec<usize>>, nice: i32) -> Self {
         self.worker_cpus = worker_cpus;
         self.worker_nice = nice;
+        self
+    }
+
+    /// How compute workers take their work: `spin` before parking, up to
+    /// `depth` batches handed ahead.
+    pub fn with_worker_handoff(mut self, spin: std::time::Duration, depth: usize) -> Self {
+        self.worker_spin = spin;
+        self.worker_depth = depth.max(1);
         self
     }
 
@@ -176,6 +192,8 @@ impl Placement {
         WorkerPlacement {
             cpus: cpus.unwrap_or_default(),
             nice: self.worker_nice,
+            spin: self.worker_spin,
+            depth: self.worker_depth,
         }
     }
 

@@ -72,11 +72,21 @@ impl InstanceExecutor {
         bell: Arc<AtomicWaker>,
     ) -> std::io::Result<Self> {
         // The runner (and a sequence model's implicit states) lives on the
-        // worker thread.
+        // worker thread. `placement.depth` is how many batches the
+        // scheduler may hand it before the first comes back (see
+        // `ModelScheduler::may_queue_behind`).
         let mut runner = Runner::new(instance, &model);
-        // One batch at a time per instance; 2 leaves room for a race-free
-        // hand-over without ever blocking.
-        let worker = ComputeWorker::spawn(name, placement, 2, bell, move |batch: Batch| {
+        let worker = ComputeWorker::spawn(name, placement, bell, move |mut batch: Batch| {
+            // A request handed ahead waited in the ring, where the queue's
+            // sweep (`expire`) no longer sees it: one whose client went
+            // away meanwhile (its origin counted it) is dropped here, as
+            // the queue would have. Sequence rows keep their slots.
+            if batch.rows.is_none() {
+                batch.jobs.retain(|j| !j.is_cancelled());
+                if batch.jobs.is_empty() {
+                    return;
+                }
+            }
             runner.run(&model, model.stats.shard(stats_block), batch)
         })?;
         Ok(Self::Worker(worker))
@@ -113,7 +123,16 @@ enum Exec {
 
 struct Instance {
     exec: Exec,
-    busy: Cell<bool>,
+    /// Batches handed and not yet finished (at most `depth`).
+    in_flight: Cell<usize>,
+    /// How many batches it may hold: its worker's ring capacity (1 inline).
+    depth: usize,
+}
+
+impl Instance {
+    fn busy(&self) -> bool {
+        self.in_flight.get() > 0
+    }
 }
 
 enum Queue {
@@ -235,14 +254,21 @@ impl ModelScheduler {
         };
         let instances = executors
             .into_iter()
-            .map(|e| Instance {
-                exec: match e {
+            .map(|e| {
+                let (exec, depth) = match e {
                     InstanceExecutor::Inline(instance) => {
-                        Exec::Inline(RefCell::new(Runner::new(instance, &model)))
+                        (Exec::Inline(RefCell::new(Runner::new(instance, &model))), 1)
                     }
-                    InstanceExecutor::Worker(w) => Exec::Worker(RefCell::new(w)),
-                },
-                busy: Cell::new(false),
+                    InstanceExecutor::Worker(w) => {
+                        let depth = w.capacity().max(1);
+                        (Exec::Worker(RefCell::new(w)), depth)
+                    }
+                };
+                Instance {
+                    exec,
+                    in_flight: Cell::new(0),
+                    depth,
+                }
             })
             .collect();
         Rc::new(Self {
@@ -286,7 +312,7 @@ impl ModelScheduler {
         let mut queue = self.queue.borrow_mut();
         let refused = match &mut *queue {
             Queue::Fifo { jobs, max } => {
-                if jobs.len() >= *max {
+                if jobs.len() + self.waiting_ahead() >= *max {
                     Some((job, 1))
                 } else {
                     match request_timeout(&job) {
@@ -400,7 +426,7 @@ impl ModelScheduler {
     }
 
     fn busy_count(&self) -> usize {
-        self.instances.iter().filter(|i| i.busy.get()).count()
+        self.instances.iter().filter(|i| i.busy()).count()
     }
 
     /// The scheduler task: runs until the model is unloaded and drained.
@@ -441,7 +467,7 @@ impl ModelScheduler {
         for (index, inst) in self.instances.iter().enumerate() {
             if let Exec::Worker(w) = &inst.exec {
                 while w.borrow_mut().take_done().is_some() {
-                    inst.busy.set(false);
+                    inst.in_flight.set(inst.in_flight.get().saturating_sub(1));
                     self.release_resources(index);
                     self.completed(index);
                 }
@@ -480,78 +506,92 @@ impl ModelScheduler {
         // An instance the rate limiter holds back: the others (other
         // resources) may still run, and the queue is not idle.
         let mut held_back = false;
-        for (index, inst) in self.instances.iter().enumerate() {
-            // Sequence models batch per instance (their slots); the other
-            // queues feed whichever instance is free.
-            loop {
-                if inst.busy.get() {
-                    break;
-                }
-                if !self.acquire_resources(index) {
-                    held_back |= self.queue_len() > 0;
-                    break;
-                }
-                match self.next_batch(index, now) {
-                    Next::Run(mut batch) => {
-                        self.started(&batch.jobs, now);
-                        if let Some(reorder) = &self.reorder {
-                            for job in &mut batch.jobs {
-                                reorder.hold(
-                                    &mut job.reply,
-                                    &mut job.origin,
-                                    &mut job.responses,
-                                    self.shard,
-                                );
+        // First every idle instance gets a batch (Triton's rule: the queue
+        // feeds whichever instance is free); then, where allowed, each
+        // worker gets up to `depth` so it starts the next batch without
+        // waiting for this shard to turn around.
+        let deepest = self.instances.iter().map(|i| i.depth).max().unwrap_or(1);
+        'passes: for limit in 1..=deepest {
+            if limit > 1 && !self.may_queue_behind() {
+                break;
+            }
+            for (index, inst) in self.instances.iter().enumerate() {
+                let cap = limit.min(inst.depth);
+                // Sequence models batch per instance (their slots); the other
+                // queues feed whichever instance is free.
+                loop {
+                    if inst.in_flight.get() >= cap {
+                        break;
+                    }
+                    if inst.busy() && !self.may_queue_behind() {
+                        break;
+                    }
+                    if !self.acquire_resources(index) {
+                        held_back |= self.queue_len() > 0;
+                        break;
+                    }
+                    match self.next_batch(index, now) {
+                        Next::Run(mut batch) => {
+                            self.started(&batch.jobs, now);
+                            if let Some(reorder) = &self.reorder {
+                                for job in &mut batch.jobs {
+                                    reorder.hold(
+                                        &mut job.reply,
+                                        &mut job.origin,
+                                        &mut job.responses,
+                                        self.shard,
+                                    );
+                                }
                             }
-                        }
-                        match &inst.exec {
-                            Exec::Inline(runner) => {
-                                runner.borrow_mut().run(
-                                    &self.model,
-                                    self.model.stats.shard(self.shard),
-                                    batch,
-                                );
-                                self.release_resources(index);
-                                self.completed(index);
-                                return (true, None);
-                            }
-                            Exec::Worker(w) => {
-                                inst.busy.set(true);
-                                if let Err(batch) = w.borrow_mut().submit(batch) {
-                                    // Cannot happen with one batch per
-                                    // instance in flight; answer rather
-                                    // than lose them.
-                                    inst.busy.set(false);
+                            match &inst.exec {
+                                Exec::Inline(runner) => {
+                                    runner.borrow_mut().run(
+                                        &self.model,
+                                        self.model.stats.shard(self.shard),
+                                        batch,
+                                    );
                                     self.release_resources(index);
                                     self.completed(index);
-                                    for job in batch.jobs {
-                                        self.reject(
-                                            job,
-                                            InferError::internal(format!(
-                                                "model '{}': compute worker refused a batch",
-                                                self.model.name
-                                            )),
-                                        );
+                                    return (true, None);
+                                }
+                                Exec::Worker(w) => {
+                                    inst.in_flight.set(inst.in_flight.get() + 1);
+                                    if let Err(batch) = w.borrow_mut().submit(batch) {
+                                        // Cannot happen with at most `depth`
+                                        // batches in flight; answer rather
+                                        // than lose them.
+                                        inst.in_flight.set(inst.in_flight.get() - 1);
+                                        self.release_resources(index);
+                                        self.completed(index);
+                                        for job in batch.jobs {
+                                            self.reject(
+                                                job,
+                                                InferError::internal(format!(
+                                                    "model '{}': compute worker refused a batch",
+                                                    self.model.name
+                                                )),
+                                            );
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    Next::WaitUntil(t) => {
-                        self.release_resources(index);
-                        earliest(t);
-                        break;
-                    }
-                    Next::Nothing => {
-                        self.release_resources(index);
-                        break;
+                        Next::WaitUntil(t) => {
+                            self.release_resources(index);
+                            earliest(t);
+                            break;
+                        }
+                        Next::Nothing => {
+                            self.release_resources(index);
+                            break;
+                        }
                     }
                 }
-            }
-            if !self.per_instance_queues() && !inst.busy.get() && !held_back {
-                // A shared queue that gave this free instance nothing has
-                // nothing for the others either.
-                break;
+                if !self.per_instance_queues() && inst.in_flight.get() < cap && !held_back {
+                    // A shared queue that gave this instance nothing has
+                    // nothing for the others either.
+                    break 'passes;
+                }
             }
         }
         if let Some(d) = self.next_deadline() {
@@ -583,6 +623,38 @@ impl ModelScheduler {
             ));
             self.reject(job, e);
         }
+    }
+
+    /// Whether a busy worker may be handed another batch now, to start as
+    /// soon as its current one ends (no wait for this shard to notice the
+    /// end and turn around). Only where a client cannot tell it from
+    /// Triton's queue but by timing: the default scheduler (FIFO, one
+    /// request per batch, no priorities), for a front request without a
+    /// queue timeout (one with a deadline waits in the queue, where it can
+    /// expire), and with the handed-ahead requests still counted against
+    /// the queue bound (`waiting_ahead`). Not for the dynamic batcher (a
+    /// batch formed early is a smaller batch, and priorities and queue
+    /// policies decide late), the rate limiter (resources are held per
+    /// execution) or sequence slots.
+    fn may_queue_behind(&self) -> bool {
+        if self.limits.is_some() {
+            return false;
+        }
+        match &*self.queue.borrow() {
+            Queue::Fifo { jobs, .. } => jobs
+                .front()
+                .is_some_and(|j| j.deadline.is_none() && !j.is_cancelled()),
+            Queue::Batched(_) | Queue::Sequence { .. } => false,
+        }
+    }
+
+    /// Requests handed to a worker behind the batch it runs: still queued
+    /// as far as the queue bound is concerned.
+    fn waiting_ahead(&self) -> usize {
+        self.instances
+            .iter()
+            .map(|i| i.in_flight.get().saturating_sub(1))
+            .sum()
     }
 
     fn per_instance_queues(&self) -> bool {

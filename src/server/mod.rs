@@ -465,6 +465,10 @@ pub fn start_interruptible(
 
     let placement = Placement::new(shard_count, compute)
         .with_workers(worker_cpus, options.tuning.compute.nice())
+        .with_worker_handoff(
+            options.tuning.compute.spin(),
+            options.tuning.compute.pipeline_depth(),
+        )
         .with_gpus(gpu_placements);
     // Every load, the start-up one included, runs on the repository
     // thread's load threads: a load that hangs leaves the API, the other

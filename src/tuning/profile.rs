@@ -50,13 +50,48 @@ pub struct ComputeSection {
     /// reactor already preempts the worker under CFS). Raise it where I/O
     /// latency must win over inference throughput.
     pub nice: Option<i32>,
+    /// Microseconds an idle compute worker keeps looking for its next
+    /// batch, yielding the CPU between looks, before it parks on a futex
+    /// (0: park at once). Costs CPU only right after work, never at rest.
+    /// Default 0 until measured on a quiet machine: on a 2-core box busy
+    /// with builds, 50 us (with `pipeline_depth` 2) showed more CPU per
+    /// inference at concurrency 64, not less (a spinning worker takes its
+    /// share of an oversubscribed core), the spin's own part not isolated;
+    /// at concurrency 1 the next request comes a client round trip later,
+    /// longer than a useful spin. Measure with `scripts/bench_handoff.sh`
+    /// and `NEW_ARGS="--tuning-profile FILE"`.
+    pub spin_us: Option<u64>,
+    /// Batches a model's scheduler may hand one compute worker before the
+    /// first comes back (1: one at a time). Only the default (FIFO)
+    /// scheduler's requests without a queue timeout are handed ahead (see
+    /// `ModelScheduler::may_queue_behind`). Default 1: on the busy 2-core
+    /// box, two A/B runs of `scripts/bench_handoff.sh` showed depth 2 with
+    /// more compute CPU per inference and lower unbatched `mlp_onnx`
+    /// throughput at concurrency 64 on one shared core (the shard then has
+    /// work to preempt every execution with); re-measure on a quiet box.
+    pub pipeline_depth: Option<usize>,
 }
 
 impl ComputeSection {
     pub const DEFAULT_NICE: i32 = 0;
+    pub const DEFAULT_SPIN_US: u64 = 0;
+    pub const DEFAULT_PIPELINE_DEPTH: usize = 1;
+    /// A deeper pipeline only holds requests out of the queue longer.
+    pub const MAX_PIPELINE_DEPTH: usize = 16;
 
     pub fn nice(&self) -> i32 {
         self.nice.unwrap_or(Self::DEFAULT_NICE).clamp(0, 19)
+    }
+
+    /// `spin_us`, at most 10 ms (longer is a busy core, not a hand-off).
+    pub fn spin(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.spin_us.unwrap_or(Self::DEFAULT_SPIN_US).min(10_000))
+    }
+
+    pub fn pipeline_depth(&self) -> usize {
+        self.pipeline_depth
+            .unwrap_or(Self::DEFAULT_PIPELINE_DEPTH)
+            .clamp(1, Self::MAX_PIPELINE_DEPTH)
     }
 }
 
