@@ -422,7 +422,7 @@ impl ModelScheduler {
 
     /// Requests queued or an instance executing.
     pub fn is_busy(&self) -> bool {
-        self.queue_len() > 0 || self.instances.iter().any(|i| i.busy.get())
+        self.queue_len() > 0 || self.instances.iter().any(|i| i.busy())
     }
 
     fn busy_count(&self) -> usize {
