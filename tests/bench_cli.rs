@@ -794,3 +794,63 @@ fn latency_threshold_and_binary_search() {
     assert_eq!(code, Some(2), "{err}");
     server.shutdown().expect("server stops");
 }
+
+#[test]
+fn profile_export_lists_every_measured_request_in_send_order() {
+    let server = common::start_server(1);
+    let http = server.http_addr().to_string();
+    let dir = std::env::temp_dir().join(format!("bench-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("profile.json");
+    let f = file.to_string_lossy().to_string();
+    let r = run(&[
+        "-m",
+        "simple",
+        "-u",
+        &http,
+        "--concurrency-range",
+        "1:2",
+        "--threads",
+        "2",
+        "--profile-export-file",
+        &f,
+    ]);
+    assert_eq!(r.len(), 2);
+    let export: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(export["service_kind"], "triton");
+    let experiments = export["experiments"].as_array().unwrap();
+    assert_eq!(experiments.len(), 2);
+    for (e, step) in experiments.iter().zip(&r) {
+        check_sane(step);
+        assert_eq!(e["experiment"]["mode"], "concurrency");
+        assert_eq!(e["experiment"]["value"].as_f64(), Some(step.load));
+        let requests = e["requests"].as_array().unwrap();
+        assert_eq!(requests.len() as u64, step.requests, "{e}");
+        let mut last_sent = 0;
+        for q in requests {
+            let sent = q["timestamp"].as_u64().unwrap();
+            assert!(sent >= last_sent, "requests out of send order: {q}");
+            last_sent = sent;
+            assert_eq!(q["sequence_id"], 0);
+            let responses = q["response_timestamps"].as_array().unwrap();
+            assert_eq!(responses.len(), 1, "{q}");
+            assert!(responses[0].as_u64().unwrap() >= sent, "{q}");
+        }
+        let bounds: Vec<u64> = e["window_boundaries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap())
+            .collect();
+        assert_eq!(bounds.len(), step.windows.min(3) as usize + 1, "{e}");
+        assert!(bounds.windows(2).all(|w| w[0] < w[1]), "{bounds:?}");
+        // Every exported request completed inside the measured windows.
+        let end = *bounds.last().unwrap();
+        assert!(requests
+            .iter()
+            .all(|q| q["response_timestamps"][0].as_u64().unwrap() <= end + 1_000_000_000));
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    server.shutdown().expect("server stops");
+}

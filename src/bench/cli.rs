@@ -196,6 +196,10 @@ pub struct Options {
     /// Write the full results as JSON here.
     #[arg(long = "json")]
     pub json: Option<PathBuf>,
+    /// perf_analyzer's per-request export: each step's measured requests
+    /// with their send and response times (ns since the Unix epoch).
+    #[arg(long = "profile-export-file")]
+    pub profile_export_file: Option<PathBuf>,
     /// Draw latency against throughput (SVG) here.
     #[arg(long = "plot")]
     pub plot: Option<PathBuf>,

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::{
     cli::{Distribution, Load, MeasurementMode, Protocol, Target},
-    load::{self, Recorder, WorkerSequences, WorkerSpec},
+    load::{self, Recorder, RequestRecord, WorkerSequences, WorkerSpec},
     probe::{self, ServerCounters},
     request::Prepared,
     sequence::{share, SequenceGen, SequenceOptions},
@@ -50,6 +50,18 @@ pub struct Plan {
     pub serial_sequences: bool,
     /// --request-intervals: the open loop's gaps, cycled.
     pub intervals: Option<Arc<[Duration]>>,
+    /// --profile-export-file: keep every measured request's times.
+    pub profile: bool,
+}
+
+/// --profile-export-file's data for one step: the requests that completed
+/// in the measured windows (exactly those `requests` counts), and the
+/// windows' edges.
+#[derive(Debug, Clone, Default)]
+pub struct StepProfile {
+    pub requests: Vec<RequestRecord>,
+    /// Each measured window's start, then the last one's end.
+    pub window_boundaries: Vec<Instant>,
 }
 
 /// What a target needs besides the load: its request and, when it has the
@@ -120,10 +132,15 @@ pub struct StepResult {
     /// latency above runs to its final one).
     pub first_response_us: Option<LatencyUs>,
     pub server: Option<ServerBreakdown>,
+    /// --profile-export-file only; written to its own file, not the JSON.
+    #[serde(skip)]
+    pub profile: Option<StepProfile>,
 }
 
 struct Window {
+    start: Instant,
     duration: Duration,
+    records: Vec<RequestRecord>,
     latencies: Vec<u64>,
     responses: u64,
     first_response: Vec<u64>,
@@ -218,7 +235,7 @@ pub async fn run_step(
             (Load::Rate(r), None) => Duration::from_secs_f64(i as f64 / r),
             (Load::Concurrency(_), _) => Duration::ZERO,
         };
-        let recorder = Arc::new(Recorder::default());
+        let recorder = Arc::new(Recorder::new(plan.profile));
         recorders.push(recorder.clone());
         let spec = WorkerSpec {
             index: i,
@@ -300,9 +317,11 @@ async fn measure(
         let mut errors = 0;
         let mut sequences = 0;
         let mut first_error = None;
+        let mut records = Vec::new();
         for r in recorders {
             let b = r.take();
             latencies.extend_from_slice(&b.latencies);
+            records.extend_from_slice(&b.records);
             responses += b.responses;
             first_response.extend_from_slice(&b.first_response);
             errors += b.errors;
@@ -319,7 +338,9 @@ async fn measure(
         before = after;
         let summary = LatencySummary::from_samples(&mut latencies, plan.percentile);
         let w = Window {
+            start: t0,
             duration: t1 - t0,
+            records,
             latencies,
             responses,
             first_response,
@@ -355,7 +376,7 @@ async fn measure(
     }
     let is_stable = stable(&windows, plan.stability_percent);
     let used = &windows[windows.len().saturating_sub(STABLE_WINDOWS)..];
-    Ok(summarise(
+    let mut result = summarise(
         run,
         load,
         batch,
@@ -363,7 +384,29 @@ async fn measure(
         windows.len() as u32,
         is_stable,
         plan.percentile,
-    ))
+    );
+    if plan.profile {
+        result.profile = Some(step_profile(used));
+    }
+    Ok(result)
+}
+
+fn step_profile(used: &[Window]) -> StepProfile {
+    let mut requests: Vec<RequestRecord> = used
+        .iter()
+        .flat_map(|w| w.records.iter().copied())
+        .collect();
+    // Completion order interleaves the worker threads; the export lists
+    // requests as sent.
+    requests.sort_by_key(|r| r.sent);
+    let mut window_boundaries: Vec<Instant> = used.iter().map(|w| w.start).collect();
+    if let Some(last) = used.last() {
+        window_boundaries.push(last.start + last.duration);
+    }
+    StepProfile {
+        requests,
+        window_boundaries,
+    }
 }
 
 fn summarise(
@@ -440,6 +483,7 @@ fn summarise(
         responses_per_second: responses as f64 / secs.max(1e-9),
         first_response_us,
         server,
+        profile: None,
     }
 }
 
@@ -464,7 +508,9 @@ mod tests {
         let mut latencies = vec![lat; thr];
         let summary = LatencySummary::from_samples(&mut latencies, None);
         Window {
+            start: Instant::now(),
             duration: Duration::from_secs(1),
+            records: Vec::new(),
             latencies,
             responses: thr as u64,
             first_response: Vec::new(),

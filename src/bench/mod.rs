@@ -10,6 +10,7 @@ pub mod input;
 pub mod load;
 pub mod measure;
 pub mod probe;
+pub mod profile;
 pub mod report;
 pub mod request;
 pub mod search;
@@ -224,6 +225,9 @@ async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::R
 }
 
 async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
+    // Taken before any request, so every exported timestamp converts from
+    // the same pairing of the monotonic and the wall clock.
+    let clock = profile::Clock::now();
     let targets = opts.targets()?;
     let steps = opts.load_steps()?;
     let rate = matches!(steps.first(), Some(Load::Rate(_)));
@@ -254,6 +258,7 @@ async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
         num_of_sequences: opts.num_of_sequences,
         serial_sequences: opts.serial_sequences,
         intervals: opts.request_intervals()?.map(Arc::from),
+        profile: opts.profile_export_file.is_some(),
     };
     let sequences = runs.iter().any(|r| r.sequence.is_some());
     let multi = runs.len() > 1;
@@ -384,6 +389,11 @@ async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
     }
     if let Some(path) = &opts.json {
         let text = serde_json::to_string_pretty(&json).context("encoding the JSON report")?;
+        report::write_file(path, &text)?;
+    }
+    if let Some(path) = &opts.profile_export_file {
+        let export = profile::export(&clock, &results, multi);
+        let text = serde_json::to_string_pretty(&export).context("encoding the profile export")?;
         report::write_file(path, &text)?;
     }
     if let Some(path) = &opts.plot {

@@ -453,6 +453,7 @@ mod tests {
                 compute_infer_us: 10.0,
                 compute_output_us: 2.0,
             }),
+            profile: None,
         }
     }
 
