@@ -854,3 +854,87 @@ fn profile_export_lists_every_measured_request_in_send_order() {
     std::fs::remove_dir_all(&dir).ok();
     server.shutdown().expect("server stops");
 }
+
+#[test]
+fn collect_metrics_reports_the_models_server_figures_per_step() {
+    let server = common::start_server(1);
+    let http = server.http_addr().to_string();
+    let url = format!("http://{}/metrics", server.metrics_addr());
+    let dir = std::env::temp_dir().join(format!("bench-metrics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("out.csv").to_string_lossy().to_string();
+    let r = run(&[
+        "-m",
+        "simple",
+        "-u",
+        &http,
+        "--concurrency-range",
+        "1:2",
+        "--collect-metrics",
+        "--metrics-url",
+        &url,
+        "--metrics-interval",
+        "40",
+        "-f",
+        &csv,
+    ]);
+    assert_eq!(r.len(), 2);
+    for step in &r {
+        check_sane(step);
+        let m = step.metrics.as_ref().expect("metrics collected");
+        assert_eq!(m.failed_scrapes, 0, "{:?}", m.first_error);
+        assert!(m.scrapes >= 2, "{m:?}");
+        let simple = m
+            .models
+            .iter()
+            .find(|x| x.model == "simple")
+            .unwrap_or_else(|| panic!("no figures for simple: {m:?}"));
+        // --max-trials 3 and the stability rule's three windows: every
+        // measured window is in the step's count. The scrapes bracket the
+        // windows, so the server's delta holds them all (less at most the
+        // requests whose count the server had not yet added at the last
+        // scrape), plus those completed while the bench took the scrapes.
+        assert_eq!(step.windows, 3);
+        let c = step.load as u64;
+        assert!(
+            simple.requests + c >= step.requests,
+            "{} < {}",
+            simple.requests,
+            step.requests
+        );
+        assert!(
+            simple.requests <= step.requests * 2 + 200,
+            "{} vs {}",
+            simple.requests,
+            step.requests
+        );
+        assert!(simple.queue_us.is_finite() && simple.queue_us >= 0.0);
+        assert!(simple.compute_infer_us.is_finite() && simple.compute_infer_us > 0.0);
+        assert!(m.gpus.is_empty());
+    }
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let header = text.lines().next().unwrap();
+    assert!(!header.contains("GPU"), "{header}");
+    let cpu = r[0].metrics.as_ref().unwrap().avg_cpu_utilization.is_some();
+    assert_eq!(header.ends_with(",Avg CPU Utilization"), cpu, "{header}");
+    // A wrong address fails before the load; the URL alone is refused.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_url = dead.local_addr().unwrap().to_string();
+    drop(dead);
+    let (code, err) = run_bin(&[
+        "-m",
+        "simple",
+        "-u",
+        &http,
+        "--collect-metrics",
+        "--metrics-url",
+        &dead_url,
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--collect-metrics: cannot read"), "{err}");
+    let (code, err) = run_bin(&["-m", "simple", "-u", &http, "--metrics-url", &url]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("needs --collect-metrics"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+    server.shutdown().expect("server stops");
+}

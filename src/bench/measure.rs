@@ -17,6 +17,7 @@ use serde::Serialize;
 use super::{
     cli::{Distribution, Load, MeasurementMode, Protocol, Target},
     load::{self, Recorder, RequestRecord, WorkerSequences, WorkerSpec},
+    metrics::{MetricsSummary, MetricsUrl, Scraper},
     probe::{self, ServerCounters},
     request::Prepared,
     sequence::{share, SequenceGen, SequenceOptions},
@@ -52,6 +53,8 @@ pub struct Plan {
     pub intervals: Option<Arc<[Duration]>>,
     /// --profile-export-file: keep every measured request's times.
     pub profile: bool,
+    /// --collect-metrics: between scrapes.
+    pub metrics_interval: Duration,
 }
 
 /// --profile-export-file's data for one step: the requests that completed
@@ -76,6 +79,8 @@ pub struct TargetRun {
     /// Next id ordinal per worker: steps continue through the id range
     /// instead of reusing the ids the previous step just ended.
     pub next_ordinal: Arc<AtomicU64>,
+    /// --collect-metrics: the server's metrics page.
+    pub metrics_url: Option<MetricsUrl>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -135,6 +140,9 @@ pub struct StepResult {
     /// --profile-export-file only; written to its own file, not the JSON.
     #[serde(skip)]
     pub profile: Option<StepProfile>,
+    /// --collect-metrics: the server's metrics over the measured windows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<MetricsSummary>,
 }
 
 struct Window {
@@ -294,6 +302,12 @@ async fn measure(
         }
     };
     let mut before = counters().await;
+    // Its first scrape is in before the windows start, its last after they
+    // end, so its deltas cover every measured window.
+    let scraper = match &run.metrics_url {
+        Some(url) => Some(Scraper::start(url, plan.metrics_interval)?),
+        None => None,
+    };
     recorders.iter().for_each(|r| drop(r.take()));
     let mut windows: Vec<Window> = Vec::new();
     let mut t0 = Instant::now();
@@ -374,6 +388,7 @@ async fn measure(
             break;
         }
     }
+    let metrics = scraper.map(Scraper::finish);
     let is_stable = stable(&windows, plan.stability_percent);
     let used = &windows[windows.len().saturating_sub(STABLE_WINDOWS)..];
     let mut result = summarise(
@@ -388,6 +403,7 @@ async fn measure(
     if plan.profile {
         result.profile = Some(step_profile(used));
     }
+    result.metrics = metrics;
     Ok(result)
 }
 
@@ -484,6 +500,7 @@ fn summarise(
         first_response_us,
         server,
         profile: None,
+        metrics: None,
     }
 }
 
