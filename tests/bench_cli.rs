@@ -794,3 +794,147 @@ fn latency_threshold_and_binary_search() {
     assert_eq!(code, Some(2), "{err}");
     server.shutdown().expect("server stops");
 }
+
+#[test]
+fn profile_export_lists_every_measured_request_in_send_order() {
+    let server = common::start_server(1);
+    let http = server.http_addr().to_string();
+    let dir = std::env::temp_dir().join(format!("bench-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("profile.json");
+    let f = file.to_string_lossy().to_string();
+    let r = run(&[
+        "-m",
+        "simple",
+        "-u",
+        &http,
+        "--concurrency-range",
+        "1:2",
+        "--threads",
+        "2",
+        "--profile-export-file",
+        &f,
+    ]);
+    assert_eq!(r.len(), 2);
+    let export: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(export["service_kind"], "triton");
+    let experiments = export["experiments"].as_array().unwrap();
+    assert_eq!(experiments.len(), 2);
+    for (e, step) in experiments.iter().zip(&r) {
+        check_sane(step);
+        assert_eq!(e["experiment"]["mode"], "concurrency");
+        assert_eq!(e["experiment"]["value"].as_f64(), Some(step.load));
+        let requests = e["requests"].as_array().unwrap();
+        assert_eq!(requests.len() as u64, step.requests, "{e}");
+        let mut last_sent = 0;
+        for q in requests {
+            let sent = q["timestamp"].as_u64().unwrap();
+            assert!(sent >= last_sent, "requests out of send order: {q}");
+            last_sent = sent;
+            assert_eq!(q["sequence_id"], 0);
+            let responses = q["response_timestamps"].as_array().unwrap();
+            assert_eq!(responses.len(), 1, "{q}");
+            assert!(responses[0].as_u64().unwrap() >= sent, "{q}");
+        }
+        let bounds: Vec<u64> = e["window_boundaries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap())
+            .collect();
+        assert_eq!(bounds.len(), step.windows.min(3) as usize + 1, "{e}");
+        assert!(bounds.windows(2).all(|w| w[0] < w[1]), "{bounds:?}");
+        // Every exported request completed inside the measured windows.
+        let end = *bounds.last().unwrap();
+        assert!(requests
+            .iter()
+            .all(|q| q["response_timestamps"][0].as_u64().unwrap() <= end + 1_000_000_000));
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    server.shutdown().expect("server stops");
+}
+
+#[test]
+fn collect_metrics_reports_the_models_server_figures_per_step() {
+    let server = common::start_server(1);
+    let http = server.http_addr().to_string();
+    let url = format!("http://{}/metrics", server.metrics_addr());
+    let dir = std::env::temp_dir().join(format!("bench-metrics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("out.csv").to_string_lossy().to_string();
+    let r = run(&[
+        "-m",
+        "simple",
+        "-u",
+        &http,
+        "--concurrency-range",
+        "1:2",
+        "--collect-metrics",
+        "--metrics-url",
+        &url,
+        "--metrics-interval",
+        "40",
+        "-f",
+        &csv,
+    ]);
+    assert_eq!(r.len(), 2);
+    for step in &r {
+        check_sane(step);
+        let m = step.metrics.as_ref().expect("metrics collected");
+        assert_eq!(m.failed_scrapes, 0, "{:?}", m.first_error);
+        assert!(m.scrapes >= 2, "{m:?}");
+        let simple = m
+            .models
+            .iter()
+            .find(|x| x.model == "simple")
+            .unwrap_or_else(|| panic!("no figures for simple: {m:?}"));
+        // --max-trials 3 and the stability rule's three windows: every
+        // measured window is in the step's count. The scrapes bracket the
+        // windows, so the server's delta holds them all (less at most the
+        // requests whose count the server had not yet added at the last
+        // scrape), plus those completed while the bench took the scrapes.
+        assert_eq!(step.windows, 3);
+        let c = step.load as u64;
+        assert!(
+            simple.requests + c >= step.requests,
+            "{} < {}",
+            simple.requests,
+            step.requests
+        );
+        assert!(
+            simple.requests <= step.requests * 2 + 200,
+            "{} vs {}",
+            simple.requests,
+            step.requests
+        );
+        assert!(simple.queue_us.is_finite() && simple.queue_us >= 0.0);
+        assert!(simple.compute_infer_us.is_finite() && simple.compute_infer_us > 0.0);
+        assert!(m.gpus.is_empty());
+    }
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let header = text.lines().next().unwrap();
+    assert!(!header.contains("GPU"), "{header}");
+    let cpu = r[0].metrics.as_ref().unwrap().avg_cpu_utilization.is_some();
+    assert_eq!(header.ends_with(",Avg CPU Utilization"), cpu, "{header}");
+    // A wrong address fails before the load; the URL alone is refused.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_url = dead.local_addr().unwrap().to_string();
+    drop(dead);
+    let (code, err) = run_bin(&[
+        "-m",
+        "simple",
+        "-u",
+        &http,
+        "--collect-metrics",
+        "--metrics-url",
+        &dead_url,
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--collect-metrics: cannot read"), "{err}");
+    let (code, err) = run_bin(&["-m", "simple", "-u", &http, "--metrics-url", &url]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("needs --collect-metrics"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+    server.shutdown().expect("server stops");
+}

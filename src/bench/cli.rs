@@ -196,6 +196,21 @@ pub struct Options {
     /// Write the full results as JSON here.
     #[arg(long = "json")]
     pub json: Option<PathBuf>,
+    /// perf_analyzer's per-request export: each step's measured requests
+    /// with their send and response times (ns since the Unix epoch).
+    #[arg(long = "profile-export-file")]
+    pub profile_export_file: Option<PathBuf>,
+    /// Scrape the server's Prometheus metrics while each step measures and
+    /// report them per step (JSON; GPU and CPU columns in the -f CSV).
+    #[arg(long = "collect-metrics")]
+    pub collect_metrics: bool,
+    /// With --collect-metrics: [http://]host[:port][/path]; default the
+    /// target's host, port 8002, /metrics.
+    #[arg(long = "metrics-url")]
+    pub metrics_url: Option<String>,
+    /// With --collect-metrics: ms between scrapes.
+    #[arg(long = "metrics-interval", default_value_t = 1000)]
+    pub metrics_interval_ms: u64,
     /// Draw latency against throughput (SVG) here.
     #[arg(long = "plot")]
     pub plot: Option<PathBuf>,
@@ -561,6 +576,15 @@ impl Options {
 
     /// Checks what clap cannot: combinations and values.
     pub fn validate(&self) -> anyhow::Result<()> {
+        if self.metrics_url.is_some() && !self.collect_metrics {
+            return Err(usage("--metrics-url needs --collect-metrics"));
+        }
+        if self.collect_metrics && self.metrics_interval_ms == 0 {
+            return Err(usage("--metrics-interval must be at least 1 ms"));
+        }
+        if let Some(url) = &self.metrics_url {
+            super::metrics::MetricsUrl::parse(url).map_err(|e| usage(format!("{e:#}")))?;
+        }
         if self.endpoint == Endpoint::Infer && self.model.as_deref().unwrap_or("").is_empty() {
             return Err(usage("-m/--model-name is required"));
         }

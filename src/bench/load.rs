@@ -42,6 +42,23 @@ pub struct WindowBuf {
     /// Time from send to the first response, ns, of the successful
     /// requests on a stream that got any.
     pub first_response: Vec<u64>,
+    /// --profile-export-file: the successful requests, in completion
+    /// order; empty without the flag.
+    pub records: Vec<RequestRecord>,
+}
+
+/// One successful request for --profile-export-file.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestRecord {
+    /// Closed loop: the send; open loop: the intended send, which latency
+    /// counts from.
+    pub sent: Instant,
+    /// 0 for a model without the sequence batcher.
+    pub sequence_id: u64,
+    /// From `sent` to the final response, ns.
+    pub latency_ns: u64,
+    /// From the send to the first response, where a stream had several.
+    pub first_response: Option<Duration>,
 }
 
 /// Shared by one worker (writer) and the coordinator (takes per window).
@@ -50,21 +67,49 @@ pub struct WindowBuf {
 pub struct Recorder {
     buf: Mutex<WindowBuf>,
     completed: AtomicU64,
+    /// --profile-export-file: keep a RequestRecord per success.
+    profile: bool,
 }
 
 impl Recorder {
-    pub fn record(&self, result: Result<u64, String>) {
-        self.record_request(result.map(|ns| (ns, Completion::single())), false);
+    pub fn new(profile: bool) -> Self {
+        Self {
+            profile,
+            ..Self::default()
+        }
     }
 
-    /// Records a request: its latency to its final response and what it
-    /// got; `ends_sequence` when it carried `sequence_end`.
-    pub fn record_request(&self, result: Result<(u64, Completion), String>, ends_sequence: bool) {
+    pub fn record(&self, result: Result<u64, String>) {
+        self.record_request(
+            Instant::now(),
+            0,
+            result.map(|ns| (ns, Completion::single())),
+            false,
+        );
+    }
+
+    /// Records a request sent at `sent`: its latency to its final response
+    /// and what it got; `ends_sequence` when it carried `sequence_end`.
+    pub fn record_request(
+        &self,
+        sent: Instant,
+        sequence_id: u64,
+        result: Result<(u64, Completion), String>,
+        ends_sequence: bool,
+    ) {
         crate::shard::spin::note_work();
         let mut b = self.buf.lock().unwrap_or_else(|e| e.into_inner());
         match result {
             Ok((ns, done)) => {
                 b.latencies.push(ns);
+                if self.profile {
+                    b.records.push(RequestRecord {
+                        sent,
+                        sequence_id,
+                        latency_ns: ns,
+                        first_response: done.first_response.filter(|_| done.responses > 1),
+                    });
+                }
                 b.sequences += u64::from(ends_sequence);
                 b.responses += done.responses;
                 if let Some(first) = done.first_response {
@@ -83,7 +128,13 @@ impl Recorder {
     }
 
     pub fn take(&self) -> WindowBuf {
-        std::mem::take(&mut *self.buf.lock().unwrap_or_else(|e| e.into_inner()))
+        let mut b = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        // The next window's records get the last one's room here, on the
+        // coordinator, so the worker's push rarely allocates.
+        let room = if self.profile { b.records.len() } else { 0 };
+        let out = std::mem::take(&mut *b);
+        b.records.reserve(room);
+        out
     }
 
     pub fn completed(&self) -> u64 {
@@ -268,7 +319,12 @@ async fn closed_loop(
         let r = send(&pool, &prepared, i, step.as_ref()).await;
         let elapsed = dur_ns(t0.elapsed());
         let failed_to_connect = matches!(&r, Err(e) if e.starts_with("cannot connect"));
-        recorder.record_request(r.map(|c| (elapsed, c)), step.is_some_and(|s| s.end));
+        recorder.record_request(
+            t0,
+            step.as_ref().map_or(0, |s| s.id),
+            r.map(|c| (elapsed, c)),
+            step.is_some_and(|s| s.end),
+        );
         if failed_to_connect {
             // Do not spin on a refused connection.
             monoio::time::sleep(Duration::from_millis(10)).await;
@@ -389,7 +445,12 @@ async fn open_loop(pool: Rc<Pool>, spec: Rc<WorkerSpec>) {
         monoio::spawn(async move {
             let r = send(&pool, &prepared, i, None).await;
             // From the intended time: a late send is latency the user would see.
-            recorder.record_request(r.map(|c| (dur_ns(intended.elapsed()), c)), false);
+            recorder.record_request(
+                intended,
+                0,
+                r.map(|c| (dur_ns(intended.elapsed()), c)),
+                false,
+            );
             outstanding.set(outstanding.get() - 1);
         });
         i = i.wrapping_add(1);
@@ -465,7 +526,12 @@ async fn open_loop_sequences(
         );
         monoio::spawn(async move {
             let r = send(&pool, &prepared, 0, Some(&step)).await;
-            recorder.record_request(r.map(|c| (dur_ns(intended.elapsed()), c)), step.end);
+            recorder.record_request(
+                intended,
+                step.id,
+                r.map(|c| (dur_ns(intended.elapsed()), c)),
+                step.end,
+            );
             outstanding.set(outstanding.get() - 1);
             if serial {
                 let _ = free_tx.unbounded_send(s);

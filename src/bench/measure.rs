@@ -16,7 +16,8 @@ use serde::Serialize;
 
 use super::{
     cli::{Distribution, Load, MeasurementMode, Protocol, Target},
-    load::{self, Recorder, WorkerSequences, WorkerSpec},
+    load::{self, Recorder, RequestRecord, WorkerSequences, WorkerSpec},
+    metrics::{MetricsSummary, MetricsUrl, Scraper},
     probe::{self, ServerCounters},
     request::Prepared,
     sequence::{share, SequenceGen, SequenceOptions},
@@ -52,6 +53,20 @@ pub struct Plan {
     pub serial_sequences: bool,
     /// --request-intervals: the open loop's gaps, cycled.
     pub intervals: Option<Arc<[Duration]>>,
+    /// --profile-export-file: keep every measured request's times.
+    pub profile: bool,
+    /// --collect-metrics: between scrapes.
+    pub metrics_interval: Duration,
+}
+
+/// --profile-export-file's data for one step: the requests that completed
+/// in the measured windows (exactly those `requests` counts), and the
+/// windows' edges.
+#[derive(Debug, Clone, Default)]
+pub struct StepProfile {
+    pub requests: Vec<RequestRecord>,
+    /// Each measured window's start, then the last one's end.
+    pub window_boundaries: Vec<Instant>,
 }
 
 /// What a target needs besides the load: its request and, when it has the
@@ -66,6 +81,8 @@ pub struct TargetRun {
     /// Next id ordinal per worker: steps continue through the id range
     /// instead of reusing the ids the previous step just ended.
     pub next_ordinal: Arc<AtomicU64>,
+    /// --collect-metrics: the server's metrics page.
+    pub metrics_url: Option<MetricsUrl>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -122,10 +139,18 @@ pub struct StepResult {
     /// latency above runs to its final one).
     pub first_response_us: Option<LatencyUs>,
     pub server: Option<ServerBreakdown>,
+    /// --profile-export-file only; written to its own file, not the JSON.
+    #[serde(skip)]
+    pub profile: Option<StepProfile>,
+    /// --collect-metrics: the server's metrics over the measured windows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<MetricsSummary>,
 }
 
 struct Window {
+    start: Instant,
     duration: Duration,
+    records: Vec<RequestRecord>,
     latencies: Vec<u64>,
     responses: u64,
     first_response: Vec<u64>,
@@ -220,7 +245,7 @@ pub async fn run_step(
             (Load::Rate(r), None) => Duration::from_secs_f64(i as f64 / r),
             (Load::Concurrency(_), _) => Duration::ZERO,
         };
-        let recorder = Arc::new(Recorder::default());
+        let recorder = Arc::new(Recorder::new(plan.profile));
         recorders.push(recorder.clone());
         let spec = WorkerSpec {
             index: i,
@@ -280,6 +305,12 @@ async fn measure(
         }
     };
     let mut before = counters().await;
+    // Its first scrape is in before the windows start, its last after they
+    // end, so its deltas cover every measured window.
+    let scraper = match &run.metrics_url {
+        Some(url) => Some(Scraper::start(url, plan.metrics_interval)?),
+        None => None,
+    };
     recorders.iter().for_each(|r| drop(r.take()));
     let mut windows: Vec<Window> = Vec::new();
     let mut t0 = Instant::now();
@@ -303,9 +334,11 @@ async fn measure(
         let mut errors = 0;
         let mut sequences = 0;
         let mut first_error = None;
+        let mut records = Vec::new();
         for r in recorders {
             let b = r.take();
             latencies.extend_from_slice(&b.latencies);
+            records.extend_from_slice(&b.records);
             responses += b.responses;
             first_response.extend_from_slice(&b.first_response);
             errors += b.errors;
@@ -322,7 +355,9 @@ async fn measure(
         before = after;
         let summary = LatencySummary::from_samples(&mut latencies, plan.percentile);
         let w = Window {
+            start: t0,
             duration: t1 - t0,
+            records,
             latencies,
             responses,
             first_response,
@@ -356,9 +391,10 @@ async fn measure(
             break;
         }
     }
+    let metrics = scraper.map(Scraper::finish);
     let is_stable = stable(&windows, plan.stability_percent);
     let used = &windows[windows.len().saturating_sub(STABLE_WINDOWS)..];
-    Ok(summarise(
+    let mut result = summarise(
         run,
         load,
         batch,
@@ -366,7 +402,30 @@ async fn measure(
         windows.len() as u32,
         is_stable,
         plan.percentile,
-    ))
+    );
+    if plan.profile {
+        result.profile = Some(step_profile(used));
+    }
+    result.metrics = metrics;
+    Ok(result)
+}
+
+fn step_profile(used: &[Window]) -> StepProfile {
+    let mut requests: Vec<RequestRecord> = used
+        .iter()
+        .flat_map(|w| w.records.iter().copied())
+        .collect();
+    // Completion order interleaves the worker threads; the export lists
+    // requests as sent.
+    requests.sort_by_key(|r| r.sent);
+    let mut window_boundaries: Vec<Instant> = used.iter().map(|w| w.start).collect();
+    if let Some(last) = used.last() {
+        window_boundaries.push(last.start + last.duration);
+    }
+    StepProfile {
+        requests,
+        window_boundaries,
+    }
 }
 
 fn summarise(
@@ -443,6 +502,8 @@ fn summarise(
         responses_per_second: responses as f64 / secs.max(1e-9),
         first_response_us,
         server,
+        profile: None,
+        metrics: None,
     }
 }
 
@@ -467,7 +528,9 @@ mod tests {
         let mut latencies = vec![lat; thr];
         let summary = LatencySummary::from_samples(&mut latencies, None);
         Window {
+            start: Instant::now(),
             duration: Duration::from_secs(1),
+            records: Vec::new(),
             latencies,
             responses: thr as u64,
             first_response: Vec::new(),

@@ -9,7 +9,9 @@ pub mod grpc;
 pub mod input;
 pub mod load;
 pub mod measure;
+pub mod metrics;
 pub mod probe;
+pub mod profile;
 pub mod report;
 pub mod request;
 pub mod search;
@@ -101,6 +103,7 @@ async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::R
         for (name, value) in opts.header_pairs()? {
             prepared.headers.append(name, value);
         }
+        let metrics_url = metrics_url(opts, &target)?;
         return Ok(TargetRun {
             index,
             target,
@@ -108,6 +111,7 @@ async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::R
             stats_model: None,
             sequence: None,
             next_ordinal: Arc::default(),
+            metrics_url,
         });
     }
     let info = probe::model_info(&target, &model, &opts.model_version).await?;
@@ -213,6 +217,7 @@ async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::R
     if stats_model.is_none() {
         tracing::info!(target = %target.label, "no statistics extension: server-side breakdown unavailable");
     }
+    let metrics_url = metrics_url(opts, &target)?;
     Ok(TargetRun {
         index,
         target,
@@ -220,10 +225,37 @@ async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::R
         stats_model,
         sequence,
         next_ordinal: Arc::default(),
+        metrics_url,
     })
 }
 
+/// --collect-metrics: where this target's metrics are, checked with one
+/// scrape now so a wrong address fails before any load.
+fn metrics_url(
+    opts: &Options,
+    target: &cli::Target,
+) -> anyhow::Result<Option<metrics::MetricsUrl>> {
+    if !opts.collect_metrics {
+        return Ok(None);
+    }
+    let url = match &opts.metrics_url {
+        Some(u) => metrics::MetricsUrl::parse(u)?,
+        None => metrics::MetricsUrl::for_target(target),
+    };
+    metrics::scrape(&url).with_context(|| {
+        format!(
+            "--collect-metrics: cannot read {}'s metrics at {} (is the server's metrics port elsewhere? see --metrics-url)",
+            target.label,
+            url.label()
+        )
+    })?;
+    Ok(Some(url))
+}
+
 async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
+    // Taken before any request, so every exported timestamp converts from
+    // the same pairing of the monotonic and the wall clock.
+    let clock = profile::Clock::now();
     let targets = opts.targets()?;
     let steps = opts.load_steps()?;
     let rate = matches!(steps.first(), Some(Load::Rate(_)));
@@ -255,6 +287,8 @@ async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
         num_of_sequences: opts.num_of_sequences,
         serial_sequences: opts.serial_sequences,
         intervals: opts.request_intervals()?.map(Arc::from),
+        profile: opts.profile_export_file.is_some(),
+        metrics_interval: Duration::from_millis(opts.metrics_interval_ms),
     };
     let sequences = runs.iter().any(|r| r.sequence.is_some());
     let multi = runs.len() > 1;
@@ -385,6 +419,11 @@ async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
     }
     if let Some(path) = &opts.json {
         let text = serde_json::to_string_pretty(&json).context("encoding the JSON report")?;
+        report::write_file(path, &text)?;
+    }
+    if let Some(path) = &opts.profile_export_file {
+        let export = profile::export(&clock, &results, multi);
+        let text = serde_json::to_string_pretty(&export).context("encoding the profile export")?;
         report::write_file(path, &text)?;
     }
     if let Some(path) = &opts.plot {

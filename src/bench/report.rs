@@ -137,6 +137,25 @@ pub fn csv(results: &[&StepResult], rate: bool, server_column: bool) -> String {
     if server_column {
         out.push_str(",Server");
     }
+    // --collect-metrics: perf_analyzer's GPU columns where the server
+    // reports GPUs, and the CPU's where it reports that; after the others,
+    // so their positions do not move.
+    let gpu = results
+        .iter()
+        .any(|r| r.metrics.as_ref().is_some_and(|m| !m.gpus.is_empty()));
+    let cpu = results.iter().any(|r| {
+        r.metrics
+            .as_ref()
+            .is_some_and(|m| m.avg_cpu_utilization.is_some())
+    });
+    if gpu {
+        out.push_str(
+            ",Avg GPU Utilization,Avg GPU Power Usage,Max GPU Memory Usage,Total GPU Memory",
+        );
+    }
+    if cpu {
+        out.push_str(",Avg CPU Utilization");
+    }
     out.push('\n');
     for r in results {
         let l = &r.latency_us;
@@ -177,6 +196,33 @@ pub fn csv(results: &[&StepResult], rate: bool, server_column: bool) -> String {
         if server_column {
             out.push(',');
             out.push_str(&csv_field(&r.target));
+        }
+        if gpu {
+            // perf_analyzer's form: `uuid:value;` for each GPU.
+            let per_gpu = |pick: fn(&crate::bench::metrics::GpuMetrics) -> Option<f64>| {
+                let mut f = String::new();
+                for g in r.metrics.iter().flat_map(|m| &m.gpus) {
+                    if let Some(v) = pick(g) {
+                        let _ = write!(f, "{}:{v};", g.uuid);
+                    }
+                }
+                csv_field(&f)
+            };
+            for field in [
+                per_gpu(|g| g.avg_utilization),
+                per_gpu(|g| g.avg_power_watts),
+                per_gpu(|g| g.max_memory_used_bytes),
+                per_gpu(|g| g.total_memory_bytes),
+            ] {
+                out.push(',');
+                out.push_str(&field);
+            }
+        }
+        if cpu {
+            out.push(',');
+            if let Some(u) = r.metrics.as_ref().and_then(|m| m.avg_cpu_utilization) {
+                let _ = write!(out, "{u:.4}");
+            }
         }
         out.push('\n');
     }
@@ -453,6 +499,8 @@ mod tests {
                 compute_infer_us: 10.0,
                 compute_output_us: 2.0,
             }),
+            profile: None,
+            metrics: None,
         }
     }
 
