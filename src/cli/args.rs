@@ -568,7 +568,7 @@ pub struct ShardserveArgs {
     #[arg(long)]
     pub io_driver: Option<IoDriver>,
     /// Microseconds each shard keeps polling after a request finished before it sleeps; 0 =
-    /// sleep at once (default: the profile's `[runtime] spin_us`, else 250).
+    /// sleep at once (default: the profile's `[runtime] spin_us`, else 0).
     #[arg(long, global = true)]
     pub spin_us: Option<u64>,
 }

@@ -132,12 +132,12 @@ pub struct RuntimeSection {
 }
 
 impl RuntimeSection {
-    /// Default spin window: long enough to bridge the gap between a
-    /// response and a concurrency-1 client's next request over loopback
-    /// (a round trip plus the client's own turn-around), so the shard is
-    /// not asleep when it arrives; the CPU it costs ends that long after
-    /// the last request (`scripts/bench_latency_floor.sh`).
-    pub const DEFAULT_SPIN_US: u64 = 250;
+    /// Default spin window: off. Measured on the 2-core VM
+    /// (`scripts/bench_latency_floor.sh`, quiet box), 250 µs cut HTTP's
+    /// concurrency-1 p50 about 3× (222 → 70 µs) but made gRPC's worse
+    /// (258 → 382 µs) for a reason not yet found, so the window is a
+    /// profile setting (`tuning/low-latency.toml`) rather than the default.
+    pub const DEFAULT_SPIN_US: u64 = 0;
 
     pub fn spin(&self) -> std::time::Duration {
         std::time::Duration::from_micros(self.spin_us.unwrap_or(Self::DEFAULT_SPIN_US))
