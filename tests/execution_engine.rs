@@ -404,6 +404,28 @@ fn a_worker_is_handed_at_most_its_pipeline_depth() {
     server.shutdown().expect("shutdown");
 }
 
+/// With a pipeline and a reply hold, the worker keeps finished requests
+/// while more wait in its ring and the shard sends them when the batch
+/// comes back: every request is still answered, with its own output.
+#[test]
+fn held_replies_reach_every_client_with_their_own_answer() {
+    let repo = TempRepo::new("hold", &[("held", slow_model("held", 20, 1, 1, ""))]);
+    let server = start(&repo, 2, |o| {
+        o.tuning.compute.pipeline_depth = Some(4);
+        o.tuning.compute.reply_hold_us = Some(5_000);
+    });
+    let addr = server.http_addr();
+    let replies = concurrent(addr, "held", 12);
+    for (i, r) in replies.iter().enumerate() {
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let v: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
+        let i = i as i64;
+        assert_eq!(v["outputs"][0]["data"], json!([i, i, i, i]), "request {i}");
+    }
+    assert_eq!(stats(addr, "held")["execution_count"].as_u64(), Some(12));
+    server.shutdown().expect("shutdown");
+}
+
 /// Depth 1 is the one-at-a-time hand-over: four of five stay queued.
 #[test]
 fn pipeline_depth_one_hands_one_request_at_a_time() {

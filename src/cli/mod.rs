@@ -394,10 +394,11 @@ fn topology(
     }
     let compute = &profile.compute;
     println!(
-        "compute workers: nice {}, spin {} us before parking, pipeline depth {}",
+        "compute workers: nice {}, spin {} us before parking, pipeline depth {}, reply hold {} us",
         compute.nice(),
         compute.spin().as_micros(),
-        compute.pipeline_depth()
+        compute.pipeline_depth(),
+        compute.reply_hold().as_micros()
     );
     Ok(())
 }

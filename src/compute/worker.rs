@@ -40,6 +40,13 @@ pub struct WorkerPlacement {
     /// How many items the owner may have handed and not yet taken back
     /// (the rings' capacity; at least 1).
     pub depth: usize,
+    /// While more items wait in its ring, how long the worker may keep
+    /// finished results before it wakes the owner (zero: wake after each).
+    /// One wake then returns several results: on a core the worker shares
+    /// with its shard, each wake is a context switch. A result waits at
+    /// most this plus one item's run; with the ring empty the owner is
+    /// always woken at once.
+    pub hold: Duration,
 }
 
 impl WorkerPlacement {
@@ -50,6 +57,7 @@ impl WorkerPlacement {
             nice: 0,
             spin: Duration::ZERO,
             depth: 1,
+            hold: Duration::ZERO,
         }
     }
 }
@@ -62,6 +70,8 @@ struct Shared {
     parks: AtomicU64,
     /// Times a submission unparked the worker.
     wakes: AtomicU64,
+    /// Times the worker rang `done_bell`.
+    announcements: AtomicU64,
     done_bell: Arc<AtomicWaker>,
 }
 
@@ -96,6 +106,7 @@ impl<W: Send + 'static, R: Send + 'static> ComputeWorker<W, R> {
             sleeping: AtomicBool::new(false),
             parks: AtomicU64::new(0),
             wakes: AtomicU64::new(0),
+            announcements: AtomicU64::new(0),
             done_bell,
         });
         let thread_shared = shared.clone();
@@ -110,6 +121,8 @@ impl<W: Send + 'static, R: Send + 'static> ComputeWorker<W, R> {
                     tracing::warn!(worker = %thread_name, nice = placement.nice, error = %e, "cannot lower compute thread priority");
                 }
                 let shared = thread_shared;
+                // Since when results wait unannounced (see `hold`).
+                let mut unannounced: Option<Instant> = None;
                 loop {
                     match work_rx.pop() {
                         Ok(item) => {
@@ -125,6 +138,17 @@ impl<W: Send + 'static, R: Send + 'static> ComputeWorker<W, R> {
                                     }
                                 }
                             }
+                            if !placement.hold.is_zero() && !work_rx.is_empty() {
+                                let since = *unannounced.get_or_insert_with(Instant::now);
+                                if since.elapsed() < placement.hold {
+                                    continue;
+                                }
+                            }
+                            // The ring ran dry (or the hold is over): a pop
+                            // that fails next follows this wake, so no result
+                            // is ever left unannounced.
+                            unannounced = None;
+                            shared.announcements.fetch_add(1, Ordering::Relaxed);
                             shared.done_bell.wake();
                         }
                         Err(_) if shared.stop.load(Ordering::Acquire) => break,
@@ -194,6 +218,11 @@ impl<W: Send + 'static, R: Send + 'static> ComputeWorker<W, R> {
     /// Times a submission had to unpark the worker.
     pub fn wakes(&self) -> u64 {
         self.shared.wakes.load(Ordering::Relaxed)
+    }
+
+    /// Times the worker woke its owner to take results back.
+    pub fn announcements(&self) -> u64 {
+        self.shared.announcements.load(Ordering::Relaxed)
     }
 
     /// A finished result, if any.
@@ -289,6 +318,49 @@ mod tests {
         }
         assert_eq!(got, (0..100).map(|i| i * 2).collect::<Vec<_>>());
         w.join();
+    }
+
+    /// Four items queued behind a gated first one: with a hold, the owner
+    /// is woken once, when the ring runs dry (all four results waiting);
+    /// without, once per result.
+    #[test]
+    fn a_hold_announces_results_once_the_ring_runs_dry() {
+        for (hold, expected) in [(Duration::from_secs(10), 1), (Duration::ZERO, 4)] {
+            let bell = Arc::new(AtomicWaker::new());
+            let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+            let gate_rx = std::sync::Mutex::new(gate_rx);
+            let placement = WorkerPlacement {
+                hold,
+                ..placement(4)
+            };
+            let mut w = ComputeWorker::spawn("t".into(), placement, bell, move |x: u32| {
+                if x == 0 {
+                    let _ = gate_rx.lock().expect("gate").recv();
+                }
+                x
+            })
+            .expect("spawn");
+            for i in 0..4u32 {
+                assert!(w.submit(i).is_ok(), "ring of 4 takes 4");
+            }
+            gate_tx.send(()).expect("open the gate");
+            let mut got = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while got.len() < 4 && Instant::now() < deadline {
+                match w.take_done() {
+                    Some(r) => got.push(r),
+                    None => std::thread::sleep(Duration::from_micros(50)),
+                }
+            }
+            assert_eq!(got, vec![0, 1, 2, 3]);
+            // The last announcement follows the last push: wait for it.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while w.announcements() < expected && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            assert_eq!(w.announcements(), expected, "hold {hold:?}");
+            w.join();
+        }
     }
 
     /// What a dropped worker owned is dropped on its own thread, and

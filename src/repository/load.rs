@@ -108,10 +108,11 @@ pub struct Placement {
     /// compute shards' CPUs on its NUMA node); empty = unpinned.
     worker_cpus: Vec<Vec<usize>>,
     worker_nice: i32,
-    /// Compute workers' spin before parking and pipeline depth
-    /// (profile `[compute] spin_us`, `pipeline_depth`).
+    /// Compute workers' spin before parking, pipeline depth and reply hold
+    /// (profile `[compute] spin_us`, `pipeline_depth`, `reply_hold_us`).
     worker_spin: std::time::Duration,
     worker_depth: usize,
+    worker_hold: std::time::Duration,
     /// Where each usable GPU's instances go; empty without GPUs.
     gpus: Vec<GpuPlacement>,
 }
@@ -129,6 +130,9 @@ impl Placement {
                 crate::tuning::ComputeSection::DEFAULT_SPIN_US,
             ),
             worker_depth: crate::tuning::ComputeSection::DEFAULT_PIPELINE_DEPTH,
+            worker_hold: std::time::Duration::from_micros(
+                crate::tuning::ComputeSection::DEFAULT_REPLY_HOLD_US,
+            ),
             gpus: Vec::new(),
         }
     }
@@ -154,9 +158,15 @@ impl Placement {
 
     /// How compute workers take their work: `spin` before parking, up to
     /// `depth` batches handed ahead.
-    pub fn with_worker_handoff(mut self, spin: std::time::Duration, depth: usize) -> Self {
+    pub fn with_worker_handoff(
+        mut self,
+        spin: std::time::Duration,
+        depth: usize,
+        hold: std::time::Duration,
+    ) -> Self {
         self.worker_spin = spin;
         self.worker_depth = depth.max(1);
+        self.worker_hold = hold;
         self
     }
 
@@ -194,6 +204,7 @@ impl Placement {
             nice: self.worker_nice,
             spin: self.worker_spin,
             depth: self.worker_depth,
+            hold: self.worker_hold,
         }
     }
 

@@ -67,9 +67,70 @@ fn with_host<R>(f: impl FnOnce(&SchedulerHost) -> R) -> Option<R> {
     HOST.with(|h| h.borrow().as_deref().map(f))
 }
 
+thread_local! {
+    /// On a compute worker's thread while it executes a batch: the answers
+    /// held for the scheduler's shard to send (see [`hold_replies`]).
+    static HELD: RefCell<Option<Vec<HeldReply>>> = const { RefCell::new(None) };
+}
+
+/// An answer a compute worker produced, sent by the scheduler's shard when
+/// it takes the batch back.
+pub struct HeldReply {
+    origin: ShardId,
+    reply: Responder,
+    result: InferResult<InferResponse>,
+}
+
+impl HeldReply {
+    /// Sends the answer; on the scheduler's shard (a local completion, or
+    /// the ring to the origin shard).
+    pub fn send(self) {
+        reply(self.origin, self.reply, self.result);
+    }
+}
+
+/// Runs `execute` (a compute worker's batch) holding the answers it gives
+/// through [`reply`] rather than sending them from the worker thread, and
+/// returns them. Sent from the worker, each answer is a cross-thread wake
+/// of its shard (an eventfd write and, on a core the two share, a context
+/// switch); handed back with the batch, they cost the one wake that returns
+/// the batch, and none while the worker holds finished batches back (see
+/// `compute::WorkerPlacement::hold`).
+pub fn hold_replies(execute: impl FnOnce()) -> Vec<HeldReply> {
+    struct Release;
+    impl Drop for Release {
+        // Also on unwinding: answers left here would never be sent, and a
+        // later batch on this thread must start empty.
+        fn drop(&mut self) {
+            HELD.with(|h| h.borrow_mut().take());
+        }
+    }
+    HELD.with(|h| *h.borrow_mut() = Some(Vec::new()));
+    let release = Release;
+    execute();
+    let held = HELD.with(|h| h.borrow_mut().take()).unwrap_or_default();
+    drop(release);
+    held
+}
+
 /// Answers a request on the shard that decoded it: directly if that is
-/// this shard, else through the ring back to it.
+/// this shard, else through the ring back to it. Inside [`hold_replies`]
+/// (a compute worker) the answer is held instead.
 pub fn reply(origin: ShardId, reply: Responder, result: InferResult<InferResponse>) {
+    let unheld = HELD.with(|h| match h.borrow_mut().as_mut() {
+        Some(held) => {
+            held.push(HeldReply {
+                origin,
+                reply,
+                result,
+            });
+            None
+        }
+        None => Some((reply, result)),
+    });
+    let Some((reply, result)) = unheld else {
+        return;
+    };
     let mut msg = Some(ShardMsg::Reply { reply, result });
     with_host(|h| {
         if origin != h.shard.id {

@@ -24,7 +24,7 @@ use super::{
     batch::{batch_rows, compatible},
     dynamic_batcher::{BatchQueue, BatcherPolicy, Decision, Pending},
     execute::{Batch, Runner},
-    ragged,
+    host, ragged,
     rate_limiter::ModelLimits,
     reorder::Reorder,
     sequence::{Entry, RowControl, SeqDecision, SequenceBatcher, Strategy},
@@ -46,10 +46,9 @@ use crate::{
 /// memory stays bounded under overload.
 pub const DEFAULT_MAX_QUEUE_SIZE: usize = 4096;
 
-/// A compute worker running batches of one model's instance; it returns
-/// `()` per batch (the batch recorded and answered itself) so the
-/// scheduler knows the instance is free.
-pub type InstanceWorker = ComputeWorker<Batch, ()>;
+/// A compute worker takes batches and gives back their answers, which the
+/// scheduler's shard sends (see [`host::hold_replies`]).
+pub type InstanceWorker = ComputeWorker<Batch, Vec<host::HeldReply>>;
 
 /// An instance as handed to its owner shard.
 pub enum InstanceExecutor {
@@ -84,10 +83,10 @@ impl InstanceExecutor {
             if batch.rows.is_none() {
                 batch.jobs.retain(|j| !j.is_cancelled());
                 if batch.jobs.is_empty() {
-                    return;
+                    return Vec::new();
                 }
             }
-            runner.run(&model, model.stats.shard(stats_block), batch)
+            host::hold_replies(|| runner.run(&model, model.stats.shard(stats_block), batch))
         })?;
         Ok(Self::Worker(worker))
     }
@@ -466,10 +465,16 @@ impl ModelScheduler {
     fn collect_done(&self) {
         for (index, inst) in self.instances.iter().enumerate() {
             if let Exec::Worker(w) = &inst.exec {
-                while w.borrow_mut().take_done().is_some() {
+                loop {
+                    let Some(answers) = w.borrow_mut().take_done() else {
+                        break;
+                    };
                     inst.in_flight.set(inst.in_flight.get().saturating_sub(1));
                     self.release_resources(index);
                     self.completed(index);
+                    for answer in answers {
+                        answer.send();
+                    }
                 }
             }
         }

@@ -468,6 +468,7 @@ pub fn start_interruptible(
         .with_worker_handoff(
             options.tuning.compute.spin(),
             options.tuning.compute.pipeline_depth(),
+            options.tuning.compute.reply_hold(),
         )
         .with_gpus(gpu_placements);
     // Every load, the start-up one included, runs on the repository

@@ -70,12 +70,17 @@ pub struct ComputeSection {
     /// throughput at concurrency 64 on one shared core (the shard then has
     /// work to preempt every execution with); re-measure on a quiet box.
     pub pipeline_depth: Option<usize>,
+    /// Microseconds a compute worker with more batches waiting in its ring
+    /// may keep finished ones before it wakes its shard (0: wake after
+    /// each). Only matters with `pipeline_depth` above 1. MEASURE-PENDING.
+    pub reply_hold_us: Option<u64>,
 }
 
 impl ComputeSection {
     pub const DEFAULT_NICE: i32 = 0;
     pub const DEFAULT_SPIN_US: u64 = 0;
     pub const DEFAULT_PIPELINE_DEPTH: usize = 1;
+    pub const DEFAULT_REPLY_HOLD_US: u64 = 0;
     /// A deeper pipeline only holds requests out of the queue longer.
     pub const MAX_PIPELINE_DEPTH: usize = 16;
 
@@ -86,6 +91,16 @@ impl ComputeSection {
     /// `spin_us`, at most 10 ms (longer is a busy core, not a hand-off).
     pub fn spin(&self) -> std::time::Duration {
         std::time::Duration::from_micros(self.spin_us.unwrap_or(Self::DEFAULT_SPIN_US).min(10_000))
+    }
+
+    /// `reply_hold_us`, at most 10 ms (results wait at most this plus one
+    /// batch's execution).
+    pub fn reply_hold(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(
+            self.reply_hold_us
+                .unwrap_or(Self::DEFAULT_REPLY_HOLD_US)
+                .min(10_000),
+        )
     }
 
     pub fn pipeline_depth(&self) -> usize {
