@@ -26,6 +26,27 @@ use shardserve::{
 
 const BIN: &str = env!("CARGO_BIN_EXE_shardserve-bench");
 
+/// A server on a repository of `simple` and `simple_string` only (built-in
+/// backends: quick to load and to tear down on a loaded machine).
+fn start() -> (ServerHandle, common::TempRepo) {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let config = |m: &str| {
+        std::fs::read_to_string(common::repo_path(&format!("models/{m}/config.pbtxt")))
+            .expect("example config")
+    };
+    let repo = common::TempRepo::new(
+        &format!("bench-shm-{n}"),
+        &[
+            ("simple", config("simple")),
+            ("simple_string", config("simple_string")),
+        ],
+    );
+    let mut opts = shardserve::server::ServerOptions::for_tests(repo.root.clone());
+    opts.cores = Some(1);
+    (common::start_with(opts), repo)
+}
+
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
@@ -51,8 +72,8 @@ fn bench_args(extra: &[&str]) -> Vec<String> {
     v
 }
 
-fn success_count(http: SocketAddr) -> u64 {
-    let stats = common::get(http, "/v2/models/simple/stats").json();
+fn success_count(http: SocketAddr, model: &str) -> u64 {
+    let stats = common::get(http, &format!("/v2/models/{model}/stats")).json();
     stats["model_stats"]
         .as_array()
         .expect("model_stats")
@@ -89,13 +110,13 @@ fn assert_clean(http: SocketAddr, pid: u32) {
     assert_eq!(leftovers(pid), Vec::<String>::new(), "shm objects left");
 }
 
-/// Runs the bench in this process with `--shared-memory system` and
-/// `extra`; checks every step served requests the server counted, and that
-/// the run cleaned up after itself.
-fn shm_run(server: &ServerHandle, extra: &[&str]) -> Vec<StepResult> {
+/// Runs the bench in this process on `model` with `--shared-memory system`
+/// and `extra`; checks every step served requests the server counted, and
+/// that the run cleaned up after itself.
+fn shm_run(server: &ServerHandle, model: &str, extra: &[&str]) -> Vec<StepResult> {
     let http = server.http_addr();
-    let before = success_count(http);
-    let mut a = vec!["-m", "simple", "--shared-memory", "system"];
+    let before = success_count(http, model);
+    let mut a = vec!["-m", model, "--shared-memory", "system"];
     a.extend_from_slice(extra);
     let opts = Options::try_parse_from(bench_args(&a)).expect("arguments parse");
     let results = bench::run(&opts).expect("bench runs").results;
@@ -108,7 +129,7 @@ fn shm_run(server: &ServerHandle, extra: &[&str]) -> Vec<StepResult> {
     }
     let measured: u64 = results.iter().map(|r| r.requests).sum();
     assert!(
-        success_count(http) - before >= measured,
+        success_count(http, model) - before >= measured,
         "the server counted fewer requests than the bench measured"
     );
     assert_clean(http, std::process::id());
@@ -118,23 +139,43 @@ fn shm_run(server: &ServerHandle, extra: &[&str]) -> Vec<StepResult> {
 #[test]
 fn system_shared_memory_over_http_and_grpc() {
     let _serial = serial();
-    let server = common::start_server(1);
+    let (server, _repo) = start();
     let http = server.http_addr().to_string();
     let grpc = server.grpc_addr().to_string();
-    let r = shm_run(&server, &["-u", &http, "--concurrency-range", "1,4"]);
+    let r = shm_run(
+        &server,
+        "simple",
+        &["-u", &http, "--concurrency-range", "1,4"],
+    );
     assert_eq!(r.len(), 2);
+    // simple's outputs have a fixed size: their regions hold a whole batch
+    // whatever --output-shared-memory-size says.
     shm_run(
         &server,
+        "simple",
+        &["-u", &http, "-b", "8", "--output-shared-memory-size", "4"],
+    );
+    // BYTES outputs get --output-shared-memory-size (default 100 KiB).
+    shm_run(
+        &server,
+        "simple_string",
+        &["-u", &http, "--string-data", "7"],
+    );
+    shm_run(
+        &server,
+        "simple",
         &["-i", "grpc", "-u", &grpc, "--concurrency-range", "2"],
     );
     shm_run(
         &server,
+        "simple",
         &["-i", "grpc", "-u", &grpc, "--streaming", "-b", "2"],
     );
     // Open loop, both protocols as two targets (each registers its own
     // regions), zero inputs.
     let r = shm_run(
         &server,
+        "simple",
         &[
             "--target",
             &format!("{http},http"),
@@ -158,6 +199,7 @@ fn system_shared_memory_over_http_and_grpc() {
     .expect("write data");
     shm_run(
         &server,
+        "simple",
         &[
             "-u",
             &http,
@@ -186,14 +228,16 @@ fn run_bin(extra: &[&str]) -> (Option<i32>, String) {
 #[test]
 fn an_undersized_output_region_fails_with_the_servers_reason() {
     let _serial = serial();
-    let server = common::start_server(1);
+    let (server, _repo) = start();
     let http = server.http_addr();
     for (proto, addr) in [("http", http), ("grpc", server.grpc_addr())] {
+        // BYTES outputs: the flag sizes their regions (fixed-size outputs
+        // get their exact size, as perf_analyzer gives them).
         let child = Command::new(BIN)
             .args(["-p", "150", "--max-trials", "3", "--warmup", "50"])
-            .args(["--no-progress", "-m", "simple", "-i", proto])
+            .args(["--no-progress", "-m", "simple_string", "-i", proto])
             .args(["-u", &addr.to_string(), "--shared-memory", "system"])
-            .args(["--output-shared-memory-size", "4"])
+            .args(["--string-data", "7", "--output-shared-memory-size", "4"])
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()
@@ -202,11 +246,11 @@ fn an_undersized_output_region_fails_with_the_servers_reason() {
         let out = child.wait_with_output().expect("the bench ends");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{proto}: {err}");
-        // simple's outputs are 16 INT32: 64 bytes.
+        // 16 strings "7": 16 × (4-byte length + 1) = 80 bytes at least.
         assert!(
             err.contains("failed; first error:")
                 && err.contains("'OUTPUT")
-                && err.contains("(4 bytes) should be at least 64 bytes"),
+                && err.contains("(4 bytes) should be at least"),
             "{proto}: {err}"
         );
         assert_clean(http, pid);
@@ -217,7 +261,7 @@ fn an_undersized_output_region_fails_with_the_servers_reason() {
 #[test]
 fn cuda_shared_memory_without_a_gpu_fails_clearly() {
     let _serial = serial();
-    let server = common::start_server(1);
+    let (server, _repo) = start();
     let http = server.http_addr();
     let (code, err) = run_bin(&["-u", &http.to_string(), "--shared-memory", "cuda"]);
     let gpu = std::path::Path::new("/dev/nvidia0").exists();
@@ -247,7 +291,7 @@ fn cuda_shared_memory_without_a_gpu_fails_clearly() {
 #[test]
 fn sigint_mid_run_unregisters_and_unlinks() {
     let _serial = serial();
-    let server = common::start_server(1);
+    let (server, _repo) = start();
     let http = server.http_addr();
     for (proto, addr) in [("http", http), ("grpc", server.grpc_addr())] {
         let child = Command::new(BIN)

@@ -101,9 +101,10 @@ halves) for the highest load under MS, which is printed and in the JSON as searc
 A step in which every request of a window fails stops the run with the first error (exit 1).
 
 --shared-memory system|cuda: inputs are written once into one region per input (and --input-data
-entry), outputs land in one region per output of --output-shared-memory-size bytes (default
-102400); requests name the regions instead of carrying data. Regions are registered with each
-server before each step and unregistered after it (also on errors and on SIGINT/SIGTERM).
+entry), outputs land in one region per output: its size times -b where the model fixes it, else
+--output-shared-memory-size bytes (default 102400). Requests name the regions instead of carrying
+data. Regions are registered with each server before the first step and unregistered after the
+last (also on errors and on SIGINT/SIGTERM/SIGHUP).
 
 -a/--async, --sync and --max-threads are accepted for compatibility: this generator is always
 asynchronous, with one thread per --cpu entry (or --threads).";
@@ -182,11 +183,12 @@ pub struct Options {
     /// Inputs and outputs in shared memory: none (in the requests), system
     /// (POSIX shm) or cuda (device memory shared by CUDA IPC handles); one
     /// region per input (per --input-data entry) and per output, registered
-    /// with the server around each step.
+    /// with each server for the run.
     #[arg(long = "shared-memory", value_enum, default_value = "none")]
     pub shared_memory: SharedMemory,
-    /// With --shared-memory: bytes of each output's region; an output larger
-    /// than this fails with the server's error.
+    /// With --shared-memory: bytes of the region of each output whose size
+    /// the model does not fix (a variable dimension, BYTES); an output larger
+    /// than its region fails with the server's error.
     #[arg(long = "output-shared-memory-size", default_value_t = DEFAULT_OUTPUT_SHM_SIZE)]
     pub output_shared_memory_size: u64,
     /// HTTP input tensors: binary extension or JSON.

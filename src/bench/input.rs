@@ -136,7 +136,8 @@ pub struct InputOptions<'a> {
     pub seed: u64,
 }
 
-fn element_size(datatype: &str) -> Option<usize> {
+/// Bytes of one element; `None` for BYTES (variable) and unknown types.
+pub fn element_size(datatype: &str) -> Option<usize> {
     Some(match datatype {
         "BOOL" | "UINT8" | "INT8" => 1,
         "UINT16" | "INT16" | "FP16" | "BF16" => 2,

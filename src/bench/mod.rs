@@ -178,6 +178,7 @@ async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::R
             &target,
             &info,
             &sets,
+            opts.batch_size,
             opts.output_shared_memory_size,
         )?),
     };
@@ -405,19 +406,15 @@ async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
     // noisy machine affects all targets alike. The first target's latency
     // steers a -l search.
     let swept = async {
+        // --shared-memory: registered once for the whole sweep, as
+        // perf_analyzer does.
+        for r in regions.iter().flatten() {
+            r.register().await?;
+        }
         while let Some(load) = search.next() {
             let mut headline = f64::NAN;
             for run in &runs {
-                // --shared-memory: registered for this step only, as
-                // perf_analyzer does per concurrency step.
-                let shm = regions[run.index].as_ref();
-                if let Some(s) = shm {
-                    s.register().await?;
-                }
                 let r = measure::run_step(&plan, run, load, opts.batch_size).await?;
-                if let Some(s) = shm {
-                    s.unregister().await?;
-                }
                 if !opts.quiet {
                     println!("{}", report::table_row(&r, multi));
                 }

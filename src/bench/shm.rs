@@ -1,13 +1,15 @@
 //! `--shared-memory system|cuda`: the bench's side of Triton's shared
 //! memory extensions, as perf_analyzer does it. Each target gets its own
 //! regions: one per input of each input set (written once, here) and one
-//! per model output (`--output-shared-memory-size` bytes, which the server
-//! writes into and nobody reads). Requests name the regions instead of
-//! carrying tensors (`input::encode_*_shm`).
+//! per model output, which the server writes into and nobody reads: the
+//! output's size times the batch when its shape and datatype fix it, else
+//! `--output-shared-memory-size` bytes (as perf_analyzer sizes them).
+//! Requests name the regions instead of carrying tensors
+//! (`input::encode_*_shm`).
 //!
-//! Regions are registered with the target before each step and
-//! unregistered after it, over the run's protocol; the shm objects (or
-//! device buffers) live for the whole run and go when `Regions` drops.
+//! Regions are registered with the target before the first step and
+//! unregistered after the last (also when the sweep fails), over the run's
+//! protocol; the shm objects (or device buffers) go when `Regions` drops.
 //! Names are `ssbench_<pid>_<set>_<n>` (`set` counts the region sets of
 //! this process), so two benches on one host do not collide. SIGINT/SIGTERM/SIGHUP (`install_signal_cleanup`, the
 //! binary only) unregister and unlink whatever is live before exiting.
@@ -37,7 +39,7 @@ use serde_json::json;
 use super::{
     cli::{Protocol, SharedMemory, Target},
     grpc,
-    input::{ModelInfo, ShmRefs, TensorData},
+    input::{element_size, ModelInfo, ShmRefs, TensorData, TensorInfo},
     request::{header_value, http_error},
     wire::{connect_h1, connect_h2, BenchBody, H1, H2},
 };
@@ -78,12 +80,13 @@ pub struct Regions {
 
 impl Regions {
     /// Creates the regions for `sets` (inputs written now) and the model's
-    /// outputs, for `target`.
+    /// outputs at batch size `batch`, for `target`.
     pub fn create(
         kind: SharedMemory,
         target: &Target,
         model: &ModelInfo,
         sets: &[Vec<TensorData>],
+        batch: u32,
         output_size: u64,
     ) -> anyhow::Result<Self> {
         let pid = std::process::id();
@@ -99,14 +102,15 @@ impl Regions {
         };
         let mut refs = Vec::with_capacity(sets.len());
         let mut outputs = Vec::with_capacity(model.outputs.len());
-        for _ in &model.outputs {
+        for o in &model.outputs {
             let n = name();
-            let memory = Memory::new(kind, &n, None, output_size)
-                .with_context(|| format!("creating the output region '{n}'"))?;
-            outputs.push((n.clone(), output_size));
+            let size = output_bytes(model, o, batch).unwrap_or(output_size);
+            let memory = Memory::new(kind, &n, None, size)
+                .with_context(|| format!("creating the region '{n}' for output '{}'", o.name))?;
+            outputs.push((n.clone(), size));
             regions.push(Region {
                 name: n,
-                byte_size: output_size,
+                byte_size: size,
                 memory,
             });
         }
@@ -218,6 +222,21 @@ impl Drop for Regions {
     fn drop(&mut self) {
         live().remove(&self.live_id);
     }
+}
+
+/// Bytes of output `o` at batch size `batch`, when its shape and datatype
+/// fix them (`None`: a variable dimension or BYTES).
+fn output_bytes(model: &ModelInfo, o: &TensorInfo, batch: u32) -> Option<u64> {
+    let batched = model.max_batch_size > 0;
+    let dims = o.shape.iter().skip(usize::from(batched));
+    let mut bytes = element_size(&o.datatype)? as u64;
+    for &d in dims {
+        bytes = bytes.checked_mul(u64::try_from(d).ok()?)?;
+    }
+    if batched {
+        bytes = bytes.checked_mul(u64::from(batch))?;
+    }
+    Some(bytes)
 }
 
 fn kind_word(kind: SharedMemory) -> &'static str {
