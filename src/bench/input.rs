@@ -597,6 +597,47 @@ mod tests {
     }
 
     #[test]
+    fn shared_memory_requests_name_regions_and_carry_no_tensor() {
+        let m = simple();
+        let sets = build_inputs(&m, &opts("zero", &[], 2)).unwrap();
+        let refs = ShmRefs {
+            inputs: vec![("in0".into(), 128), ("in1".into(), 128)],
+            outputs: vec![("out0".into(), 128)],
+        };
+        let body = encode_http_shm(&m, &sets[0], &refs).unwrap();
+        let v: Value = serde_json::from_slice(&body).expect("plain JSON, no binary part");
+        assert_eq!(v["inputs"][1]["name"], "INPUT1");
+        assert_eq!(v["inputs"][1]["shape"], json!([2, 16]));
+        assert_eq!(
+            v["inputs"][1]["parameters"],
+            json!({"shared_memory_region": "in1", "shared_memory_byte_size": 128})
+        );
+        assert!(v["inputs"][0].get("data").is_none());
+        assert_eq!(
+            v["outputs"][0]["parameters"]["shared_memory_region"],
+            "out0"
+        );
+        let frame = encode_grpc_shm(&m, &sets[0], false, &refs);
+        let req: crate::proto::inference::ModelInferRequest =
+            prost::Message::decode(&frame[5..]).expect("decodes");
+        assert!(req.raw_input_contents.is_empty());
+        use crate::proto::inference::infer_parameter::ParameterChoice;
+        let p = &req.inputs[0].parameters;
+        assert_eq!(
+            p["shared_memory_region"].parameter_choice,
+            Some(ParameterChoice::StringParam("in0".into()))
+        );
+        assert_eq!(
+            p["shared_memory_byte_size"].parameter_choice,
+            Some(ParameterChoice::Int64Param(128))
+        );
+        assert_eq!(
+            req.outputs[0].parameters["shared_memory_region"].parameter_choice,
+            Some(ParameterChoice::StringParam("out0".into()))
+        );
+    }
+
+    #[test]
     fn batched_shapes_and_zero_data() {
         let m = simple();
         let sets = build_inputs(&m, &opts("zero", &[], 3)).unwrap();

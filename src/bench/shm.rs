@@ -675,3 +675,51 @@ mod cuda {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(datatype: &str, shape: &[i64]) -> TensorInfo {
+        TensorInfo {
+            name: "OUT".into(),
+            datatype: datatype.into(),
+            shape: shape.to_vec(),
+        }
+    }
+
+    #[test]
+    fn outputs_of_a_fixed_size_get_it_times_the_batch() {
+        let mut m = ModelInfo {
+            name: "m".into(),
+            version: String::new(),
+            max_batch_size: 8,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            sequence: None,
+        };
+        assert_eq!(output_bytes(&m, &tensor("INT32", &[-1, 16]), 4), Some(256));
+        assert_eq!(output_bytes(&m, &tensor("FP16", &[-1, 2, 3]), 1), Some(12));
+        // Variable or BYTES: --output-shared-memory-size decides.
+        assert_eq!(output_bytes(&m, &tensor("INT32", &[-1, -1]), 4), None);
+        assert_eq!(output_bytes(&m, &tensor("BYTES", &[-1, 16]), 4), None);
+        // Not batched: the shape is the whole tensor, -b does not apply.
+        m.max_batch_size = 0;
+        assert_eq!(output_bytes(&m, &tensor("INT64", &[3]), 4), Some(24));
+    }
+
+    #[test]
+    fn system_objects_hold_the_data_and_go_on_drop() {
+        let name = format!("ssbench_unit_{}", std::process::id());
+        let obj = ShmObject::create(&name, Some(b"abc"), 3).expect("creates");
+        let path = format!("/dev/shm/{name}");
+        assert_eq!(std::fs::read(&path).expect("exists"), b"abc");
+        // Created exclusively: a second one of the name replaces the first
+        // (a killed bench's leftover), it does not fail.
+        let again = ShmObject::create(&name, None, 8).expect("replaces");
+        assert_eq!(std::fs::metadata(&path).expect("exists").len(), 8);
+        drop(obj);
+        drop(again);
+        assert!(!std::path::Path::new(&path).exists());
+    }
+}
