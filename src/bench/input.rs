@@ -136,7 +136,8 @@ pub struct InputOptions<'a> {
     pub seed: u64,
 }
 
-fn element_size(datatype: &str) -> Option<usize> {
+/// Bytes of one element; `None` for BYTES (variable) and unknown types.
+pub fn element_size(datatype: &str) -> Option<usize> {
     Some(match datatype {
         "BOOL" | "UINT8" | "INT8" => 1,
         "UINT16" | "INT16" | "FP16" | "BF16" => 2,
@@ -440,32 +441,113 @@ pub fn encode_http(
 /// the request asks for Triton's empty final response, so that the end of
 /// a decoupled model's many responses is known.
 pub fn encode_grpc(model: &ModelInfo, set: &[TensorData], streaming: bool) -> Bytes {
-    use crate::proto::inference::model_infer_request::{
-        InferInputTensor, InferRequestedOutputTensor,
+    grpc_frame(&grpc_request(model, set, streaming, None))
+}
+
+/// Shared memory regions a request names instead of carrying tensors.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShmRefs {
+    /// Region name and bytes of each input of the set, in the set's order.
+    pub inputs: Vec<(String, u64)>,
+    /// Region name and bytes of each of the model's outputs, in order.
+    pub outputs: Vec<(String, u64)>,
+}
+
+/// HTTP/REST body whose tensors are all in shared memory: plain JSON (no
+/// binary part; the server's response carries no tensor data either).
+pub fn encode_http_shm(
+    model: &ModelInfo,
+    set: &[TensorData],
+    refs: &ShmRefs,
+) -> anyhow::Result<Bytes> {
+    let shm = |(name, size): &(String, u64)| json!({"shared_memory_region": name, "shared_memory_byte_size": size});
+    let inputs: Vec<Value> = set
+        .iter()
+        .zip(&refs.inputs)
+        .map(|(t, r)| json!({"name": t.name, "datatype": t.datatype, "shape": t.shape, "parameters": shm(r)}))
+        .collect();
+    let outputs: Vec<Value> = model
+        .outputs
+        .iter()
+        .zip(&refs.outputs)
+        .map(|(o, r)| json!({"name": o.name, "parameters": shm(r)}))
+        .collect();
+    let body = serde_json::to_vec(&json!({"inputs": inputs, "outputs": outputs}))
+        .context("encoding the request JSON")?;
+    Ok(body.into())
+}
+
+/// gRPC `ModelInferRequest` whose tensors are all in shared memory.
+pub fn encode_grpc_shm(
+    model: &ModelInfo,
+    set: &[TensorData],
+    streaming: bool,
+    refs: &ShmRefs,
+) -> Bytes {
+    grpc_frame(&grpc_request(model, set, streaming, Some(refs)))
+}
+
+fn grpc_request(
+    model: &ModelInfo,
+    set: &[TensorData],
+    streaming: bool,
+    shm: Option<&ShmRefs>,
+) -> crate::proto::inference::ModelInferRequest {
+    use crate::proto::inference::{
+        infer_parameter::ParameterChoice,
+        model_infer_request::{InferInputTensor, InferRequestedOutputTensor},
+        InferParameter,
     };
-    let request = crate::proto::inference::ModelInferRequest {
+    use std::collections::HashMap;
+    let shm_params = |r: Option<&(String, u64)>| -> HashMap<String, InferParameter> {
+        let Some((name, size)) = r else {
+            return HashMap::new();
+        };
+        let param = |p| InferParameter {
+            parameter_choice: Some(p),
+        };
+        [
+            (
+                "shared_memory_region".to_string(),
+                param(ParameterChoice::StringParam(name.clone())),
+            ),
+            (
+                "shared_memory_byte_size".to_string(),
+                // Region sizes come from in-memory buffers: far below 2^63.
+                param(ParameterChoice::Int64Param(*size as i64)),
+            ),
+        ]
+        .into()
+    };
+    crate::proto::inference::ModelInferRequest {
         model_name: model.name.clone(),
         model_version: model.version.clone(),
         inputs: set
             .iter()
-            .map(|t| InferInputTensor {
+            .enumerate()
+            .map(|(i, t)| InferInputTensor {
                 name: t.name.clone(),
                 datatype: t.datatype.clone(),
                 shape: t.shape.clone(),
+                parameters: shm_params(shm.and_then(|s| s.inputs.get(i))),
                 ..Default::default()
             })
             .collect(),
         outputs: model
             .outputs
             .iter()
-            .map(|o| InferRequestedOutputTensor {
+            .enumerate()
+            .map(|(i, o)| InferRequestedOutputTensor {
                 name: o.name.clone(),
-                ..Default::default()
+                parameters: shm_params(shm.and_then(|s| s.outputs.get(i))),
             })
             .collect(),
-        raw_input_contents: set.iter().map(|t| Bytes::from(t.raw.clone())).collect(),
+        raw_input_contents: if shm.is_some() {
+            Vec::new()
+        } else {
+            set.iter().map(|t| Bytes::from(t.raw.clone())).collect()
+        },
         parameters: if streaming {
-            use crate::proto::inference::{infer_parameter::ParameterChoice, InferParameter};
             [(
                 "triton_enable_empty_final_response".to_string(),
                 InferParameter {
@@ -477,8 +559,7 @@ pub fn encode_grpc(model: &ModelInfo, set: &[TensorData], streaming: bool) -> By
             Default::default()
         },
         ..Default::default()
-    };
-    grpc_frame(&request)
+    }
 }
 
 /// gRPC length-prefixed message: uncompressed flag + 4-byte BE length.
@@ -513,6 +594,47 @@ mod tests {
             string_data: None,
             seed: 1,
         }
+    }
+
+    #[test]
+    fn shared_memory_requests_name_regions_and_carry_no_tensor() {
+        let m = simple();
+        let sets = build_inputs(&m, &opts("zero", &[], 2)).unwrap();
+        let refs = ShmRefs {
+            inputs: vec![("in0".into(), 128), ("in1".into(), 128)],
+            outputs: vec![("out0".into(), 128)],
+        };
+        let body = encode_http_shm(&m, &sets[0], &refs).unwrap();
+        let v: Value = serde_json::from_slice(&body).expect("plain JSON, no binary part");
+        assert_eq!(v["inputs"][1]["name"], "INPUT1");
+        assert_eq!(v["inputs"][1]["shape"], json!([2, 16]));
+        assert_eq!(
+            v["inputs"][1]["parameters"],
+            json!({"shared_memory_region": "in1", "shared_memory_byte_size": 128})
+        );
+        assert!(v["inputs"][0].get("data").is_none());
+        assert_eq!(
+            v["outputs"][0]["parameters"]["shared_memory_region"],
+            "out0"
+        );
+        let frame = encode_grpc_shm(&m, &sets[0], false, &refs);
+        let req: crate::proto::inference::ModelInferRequest =
+            prost::Message::decode(&frame[5..]).expect("decodes");
+        assert!(req.raw_input_contents.is_empty());
+        use crate::proto::inference::infer_parameter::ParameterChoice;
+        let p = &req.inputs[0].parameters;
+        assert_eq!(
+            p["shared_memory_region"].parameter_choice,
+            Some(ParameterChoice::StringParam("in0".into()))
+        );
+        assert_eq!(
+            p["shared_memory_byte_size"].parameter_choice,
+            Some(ParameterChoice::Int64Param(128))
+        );
+        assert_eq!(
+            req.outputs[0].parameters["shared_memory_region"].parameter_choice,
+            Some(ParameterChoice::StringParam("out0".into()))
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod report;
 pub mod request;
 pub mod search;
 pub mod sequence;
+pub mod shm;
 pub mod stats;
 pub mod tls;
 pub mod wire;
@@ -26,8 +27,12 @@ use anyhow::Context;
 use clap::Parser;
 use monoio::{FusionDriver, RuntimeBuilder};
 
-use cli::{Endpoint, Load, MeasurementMode, Options, Protocol, TensorFormat, UsageError};
-use input::{build_inputs, encode_grpc, encode_http, InputOptions};
+use cli::{
+    Endpoint, Load, MeasurementMode, Options, Protocol, SharedMemory, TensorFormat, UsageError,
+};
+use input::{
+    build_inputs, encode_grpc, encode_grpc_shm, encode_http, encode_http_shm, InputOptions,
+};
 use measure::{Plan, StepResult, TargetRun};
 use sequence::SequenceOptions;
 
@@ -53,6 +58,14 @@ where
             return if e.use_stderr() { 2 } else { 0 };
         }
     };
+    // Before any thread starts: a Ctrl-C must not leave regions registered
+    // on the server and shm objects in /dev/shm.
+    if opts.shared_memory != SharedMemory::None {
+        if let Err(e) = shm::install_signal_cleanup() {
+            eprintln!("error: {e:#}");
+            return 1;
+        }
+    }
     match run(&opts) {
         Ok(_) => 0,
         Err(e) => {
@@ -78,7 +91,10 @@ pub fn run(opts: &Options) -> anyhow::Result<RunReport> {
     rt.block_on(run_async(opts))
 }
 
-async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::Result<TargetRun> {
+/// A target ready to load, with its shared memory regions (--shared-memory).
+type Prepared = (TargetRun, Option<shm::Regions>);
+
+async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::Result<Prepared> {
     let model = opts.model.clone().unwrap_or_default();
     if opts.endpoint == Endpoint::Live {
         probe::reachable(&target).await?;
@@ -104,15 +120,18 @@ async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::R
             prepared.headers.append(name, value);
         }
         let metrics_url = metrics_url(opts, &target)?;
-        return Ok(TargetRun {
-            index,
-            target,
-            prepared: Arc::new(prepared),
-            stats_model: None,
-            sequence: None,
-            next_ordinal: Arc::default(),
-            metrics_url,
-        });
+        return Ok((
+            TargetRun {
+                index,
+                target,
+                prepared: Arc::new(prepared),
+                stats_model: None,
+                sequence: None,
+                next_ordinal: Arc::default(),
+                metrics_url,
+            },
+            None,
+        ));
     }
     let info = probe::model_info(&target, &model, &opts.model_version).await?;
     if info.max_batch_size > 0 && i64::from(opts.batch_size) > info.max_batch_size {
@@ -152,8 +171,41 @@ async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::R
         }
         None => None,
     };
-    let mut prepared = match target.protocol {
-        Protocol::Http => {
+    let regions = match opts.shared_memory {
+        SharedMemory::None => None,
+        kind => Some(shm::Regions::create(
+            kind,
+            &target,
+            &info,
+            &sets,
+            opts.batch_size,
+            opts.output_shared_memory_size,
+        )?),
+    };
+    let mut prepared = match (target.protocol, &regions) {
+        (Protocol::Http, Some(r)) => {
+            let bodies = sets
+                .iter()
+                .zip(&r.refs)
+                .map(|(set, refs)| encode_http_shm(&info, set, refs))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            request::http_prepared(
+                &target.authority,
+                &infer_path(opts, &model),
+                bodies,
+                None,
+                true,
+            )?
+        }
+        (Protocol::Grpc, Some(r)) => {
+            let bodies = sets
+                .iter()
+                .zip(&r.refs)
+                .map(|(set, refs)| encode_grpc_shm(&info, set, opts.streaming, refs))
+                .collect();
+            request::grpc_prepared(&target.authority, grpc_method(opts), bodies, opts.streaming)?
+        }
+        (Protocol::Http, None) => {
             let binary_in = opts.input_format == TensorFormat::Binary;
             let binary_out = opts.output_format == TensorFormat::Binary;
             let mut bodies = Vec::with_capacity(sets.len());
@@ -168,24 +220,15 @@ async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::R
                 header_len = e.header_len;
                 bodies.push(e.body);
             }
-            let path = if opts.model_version.is_empty() {
-                format!("/v2/models/{model}/infer")
-            } else {
-                format!("/v2/models/{model}/versions/{}/infer", opts.model_version)
-            };
+            let path = infer_path(opts, &model);
             request::http_prepared(&target.authority, &path, bodies, header_len, true)?
         }
-        Protocol::Grpc => {
+        (Protocol::Grpc, None) => {
             let bodies = sets
                 .iter()
                 .map(|s| encode_grpc(&info, s, opts.streaming))
                 .collect();
-            let method = if opts.streaming {
-                "ModelStreamInfer"
-            } else {
-                "ModelInfer"
-            };
-            request::grpc_prepared(&target.authority, method, bodies, opts.streaming)?
+            request::grpc_prepared(&target.authority, grpc_method(opts), bodies, opts.streaming)?
         }
     };
     // -H: part of the headers every request already clones, so a run
@@ -218,15 +261,34 @@ async fn prepare(opts: &Options, index: usize, target: cli::Target) -> anyhow::R
         tracing::info!(target = %target.label, "no statistics extension: server-side breakdown unavailable");
     }
     let metrics_url = metrics_url(opts, &target)?;
-    Ok(TargetRun {
-        index,
-        target,
-        prepared: Arc::new(prepared),
-        stats_model,
-        sequence,
-        next_ordinal: Arc::default(),
-        metrics_url,
-    })
+    Ok((
+        TargetRun {
+            index,
+            target,
+            prepared: Arc::new(prepared),
+            stats_model,
+            sequence,
+            next_ordinal: Arc::default(),
+            metrics_url,
+        },
+        regions,
+    ))
+}
+
+fn infer_path(opts: &Options, model: &str) -> String {
+    if opts.model_version.is_empty() {
+        format!("/v2/models/{model}/infer")
+    } else {
+        format!("/v2/models/{model}/versions/{}/infer", opts.model_version)
+    }
+}
+
+fn grpc_method(opts: &Options) -> &'static str {
+    if opts.streaming {
+        "ModelStreamInfer"
+    } else {
+        "ModelInfer"
+    }
 }
 
 /// --collect-metrics: where this target's metrics are, checked with one
@@ -260,8 +322,11 @@ async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
     let steps = opts.load_steps()?;
     let rate = matches!(steps.first(), Some(Load::Rate(_)));
     let mut runs = Vec::with_capacity(targets.len());
+    let mut regions = Vec::with_capacity(targets.len());
     for (i, t) in targets.into_iter().enumerate() {
-        runs.push(prepare(opts, i, t).await?);
+        let (run, r) = prepare(opts, i, t).await?;
+        runs.push(run);
+        regions.push(r);
     }
     let workers = opts.worker_count()?;
     let plan = Plan {
@@ -340,20 +405,35 @@ async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
     // Interleave: every target at this load before the next load, so a
     // noisy machine affects all targets alike. The first target's latency
     // steers a -l search.
-    while let Some(load) = search.next() {
-        let mut headline = f64::NAN;
-        for run in &runs {
-            let r = measure::run_step(&plan, run, load, opts.batch_size).await?;
-            if !opts.quiet {
-                println!("{}", report::table_row(&r, multi));
-            }
-            if run.index == 0 {
-                headline = r.latency_us.percentile.unwrap_or(r.latency_us.avg);
-            }
-            results.push(r);
+    let swept = async {
+        // --shared-memory: registered once for the whole sweep, as
+        // perf_analyzer does.
+        for r in regions.iter().flatten() {
+            r.register().await?;
         }
-        search.record(headline);
+        while let Some(load) = search.next() {
+            let mut headline = f64::NAN;
+            for run in &runs {
+                let r = measure::run_step(&plan, run, load, opts.batch_size).await?;
+                if !opts.quiet {
+                    println!("{}", report::table_row(&r, multi));
+                }
+                if run.index == 0 {
+                    headline = r.latency_us.percentile.unwrap_or(r.latency_us.avg);
+                }
+                results.push(r);
+            }
+            search.record(headline);
+        }
+        anyhow::Ok(())
     }
+    .await;
+    // Whatever ended the sweep, no region stays registered; the shm
+    // objects go when `regions` drops.
+    let cleaned = shm::unregister_all(&regions).await;
+    swept?;
+    cleaned?;
+    drop(regions);
     let best_load = search.best().map(|l| l.value());
     if let (Some(limit), false) = (threshold_us, opts.quiet) {
         match best_load {
@@ -399,7 +479,7 @@ async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
     };
     let target_json: Vec<serde_json::Value> = runs
         .iter()
-        .map(|r| serde_json::json!({"label": r.target.label, "address": r.target.addr.to_string(), "protocol": r.target.protocol, "statistics": r.stats_model.is_some(), "sequence_model": r.sequence.is_some()}))
+        .map(|r| serde_json::json!({"label": r.target.label, "address": r.target.addr.to_string(), "protocol": r.target.protocol, "statistics": r.stats_model.is_some(), "sequence_model": r.sequence.is_some(), "shared_memory": opts.shared_memory}))
         .collect();
     let mut json = report::json_report(&info, &target_json, &results, &ratios);
     if let Some(limit) = threshold_us {
