@@ -49,7 +49,7 @@ stop() { [ -n "$pid" ] && { kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/nu
 } >"$out/machine.txt" 2>&1
 
 # 1. c=1 latency, spin off (A) vs 250 us (B), same binaries.
-ROUNDS=3 SECONDS_PER=2 IDLE_SECS=5 NEW_ARGS="--spin-us 250" timeout 200 \
+ROUNDS=2 SECONDS_PER=2 IDLE_SECS=5 NEW_ARGS="--spin-us 250" timeout 170 \
   scripts/bench_latency_floor.sh "$bin/shardserve" "$bin/shardserve" \
   "$bin/shardserve-bench" "$bin/shardserve-bench" >"$out/latency.txt" 2>&1
 echo "bench_latency_floor rc=$?" >>"$out/latency.txt"

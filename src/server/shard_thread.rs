@@ -192,9 +192,10 @@ async fn shard_main(boot: ShardBoot, spin_driver: spin::Driver) -> Vec<String> {
             }
         }
     };
-    if let Some((spinner, _)) = spin::install(state.options.spin, spin_driver, gate) {
+    let spin_stats = spin::install(state.options.spin, spin_driver, gate).map(|(spinner, stats)| {
         monoio::spawn(spinner);
-    }
+        stats
+    });
     let draining = host.clone();
     monoio::spawn(shard.clone().run_control(control, move || draining.drain()));
     if let Some(l) = http {
@@ -246,6 +247,20 @@ async fn shard_main(boot: ShardBoot, spin_driver: spin::Driver) -> Vec<String> {
     let open = transport.wait_connections_closed(deadline).await;
     if open > 0 {
         tracing::debug!(shard = id, open, "connections still open at exit");
+    }
+    if let Some(stats) = &spin_stats {
+        let [hold, yielded, window, ready] = stats.stops();
+        tracing::debug!(
+            shard = id,
+            rounds = stats.rounds(),
+            windows = stats.windows(),
+            backoffs = stats.backoffs(),
+            stops_hold = hold,
+            stops_yield = yielded,
+            stops_window = window,
+            stops_ready = ready,
+            "spin-before-park totals"
+        );
     }
     // Teardown: the schedulers and their instances (finalizers).
     let stuck = host.retire_all(deadline).await;

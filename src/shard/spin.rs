@@ -76,6 +76,8 @@ pub struct SpinStats {
     rounds: AtomicU64,
     windows: AtomicU64,
     backoffs: AtomicU64,
+    /// Why the spinner stopped: [hold, yield, window over or backing off, socket ready].
+    stops: [AtomicU64; 4],
 }
 
 impl SpinStats {
@@ -91,6 +93,12 @@ impl SpinStats {
     /// Times the spinner was re-armed after it had stopped.
     pub fn windows(&self) -> u64 {
         self.windows.load(Ordering::Relaxed)
+    }
+
+    /// Times the spinner stopped, by reason: the gate held it, the gate
+    /// yielded, the window ended (or a back-off), a socket was ready.
+    pub fn stops(&self) -> [u64; 4] {
+        std::array::from_fn(|i| self.stops[i].load(Ordering::Relaxed))
     }
 
     /// Times the spinner backed off because its core was contended.
@@ -341,7 +349,10 @@ fn readable(fd: RawFd) -> bool {
 }
 
 impl Spinner {
-    fn stop(&mut self, cx: &Context<'_>) -> Poll<()> {
+    fn stop(&mut self, cx: &Context<'_>, why: usize) -> Poll<()> {
+        if let Some(c) = self.state.stats.stops.get(why) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
         self.tick = None;
         self.state.stats.spinning.store(false, Ordering::Relaxed);
         *self.state.stopped.borrow_mut() = Some(cx.waker().clone());
@@ -359,18 +370,19 @@ impl Future for Spinner {
             // Yield stops too: what the foreign wake runs is work and
             // re-arms through `note_work`; if it is not, the next park is an
             // ordinary one.
-            Gate::Hold | Gate::Yield => return this.stop(cx),
+            Gate::Hold => return this.stop(cx, 0),
+            Gate::Yield => return this.stop(cx, 1),
         }
         let now = Instant::now();
         if now.duration_since(this.state.last_work.get()) >= this.state.window
             || this.contention.backing_off(now, &this.state.stats)
         {
-            return this.stop(cx);
+            return this.stop(cx, 2);
         }
         if this.poller.is_some_and(readable) {
             // A socket is ready: the park that follows re-arms the epoll
             // instance in the ring, which completes at once.
-            return this.stop(cx);
+            return this.stop(cx, 3);
         }
         this.state.stats.spinning.store(true, Ordering::Relaxed);
         let tick = this.tick.get_or_insert_with(|| Tick {
