@@ -7,12 +7,12 @@
 #      gRPC, spin window off vs 250 us, against the sockperf loopback floor
 #      (scripts/bench_latency_floor.sh; server CPU 0, generator CPU 1)
 #   2. the compute hand-off on one shared core: unbatched `mlp_onnx` at
-#      concurrency 64 on its compute worker (default; pipeline depth 4 with
-#      a 500 us reply hold; the same with the shard thread SCHED_BATCH) vs
-#      inline, with context switches per inference and /v2/health/live
-#      p50/p99 (wrk) alongside
-#   3. `mlp_onnx_dyna` at concurrency 64 over HTTP binary and gRPC vs ONNX
-#      Runtime alone (scripts/bench_ort_direct.py where that machine's
+#      concurrency 64 on its compute worker (default; shards SCHED_OTHER as
+#      before `[runtime] sched_batch`; pipeline depth 4 with a 500 us reply
+#      hold) vs inline, with context switches per inference and
+#      /v2/health/live p50/p99 (wrk) alongside
+#   3. `mlp_onnx_dyna` at concurrency 64 over HTTP binary and gRPC (shards
+#      SCHED_BATCH and not) vs ONNX Runtime alone (scripts/bench_ort_direct.py where that machine's
 #      python3 has onnxruntime)
 #   4. `simple` scaling at 1, 2, 4, 8 and 16 shards (generator on CPUs 8-15)
 #   5. ONNX Runtime on the GPU: where that machine's Python has an
@@ -49,7 +49,7 @@ stop() { [ -n "$pid" ] && { kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/nu
 } >"$out/machine.txt" 2>&1
 
 # 1. c=1 latency, spin off (A) vs 250 us (B), same binaries.
-ROUNDS=2 SECONDS_PER=2 IDLE_SECS=5 NEW_ARGS="--spin-us 250" timeout 170 \
+ROUNDS=2 SECONDS_PER=1 IDLE_SECS=5 NEW_ARGS="--spin-us 250" timeout 120 \
   scripts/bench_latency_floor.sh "$bin/shardserve" "$bin/shardserve" \
   "$bin/shardserve-bench" "$bin/shardserve-bench" >"$out/latency.txt" 2>&1
 echo "bench_latency_floor rc=$?" >>"$out/latency.txt"
@@ -60,18 +60,16 @@ cp -r models/mlp_onnx "$work/worker/"; cp -r models/mlp_onnx "$work/inline/"
 echo 'parameters { key: "shardserve_execution" value { string_value: "inline" } }' \
   >>"$work/inline/mlp_onnx/config.pbtxt"
 printf '[compute]\npipeline_depth = 4\nreply_hold_us = 500\n' >"$work/hold4.toml"
+printf '[runtime]\nsched_batch = false\n' >"$work/other.toml"
 switches() { cat /proc/"$pid"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {s += $2} END {print s + 0}'; }
 inferences() { curl -sf "http://127.0.0.1:$1/v2/models/$2/stats" |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["model_stats"][0]["inference_count"])' 2>/dev/null || echo 0; }
-handoff() { # label repo batch(0|1) [server flags...]
-  local label=$1 repo=$2 batch=$3 port=18600; shift 3
+handoff() { # label repo [server flags...]
+  local label=$1 repo=$2 port=18600; shift 2
   taskset -c 0 "$bin/shardserve" --model-repository "$repo" --host 127.0.0.1 --http-port $port \
     --grpc-port $((port + 1)) --metrics-port $((port + 2)) --cores 1 "$@" >"$out/handoff-server.log" 2>&1 &
   pid=$!
   ready $port || { stop; return; }
-  if [ "$batch" = 1 ]; then
-    for t in /proc/"$pid"/task/*; do [ "$(cat "$t/comm")" = shard-0 ] && chrt -b -p 0 "$(basename "$t")"; done
-  fi
   local s0 n0 s1 n1 wpid
   s0=$(switches); n0=$(inferences $port mlp_onnx)
   if command -v wrk >/dev/null; then
@@ -102,19 +100,18 @@ print(f"{label}: infer/s={rate:.0f} p50_us={p50:.0f} switches_per_infer={(s1 - s
 PY
 }
 for round in 1 2; do
-  handoff "round=$round worker default" "$work/worker" 0
-  handoff "round=$round worker depth4 hold500" "$work/worker" 0 --tuning-profile "$work/hold4.toml"
-  handoff "round=$round worker depth4 hold500 shard-SCHED_BATCH" "$work/worker" 1 --tuning-profile "$work/hold4.toml"
-  handoff "round=$round worker default shard-SCHED_BATCH" "$work/worker" 1
-  handoff "round=$round inline" "$work/inline" 0
+  handoff "round=$round worker default" "$work/worker"
+  handoff "round=$round worker sched_batch=false" "$work/worker" --tuning-profile "$work/other.toml"
+  handoff "round=$round worker depth4 hold500" "$work/worker" --tuning-profile "$work/hold4.toml"
+  handoff "round=$round inline" "$work/inline"
 done 2>&1 | tee "$out/handoff.txt"
 
 # 3. Batched ORT behind the server vs ORT alone, one core.
 {
   timeout 30 taskset -c 0 python3 scripts/bench_ort_direct.py models/mlp_onnx_dyna 3 2>&1 | tail -5
   mkdir -p "$work/dyna"; cp -r models/mlp_onnx_dyna "$work/dyna/"
-  for prof in default hold4; do
-    flags=(); [ $prof = hold4 ] && flags=(--tuning-profile "$work/hold4.toml")
+  for prof in default other; do
+    flags=(); [ $prof = other ] && flags=(--tuning-profile "$work/other.toml")
     taskset -c 0 "$bin/shardserve" --model-repository "$work/dyna" --host 127.0.0.1 --http-port 18620 \
       --grpc-port 18621 --metrics-port 18622 --cores 1 "${flags[@]}" >"$out/dyna-server.log" 2>&1 &
     pid=$!
@@ -137,7 +134,7 @@ for n in 1 2 4 8 16; do
   port=$((port + 10))
   taskset -c 0-$((n - 1)) "$bin/shardserve" --model-repository "$repo" --host 127.0.0.1 \
     --http-port $port --grpc-port $((port + 1)) --metrics-port $((port + 2)) --cores $n \
-    >"$out/scale-server-$n.log" 2>&1 &
+    >"$work/scale-server.log" 2>&1 &
   pid=$!
   ready $port || { stop; continue; }
   note=""; [ $n -gt 8 ] && note=" (generator shares cores 8-15 with the server)"
@@ -198,4 +195,5 @@ if [ -x scripts/device_bench_shm.sh ]; then
   timeout 90 scripts/device_bench_shm.sh "$bin" "$out" 18700 >"$out/bench-shm.txt" 2>&1
   echo "device_bench_shm rc=$?" >>"$out/bench-shm.txt"
 fi
-echo done >"$out/finished.txt"
+cat "$out/latency.txt" "$out/handoff.txt" "$out/dyna.txt" "$out/scaling.txt" "$out/gpu-ort.txt" >"$out/all.txt" 2>/dev/null
+echo done >>"$out/all.txt"

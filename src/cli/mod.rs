@@ -386,8 +386,13 @@ fn topology(
         .spin_us
         .unwrap_or_else(|| profile.runtime.spin().as_micros() as u64);
     println!(
-        "runtime: driver {driver:?}, spin {spin} us after a request before parking{}",
-        if spin == 0 { " (off)" } else { "" }
+        "runtime: driver {driver:?}, spin {spin} us after a request before parking{}, shards {}",
+        if spin == 0 { " (off)" } else { "" },
+        if profile.runtime.sched_batch() {
+            "SCHED_BATCH (wake-ups do not preempt)"
+        } else {
+            "SCHED_OTHER"
+        }
     );
     if let Some(warning) = plan.cgroup_warning(&topology) {
         println!("warning: {warning}");

@@ -68,6 +68,29 @@ pub fn set_nice(nice: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Makes the calling thread `SCHED_BATCH` (its nice value kept): its
+/// wake-ups stop preempting the thread running on its CPU. Needs no
+/// privilege.
+pub fn set_sched_batch() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param; pid 0 is the calling thread.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The calling thread's scheduling policy (`libc::SCHED_*`).
+pub fn current_policy() -> io::Result<i32> {
+    // SAFETY: no arguments beyond the calling thread (pid 0).
+    let p = unsafe { libc::sched_getscheduler(0) };
+    if p < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(p)
+}
+
 /// The calling thread's nice value.
 pub fn current_nice() -> io::Result<i32> {
     // SAFETY: see `set_nice`; errno is cleared first because -1 is a valid
@@ -98,6 +121,19 @@ mod tests {
         .expect("thread");
         assert!(inner >= 5, "nice in the thread: {inner}");
         assert_eq!(current_nice().expect("getpriority"), before);
+    }
+
+    #[test]
+    fn sched_batch_applies_to_the_calling_thread_only() {
+        let before = current_policy().expect("sched_getscheduler");
+        let inner = std::thread::spawn(|| {
+            set_sched_batch().expect("sched_setscheduler");
+            current_policy().expect("sched_getscheduler")
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(inner, libc::SCHED_BATCH);
+        assert_eq!(current_policy().expect("sched_getscheduler"), before);
     }
 
     #[test]

@@ -59,6 +59,11 @@ pub fn run(boot: ShardBoot) -> Vec<String> {
             );
         }
     }
+    if boot.state.options.tuning.runtime.sched_batch() {
+        if let Err(e) = crate::compute::thread::set_sched_batch() {
+            tracing::warn!(shard = boot.id, error = %e, "could not make the shard thread SCHED_BATCH");
+        }
+    }
     let asked = boot.state.options.io_driver;
     let mut runtime = match build_runtime(asked) {
         Ok(rt) => rt,
@@ -192,10 +197,11 @@ async fn shard_main(boot: ShardBoot, spin_driver: spin::Driver) -> Vec<String> {
             }
         }
     };
-    let spin_stats = spin::install(state.options.spin, spin_driver, gate).map(|(spinner, stats)| {
-        monoio::spawn(spinner);
-        stats
-    });
+    let spin_stats =
+        spin::install(state.options.spin, spin_driver, gate).map(|(spinner, stats)| {
+            monoio::spawn(spinner);
+            stats
+        });
     let draining = host.clone();
     monoio::spawn(shard.clone().run_control(control, move || draining.drain()));
     if let Some(l) = http {

@@ -144,9 +144,29 @@ pub struct RuntimeSection {
     /// Microseconds a shard keeps polling its ring after a request finished
     /// before it parks (0: park at once). See `RuntimeSection::DEFAULT_SPIN_US`.
     pub spin_us: Option<u64>,
+    /// Run shard threads as `SCHED_BATCH` (default true): a shard's wake-up
+    /// (a packet, a finished batch) then no longer preempts whatever runs
+    /// on its core at once, only at the scheduler's next tick or when that
+    /// thread sleeps. On a core a shard shares with a compute worker this
+    /// turns one preemption per network event into one per drained batch.
+    /// Measured on a lent 16-core machine (`scripts/device_latency.sh`,
+    /// one shared core, unbatched `mlp_onnx` at concurrency 64): see
+    /// `RuntimeSection::DEFAULT_SCHED_BATCH`. On a core of its own a shard
+    /// wakes to an idle CPU and nothing changes.
+    pub sched_batch: Option<bool>,
 }
 
 impl RuntimeSection {
+    /// On, from the lent machine's figures (two rounds each, server on one
+    /// core with its compute worker): context switches per inference 15 →
+    /// 4.3, throughput 2,175–2,634 → 2,596–3,554 /s, and `/v2/health/live`
+    /// p99 alongside 4.4–4.8 → 2.3–2.4 ms.
+    pub const DEFAULT_SCHED_BATCH: bool = true;
+
+    pub fn sched_batch(&self) -> bool {
+        self.sched_batch.unwrap_or(Self::DEFAULT_SCHED_BATCH)
+    }
+
     /// Default spin window: off. Measured on the 2-core VM
     /// (`scripts/bench_latency_floor.sh`, quiet box), 250 µs cut HTTP's
     /// concurrency-1 p50 about 3× (222 → 70 µs) but made gRPC's worse
