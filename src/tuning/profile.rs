@@ -144,24 +144,28 @@ pub struct RuntimeSection {
     /// Microseconds a shard keeps polling its ring after a request finished
     /// before it parks (0: park at once). See `RuntimeSection::DEFAULT_SPIN_US`.
     pub spin_us: Option<u64>,
-    /// Run shard threads as `SCHED_BATCH` (default true): a shard's wake-up
-    /// (a packet, a finished batch) then no longer preempts whatever runs
-    /// on its core at once, only at the scheduler's next tick or when that
-    /// thread sleeps. On a core a shard shares with a compute worker this
-    /// turns one preemption per network event into one per drained batch.
-    /// Measured on a lent 16-core machine (`scripts/device_latency.sh`,
-    /// one shared core, unbatched `mlp_onnx` at concurrency 64): see
-    /// `RuntimeSection::DEFAULT_SCHED_BATCH`. On a core of its own a shard
-    /// wakes to an idle CPU and nothing changes.
+    /// Run shard threads as `SCHED_BATCH` (default false): a shard's
+    /// wake-up (a packet, a finished batch) then no longer preempts whatever
+    /// runs on its core at once, only at the scheduler's next tick or when
+    /// that thread sleeps. On a core a shard shares with a compute worker
+    /// this turns one preemption per network event into one per drained
+    /// batch. On a core of its own a shard wakes to an idle CPU and nothing
+    /// changes. See `RuntimeSection::DEFAULT_SCHED_BATCH` for the figures.
     pub sched_batch: Option<bool>,
 }
 
 impl RuntimeSection {
-    /// On, from the lent machine's figures (two rounds each, server on one
-    /// core with its compute worker): context switches per inference 15 →
-    /// 4.3, throughput 2,175–2,634 → 2,596–3,554 /s, and `/v2/health/live`
-    /// p99 alongside 4.4–4.8 → 2.3–2.4 ms.
-    pub const DEFAULT_SCHED_BATCH: bool = true;
+    /// Off. Measured on a lent 16-core machine (`scripts/device_latency.sh`,
+    /// one core shared by a shard and its compute worker, two rounds): for
+    /// unbatched `mlp_onnx` at concurrency 64 it lifts throughput from
+    /// 2,541–2,573 to 3,037–3,285 /s (inline: 4,111–4,163), cuts context
+    /// switches per inference from 16 to 4.2–4.7 and the `/v2/health/live`
+    /// p99 alongside from 4.4 to 2.0–2.2 ms; but for the dynamically batched
+    /// `mlp_onnx_dyna` at concurrency 64 it costs 8 % over HTTP (26,209 →
+    /// 24,113 /s) and 19 % over gRPC (25,258 → 20,453 /s). Batched models
+    /// are the common production case, so the default keeps ordinary
+    /// preemption; `tuning/shared-core-workers.toml` turns it on.
+    pub const DEFAULT_SCHED_BATCH: bool = false;
 
     pub fn sched_batch(&self) -> bool {
         self.sched_batch.unwrap_or(Self::DEFAULT_SCHED_BATCH)
