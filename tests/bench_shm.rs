@@ -44,6 +44,9 @@ fn start() -> (ServerHandle, common::TempRepo) {
     );
     let mut opts = shardserve::server::ServerOptions::for_tests(repo.root.clone());
     opts.cores = Some(1);
+    // Shutdown waits for the bench's connections to close; on a loaded CI
+    // box the default 5 s test exit timeout was once too short for that.
+    opts.exit_timeout = std::time::Duration::from_secs(30);
     (common::start_with(opts), repo)
 }
 
