@@ -11,28 +11,8 @@ use shardserve::bench::{self, cli::Options, measure::StepResult};
 
 const BIN: &str = env!("CARGO_BIN_EXE_shardserve-bench");
 
-/// Short windows keep every test bounded: warm-up 50 ms + at most 3 × 150 ms per step.
-fn args(extra: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "shardserve-bench",
-        "-p",
-        "150",
-        "--max-trials",
-        "3",
-        "--warmup",
-        "50",
-        "-q",
-        "--no-progress",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    v.extend(extra.iter().map(|s| s.to_string()));
-    v
-}
-
 fn run(extra: &[&str]) -> Vec<StepResult> {
-    let opts = Options::try_parse_from(args(extra)).expect("arguments parse");
+    let opts = Options::try_parse_from(common::bench_args(extra)).expect("arguments parse");
     bench::run(&opts).expect("bench runs").results
 }
 
@@ -210,7 +190,7 @@ fn a_step_where_every_request_fails_stops_with_the_servers_reason() {
         "{err}"
     );
 
-    let opts = Options::try_parse_from(args(&[
+    let opts = Options::try_parse_from(common::bench_args(&[
         "-m", "simple", "-i", "grpc", "-u", &grpc, "--shape", "INPUT0:8",
     ]))
     .expect("arguments parse");
@@ -379,7 +359,7 @@ fn compare_two_targets_gives_ratios() {
     let server = common::start_server(1);
     let http = server.http_addr().to_string();
     let grpc = format!("{},grpc", server.grpc_addr());
-    let opts = Options::try_parse_from(args(&[
+    let opts = Options::try_parse_from(common::bench_args(&[
         "-m",
         "simple",
         "-u",
@@ -409,7 +389,7 @@ fn compare_two_targets_gives_ratios() {
     let dir = std::env::temp_dir().join(format!("bench-compare-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let csv = dir.join("compare.csv");
-    let mut a = args(&["-m", "simple", "-u", &http, "--compare", &grpc]);
+    let mut a = common::bench_args(&["-m", "simple", "-u", &http, "--compare", &grpc]);
     a.extend(["--concurrency-range".into(), "1,2".into(), "-f".into()]);
     a.push(csv.to_string_lossy().to_string());
     bench::run(&Options::try_parse_from(a).unwrap()).expect("bench runs");
@@ -766,7 +746,7 @@ fn latency_threshold_and_binary_search() {
     let search = |extra: &[&str]| {
         let mut a = vec!["-m", "simple", "-u", &http, "--concurrency-range", "1:4"];
         a.extend_from_slice(extra);
-        bench::run(&Options::try_parse_from(args(&a)).expect("arguments parse"))
+        bench::run(&Options::try_parse_from(common::bench_args(&a)).expect("arguments parse"))
             .expect("bench runs")
     };
     for extra in [

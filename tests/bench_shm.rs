@@ -55,26 +55,6 @@ fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Short windows: warm-up 50 ms + at most 3 × 150 ms per step.
-fn bench_args(extra: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "shardserve-bench",
-        "-p",
-        "150",
-        "--max-trials",
-        "3",
-        "--warmup",
-        "50",
-        "-q",
-        "--no-progress",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    v.extend(extra.iter().map(|s| s.to_string()));
-    v
-}
-
 fn success_count(http: SocketAddr, model: &str) -> u64 {
     let stats = common::get(http, &format!("/v2/models/{model}/stats")).json();
     stats["model_stats"]
@@ -121,7 +101,7 @@ fn shm_run(server: &ServerHandle, model: &str, extra: &[&str]) -> Vec<StepResult
     let before = success_count(http, model);
     let mut a = vec!["-m", model, "--shared-memory", "system"];
     a.extend_from_slice(extra);
-    let opts = Options::try_parse_from(bench_args(&a)).expect("arguments parse");
+    let opts = Options::try_parse_from(common::bench_args(&a)).expect("arguments parse");
     let results = bench::run(&opts).expect("bench runs").results;
     assert!(!results.is_empty());
     for r in &results {

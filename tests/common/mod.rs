@@ -233,3 +233,24 @@ pub async fn grpc_client(
         channel,
     )
 }
+
+/// `shardserve-bench` arguments with short windows, so every bench test
+/// stays bounded (warm-up 50 ms + at most 3 × 150 ms per step), then `extra`.
+pub fn bench_args(extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "shardserve-bench",
+        "-p",
+        "150",
+        "--max-trials",
+        "3",
+        "--warmup",
+        "50",
+        "-q",
+        "--no-progress",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
