@@ -205,26 +205,6 @@ pub fn raw_bytes_input_shape(input: &str) -> InferError {
     ))
 }
 
-/// Unregistering a region a request still uses (Triton's
-/// `SharedMemoryManager::UnregisterHelper`).
-pub fn shm_in_use(name: &str) -> InferError {
-    InferError::internal(format!(
-        "Cannot unregister shared memory region '{}', it is currently in use.",
-        clip(name)
-    ))
-}
-
-/// Unregistering every region of a kind while requests use some: the
-/// names of those kept, in name order, each followed by " ," as Triton
-/// writes them.
-/// `kind` is "system" or "cuda".
-pub fn shm_unregister_all_failed(kind: &str, busy: &[String]) -> InferError {
-    let names: String = busy.iter().map(|n| format!("{} ,", clip(n))).collect();
-    InferError::internal(clip(&format!(
-        "Failed to unregister the following {kind} shared memory regions: {names}"
-    )))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,24 +281,6 @@ mod tests {
         assert_eq!(
             cuda.message,
             "failed to register CUDA shared memory region: 'c', GPUs not supported"
-        );
-    }
-
-    #[test]
-    fn shm_in_use_texts_are_tritons() {
-        let e = shm_in_use("input0_data");
-        assert_eq!(e.kind, ErrorKind::Internal);
-        assert_eq!(
-            e.message,
-            "Cannot unregister shared memory region 'input0_data', it is currently in use."
-        );
-        let busy = ["input0_data".to_string(), "input1_data".to_string()];
-        let e = shm_unregister_all_failed("system", &busy);
-        assert_eq!(e.kind, ErrorKind::Internal);
-        assert_eq!(
-            e.message,
-            "Failed to unregister the following system shared memory regions: \
-             input0_data ,input1_data ,"
         );
     }
 

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::registry::{Region, Registry};
+use super::registry::{Region, Registry, Usage};
 use crate::{
     error_texts,
     gpu::{pinned, GpuInventory, IpcMemory},
@@ -49,6 +49,7 @@ pub struct CudaRegion {
     memory: DeviceMemory,
     /// The GPU's NUMA node: where its staging buffers live.
     numa_node: Option<usize>,
+    pub(super) usage: Usage,
 }
 
 /// Where a CUDA region's bytes are.
@@ -102,6 +103,7 @@ impl CudaRegion {
             byte_size: byte_size as u64,
             memory: DeviceMemory::Fake(std::sync::Mutex::new(vec![0; byte_size])),
             numa_node: None,
+            usage: Usage::default(),
         }
     }
 
@@ -209,6 +211,7 @@ impl Registry {
             byte_size,
             memory: DeviceMemory::Ipc(memory),
             numa_node: gpu.numa_node,
+            usage: Usage::default(),
         })))?;
         tracing::debug!(name, device_id, byte_size, "registered CUDA shared memory");
         Ok(())
@@ -320,16 +323,12 @@ mod tests {
         assert!(response.outputs[0].data.is_empty());
         assert_eq!(&region.read(16, 4).unwrap()[..], &[9, 9, 9, 9]);
 
-        // Held (by the request's regions, by this test): not unregistered,
-        // as in Triton; released, it is.
-        let e = registry.unregister(name, Kind::Cuda).unwrap_err();
-        assert!(
-            e.message.contains("it is currently in use"),
-            "{}",
-            e.message
-        );
-        drop((regions, region));
+        // Held by the request's regions: unregistering is deferred, as in
+        // Triton, and completes once they are dropped.
         registry.unregister(name, Kind::Cuda).unwrap();
+        assert!(registry.contains(name).unwrap());
+        drop((regions, region));
+        assert!(!registry.contains(name).unwrap());
         let e = read_input(&input, DataType::Uint8, 8, &[8], "X", "m").unwrap_err();
         assert_eq!(e.kind, ErrorKind::NotFound);
     }

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use cuda::CudaRegion;
-pub use registry::{global, Kind, Region, Registry};
+pub use registry::{global, Kind, Lease, Region, Registry};
 pub use system::SystemRegion;
 
 use crate::{
@@ -227,11 +227,14 @@ struct OutputTarget {
 /// checked for truncation once the model has run, and those its outputs go
 /// to, resolved before the model runs (an unknown or truncated region fails
 /// the request without running it, and the `Arc`s keep the regions mapped
-/// until the outputs are written).
+/// until the outputs are written). Its leases defer an unregister of any
+/// of them until it is dropped, which the front end does before the
+/// answer goes out.
 #[derive(Debug)]
 pub struct RequestRegions {
     inputs: Vec<Arc<SystemRegion>>,
     outputs: Vec<OutputTarget>,
+    _leases: Vec<Lease>,
 }
 
 /// The response to a request that used `regions`, once its outputs are
@@ -305,9 +308,16 @@ impl RequestRegions {
                 len,
             });
         }
+        let mut leased: Vec<Region> = regions.iter().cloned().map(Region::System).collect();
+        for t in &targets {
+            if !leased.iter().any(|r| r.same(&t.region)) {
+                leased.push(t.region.clone());
+            }
+        }
         Ok(Some(Self {
             inputs: regions,
             outputs: targets,
+            _leases: leased.into_iter().map(Lease::new).collect(),
         }))
     }
 

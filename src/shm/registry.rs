@@ -13,11 +13,22 @@
 //! registrations of one name racing, of whichever kinds, cannot both
 //! succeed. The per-kind work before it (mapping a shm object, opening an
 //! IPC handle) happens outside the lock, in `system` and `cuda`.
+//!
+//! Unregistering a region a request is using succeeds but is deferred, as
+//! in Triton (`awaiting_unregister_`): the region stays registered, and
+//! usable, until its last request has been answered. "Using" means a
+//! [`Lease`], taken when the request's regions are resolved and dropped
+//! before its answer is sent, so a client that unregisters after reading
+//! its answer never sees the region again. The `Arc`s a request's tensors
+//! hold keep the mapping alive (memory safety) but do not count: the
+//! thread that ran the model may drop them after the answer is out.
+//! Deferred regions leave the map at the next registry call that finds
+//! them free (`sweep`); calls made while none waits pay one atomic load.
 
 use std::{
     collections::{btree_map::Entry, BTreeMap},
     sync::{
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
         Arc, OnceLock, RwLock,
     },
 };
@@ -31,6 +42,33 @@ use crate::{error_texts, types::InferError};
 pub enum Kind {
     System,
     Cuda,
+}
+
+/// Who is using a region: the requests holding a [`Lease`] on it, and
+/// whether an unregister waits for them.
+#[derive(Debug, Default)]
+pub struct Usage {
+    leases: AtomicUsize,
+    awaiting_unregister: AtomicBool,
+}
+
+/// A request's claim on a region, from the time its regions are resolved
+/// until its answer is ready: while one is held, unregistering the region
+/// is deferred.
+#[derive(Debug)]
+pub struct Lease(Region);
+
+impl Lease {
+    pub fn new(region: Region) -> Self {
+        region.usage().leases.fetch_add(1, Ordering::AcqRel);
+        Self(region)
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.0.usage().leases.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A registered region of either kind.
@@ -74,14 +112,35 @@ impl Region {
 
     /// `[offset, offset + byte_size)` of the region, checked as Triton
     /// checks it.
-    /// Whether a request holds the region (an input's data, an output's
-    /// destination): the registry's own reference is then not the only one.
-    /// Triton refuses to unregister such a region.
-    pub fn in_use(&self) -> bool {
-        match self {
-            Self::System(r) => Arc::strong_count(r) > 1,
-            Self::Cuda(r) => Arc::strong_count(r) > 1,
+    /// Whether both are the same registration.
+    pub fn same(&self, other: &Region) -> bool {
+        match (self, other) {
+            (Self::System(a), Self::System(b)) => Arc::ptr_eq(a, b),
+            (Self::Cuda(a), Self::Cuda(b)) => Arc::ptr_eq(a, b),
+            _ => false,
         }
+    }
+
+    fn usage(&self) -> &Usage {
+        match self {
+            Self::System(r) => &r.usage,
+            Self::Cuda(r) => &r.usage,
+        }
+    }
+
+    /// Whether a request still holds a [`Lease`] on the region (an input
+    /// read from it, an output going to it).
+    fn in_use(&self) -> bool {
+        self.usage().leases.load(Ordering::Acquire) > 0
+    }
+
+    fn awaiting_unregister(&self) -> bool {
+        self.usage().awaiting_unregister.load(Ordering::Acquire)
+    }
+
+    /// Whether the region's deferred unregister can complete now.
+    fn releasable(&self) -> bool {
+        self.awaiting_unregister() && !self.in_use()
     }
 
     pub fn bounds(&self, offset: u64, byte_size: u64) -> Result<(usize, usize), InferError> {
@@ -108,7 +167,12 @@ pub struct Registry {
     /// lock: requests that read no input from shared memory skip the
     /// lookup in `containing`.
     system_count: AtomicUsize,
+    /// How many regions wait for their requests before leaving the map
+    /// (see `sweep`).
+    awaiting: AtomicUsize,
 }
+
+type Regions = BTreeMap<String, Region>;
 
 /// The process's registry.
 pub fn global() -> &'static Registry {
@@ -125,6 +189,7 @@ impl Registry {
     /// kind (Triton's "already in manager").
     pub(super) fn insert(&self, region: Region) -> Result<(), InferError> {
         let mut regions = self.regions.write().map_err(|_| poisoned())?;
+        self.sweep_locked(&mut regions);
         match regions.entry(region.name().to_string()) {
             Entry::Occupied(_) => Err(error_texts::shm_already_registered(region.name())),
             Entry::Vacant(slot) => {
@@ -135,16 +200,63 @@ impl Registry {
         }
     }
 
-    fn recount(&self, regions: &BTreeMap<String, Region>) {
+    fn recount(&self, regions: &Regions) {
         let n = regions
             .values()
             .filter(|r| matches!(r, Region::System(_)))
             .count();
         self.system_count.store(n, Ordering::Release);
+        let n = regions.values().filter(|r| r.awaiting_unregister()).count();
+        self.awaiting.store(n, Ordering::Release);
+    }
+
+    /// Completes the deferred unregisters whose requests have all been
+    /// answered, so that no call observes a region its client already
+    /// unregistered and no longer uses.
+    fn sweep(&self) -> Result<(), InferError> {
+        if self.awaiting.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        let mut regions = self.regions.write().map_err(|_| poisoned())?;
+        self.sweep_locked(&mut regions);
+        Ok(())
+    }
+
+    fn sweep_locked(&self, regions: &mut Regions) {
+        if self.awaiting.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        regions.retain(|name, r| {
+            let release = r.releasable();
+            if release {
+                tracing::debug!(name, "unregistered shared memory after its last request");
+            }
+            !release
+        });
+        self.recount(regions);
+    }
+
+    /// Unregisters `region` (under the write lock), or defers it while a
+    /// request holds it. Whether it left the map.
+    fn forget(name: &str, region: &Region) -> bool {
+        if region.in_use() {
+            region
+                .usage()
+                .awaiting_unregister
+                .store(true, Ordering::Release);
+            tracing::debug!(
+                name,
+                "shared memory region will be unregistered after its in-flight requests"
+            );
+            false
+        } else {
+            true
+        }
     }
 
     /// Whether `name` is registered, as either kind.
     pub fn contains(&self, name: &str) -> Result<bool, InferError> {
+        self.sweep()?;
         Ok(self
             .regions
             .read()
@@ -154,6 +266,7 @@ impl Registry {
 
     /// `name`'s region, of whichever kind, for a request to read or write.
     pub fn find(&self, name: &str) -> Result<Option<Region>, InferError> {
+        self.sweep()?;
         Ok(self
             .regions
             .read()
@@ -180,45 +293,28 @@ impl Registry {
     }
 
     /// Forgets `name` if it is a region of `kind` (no error otherwise, as
-    /// in Triton). Requests holding the region keep it until they finish.
+    /// in Triton). A region a request holds is forgotten once its last
+    /// request has been answered; meanwhile it stays registered and usable.
     pub fn unregister(&self, name: &str, kind: Kind) -> Result<(), InferError> {
         let mut regions = self.regions.write().map_err(|_| poisoned())?;
+        self.sweep_locked(&mut regions);
         if let Some(region) = regions.get(name).filter(|r| r.kind() == kind) {
-            if region.in_use() {
-                return Err(error_texts::shm_in_use(name));
+            if Self::forget(name, region) {
+                regions.remove(name);
             }
-            regions.remove(name);
             self.recount(&regions);
         }
         Ok(())
     }
 
-    /// Forgets every region of `kind`.
-    /// Regions a request still holds stay registered, and are named in
-    /// the error (Triton's `UnregisterAll`, in name order).
+    /// Forgets every region of `kind`, those in use once their requests
+    /// have been answered (Triton's `UnregisterAll`).
     pub fn unregister_all(&self, kind: Kind) -> Result<(), InferError> {
         let mut regions = self.regions.write().map_err(|_| poisoned())?;
-        let mut busy = Vec::new();
-        regions.retain(|name, r| {
-            if r.kind() != kind {
-                return true;
-            }
-            let keep = r.in_use();
-            if keep {
-                busy.push(name.clone());
-            }
-            keep
-        });
+        self.sweep_locked(&mut regions);
+        regions.retain(|name, r| r.kind() != kind || !Self::forget(name, r));
         self.recount(&regions);
-        if busy.is_empty() {
-            Ok(())
-        } else {
-            let kind = match kind {
-                Kind::System => "system",
-                Kind::Cuda => "cuda",
-            };
-            Err(error_texts::shm_unregister_all_failed(kind, &busy))
-        }
+        Ok(())
     }
 
     /// Every system region (empty `name`) or the one named; a name taken
@@ -256,6 +352,7 @@ impl Registry {
         wrong_kind: impl FnOnce() -> InferError,
         unknown: impl FnOnce() -> InferError,
     ) -> Result<Vec<T>, InferError> {
+        self.sweep()?;
         let regions = self.regions.read().map_err(|_| poisoned())?;
         if name.is_empty() {
             return Ok(regions.values().filter_map(&of_kind).collect());
@@ -446,33 +543,53 @@ mod tests {
         registry.unregister("dev", Kind::Cuda).unwrap();
         assert!(registry.find("dev").unwrap().is_none());
     }
-    /// As Triton: a region a request still holds is not unregistered, by
-    /// name or with all of its kind; once released it is.
+    /// As Triton: unregistering a region a request holds succeeds, by
+    /// name or with all of its kind, but the region stays registered and
+    /// usable until the last lease on it goes; then the next call finds it
+    /// gone. A region nobody leases goes at once.
     #[test]
-    fn a_region_in_use_stays_registered() {
+    fn a_region_in_use_is_unregistered_after_its_last_request() {
         let registry = Registry::default();
         let object = Object::new("in-use", 4096);
         for name in ["a", "b", "c"] {
             registry.register_system(name, &object.key, 0, 64).unwrap();
         }
-        let held_a = registry.find("a").unwrap().unwrap();
-        let held_c = registry.find("c").unwrap().unwrap();
-        let e = registry.unregister("a", Kind::System).unwrap_err();
-        assert_eq!(e.kind, ErrorKind::Internal);
-        assert_eq!(
-            e.message,
-            "Cannot unregister shared memory region 'a', it is currently in use."
-        );
-        let e = registry.unregister_all(Kind::System).unwrap_err();
-        assert_eq!(
-            e.message,
-            "Failed to unregister the following system shared memory regions: a ,c ,"
-        );
-        assert!(registry.contains("a").unwrap() && registry.contains("c").unwrap());
-        assert!(!registry.contains("b").unwrap());
-        drop((held_a, held_c));
+        let lease_a = Lease::new(registry.find("a").unwrap().unwrap());
+        let lease_c1 = Lease::new(registry.find("c").unwrap().unwrap());
+        let lease_c2 = Lease::new(registry.find("c").unwrap().unwrap());
+        // An `Arc` without a lease (a tensor's bytes) does not defer it.
+        let plain_b = registry.find("b").unwrap().unwrap();
+
         registry.unregister("a", Kind::System).unwrap();
+        assert!(registry.contains("a").unwrap(), "deferred while leased");
+        assert!(registry.find("a").unwrap().is_some(), "still usable");
         registry.unregister_all(Kind::System).unwrap();
+        assert!(!registry.contains("b").unwrap());
+        assert_eq!(plain_b.name(), "b", "its mapping outlives the registration");
+        let names: Vec<_> = registry
+            .system_status("")
+            .unwrap()
+            .iter()
+            .map(|r| r.name.clone())
+            .collect();
+        assert_eq!(names, ["a", "c"]);
+        // Taken again while awaiting: Triton's "already in manager".
+        let e = registry
+            .register_system("a", &object.key, 0, 64)
+            .unwrap_err();
+        assert!(e.message.contains("already in manager"), "{}", e.message);
+
+        drop(lease_a);
+        assert!(!registry.contains("a").unwrap());
+        drop(lease_c1);
+        assert!(registry.contains("c").unwrap(), "one lease left");
+        drop(lease_c2);
         assert!(registry.system_status("").unwrap().is_empty());
+        assert_eq!(registry.system_count.load(Ordering::Acquire), 0);
+        assert_eq!(registry.awaiting.load(Ordering::Acquire), 0);
+        // The name is free again.
+        registry.register_system("a", &object.key, 0, 64).unwrap();
+        registry.unregister("a", Kind::System).unwrap();
+        assert!(!registry.contains("a").unwrap());
     }
 }

@@ -10,7 +10,7 @@ use std::sync::{
 use super::{
     fault,
     mapping::Mapping,
-    registry::{Region, Registry},
+    registry::{Region, Registry, Usage},
 };
 use crate::{
     error_texts,
@@ -29,6 +29,7 @@ pub struct SystemRegion {
     /// Set by the first `check` that found the region broken, so the
     /// warning is logged once.
     reported: AtomicBool,
+    pub(super) usage: Usage,
 }
 
 impl SystemRegion {
@@ -119,6 +120,7 @@ impl Registry {
             byte_size,
             mapping,
             reported: AtomicBool::new(false),
+            usage: Usage::default(),
         })))?;
         tracing::debug!(
             name,

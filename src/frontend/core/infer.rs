@@ -96,6 +96,7 @@ pub fn infer_stream(request: InferRequest, protocol: Protocol) -> ResponseStream
             }
         };
     let in_flight = InFlight::enter();
+    let mut regions = regions;
     Box::pin(scheduler::infer_stream(request).map(move |item| {
         let _in_flight = &in_flight;
         let item = match (&regions, item) {
@@ -106,6 +107,15 @@ pub fn infer_stream(request: InferRequest, protocol: Protocol) -> ResponseStream
             (Some(regions), Err(e)) => Err(regions.blame(e)),
             (_, item) => item,
         };
+        // The last item: the regions' leases go before it is sent (an
+        // unregister deferred meanwhile completes; see `shm::Lease`), not
+        // when the stream is dropped.
+        if matches!(
+            item,
+            Err(_) | Ok(Streamed::Final(_)) | Ok(Streamed::Response { last: true, .. })
+        ) {
+            regions = None;
+        }
         if log.is_some() {
             RequestLog::observe(&mut log, &item);
         }
