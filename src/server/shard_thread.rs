@@ -255,7 +255,7 @@ async fn shard_main(boot: ShardBoot, spin_driver: spin::Driver) -> Vec<String> {
         tracing::debug!(shard = id, open, "connections still open at exit");
     }
     if let Some(stats) = &spin_stats {
-        let [hold, yielded, window, ready] = stats.stops();
+        let [hold, yielded, window, ready, backoff] = stats.stops();
         tracing::debug!(
             shard = id,
             rounds = stats.rounds(),
@@ -265,6 +265,7 @@ async fn shard_main(boot: ShardBoot, spin_driver: spin::Driver) -> Vec<String> {
             stops_yield = yielded,
             stops_window = window,
             stops_ready = ready,
+            stops_backoff = backoff,
             "spin-before-park totals"
         );
     }

@@ -76,8 +76,8 @@ pub struct SpinStats {
     rounds: AtomicU64,
     windows: AtomicU64,
     backoffs: AtomicU64,
-    /// Why the spinner stopped: [hold, yield, window over or backing off, socket ready].
-    stops: [AtomicU64; 4],
+    /// Why the spinner stopped: [hold, yield, window over, socket ready, backing off].
+    stops: [AtomicU64; 5],
 }
 
 impl SpinStats {
@@ -96,8 +96,8 @@ impl SpinStats {
     }
 
     /// Times the spinner stopped, by reason: the gate held it, the gate
-    /// yielded, the window ended (or a back-off), a socket was ready.
-    pub fn stops(&self) -> [u64; 4] {
+    /// yielded, the window ended, a socket was ready, a back-off.
+    pub fn stops(&self) -> [u64; 5] {
         std::array::from_fn(|i| self.stops[i].load(Ordering::Relaxed))
     }
 
@@ -374,10 +374,11 @@ impl Future for Spinner {
             Gate::Yield => return this.stop(cx, 1),
         }
         let now = Instant::now();
-        if now.duration_since(this.state.last_work.get()) >= this.state.window
-            || this.contention.backing_off(now, &this.state.stats)
-        {
+        if now.duration_since(this.state.last_work.get()) >= this.state.window {
             return this.stop(cx, 2);
+        }
+        if this.contention.backing_off(now, &this.state.stats) {
+            return this.stop(cx, 4);
         }
         if this.poller.is_some_and(readable) {
             // A socket is ready: the park that follows re-arms the epoll
