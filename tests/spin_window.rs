@@ -174,3 +174,62 @@ fn sockets_stay_readable_while_it_spins() {
         rt.block_on(ping_pong(Driver::IoUring));
     }
 }
+
+/// A task woken by another task runs before the spinner's next rounds, not
+/// after its window: monoio queues a self-wake at the front of its run
+/// queue, and a spinner that woke itself kept every such task waiting
+/// (an h2 connection task handed a gRPC answer waited the whole window).
+/// Counted in spinner rounds, not time: the window is long enough for
+/// thousands of rounds.
+#[test]
+fn a_task_another_task_wakes_runs_between_rounds() {
+    let mut rt = epoll_runtime();
+    rt.block_on(async {
+        let (spinner, stats) = spin::install(Duration::from_secs(30), Driver::Epoll, || Gate::Spin)
+            .expect("a spinner");
+        monoio::spawn(spinner);
+        spin::note_work();
+        assert!(
+            eventually(|| stats.rounds() > 0).await,
+            "the spinner never ran"
+        );
+        for _ in 0..20 {
+            // A parked task, and the rounds done when it gets to run.
+            let woken: Rc<Cell<Option<std::task::Waker>>> = Rc::default();
+            let ran_at: Rc<Cell<Option<u64>>> = Rc::default();
+            let parked = {
+                let (woken, ran_at, stats) = (woken.clone(), ran_at.clone(), stats.clone());
+                monoio::spawn(async move {
+                    let mut first = true;
+                    std::future::poll_fn(|cx| {
+                        if first {
+                            first = false;
+                            woken.set(Some(cx.waker().clone()));
+                            return std::task::Poll::Pending;
+                        }
+                        ran_at.set(Some(stats.rounds()));
+                        std::task::Poll::Ready(())
+                    })
+                    .await
+                })
+            };
+            // Let it park, then wake it from here while the spinner spins.
+            let waker = loop {
+                if let Some(w) = woken.take() {
+                    break w;
+                }
+                monoio::time::sleep(Duration::from_millis(1)).await;
+            };
+            let woken_at = stats.rounds();
+            waker.wake();
+            parked.await;
+            let ran = ran_at.get().expect("it ran");
+            assert!(
+                ran - woken_at <= 3,
+                "the woken task waited {} spinner rounds",
+                ran - woken_at
+            );
+        }
+        spin::clear();
+    });
+}

@@ -4,10 +4,11 @@
 //! monoio's `block_on` parks (a blocking `io_uring_enter`) whenever its task
 //! queue is empty. On a VM an idle vCPU then halts, and the wake-up for the
 //! next request costs tens of microseconds: at concurrency 1 that is paid
-//! on every request, on both sides of the connection. A task that wakes
-//! itself keeps the queue non-empty, so the runtime does a non-blocking
-//! submit + completion reap instead and the next request is picked up
-//! without a sleep. After the window the spinner stops waking itself (the
+//! on every request, on both sides of the connection. A task that is woken
+//! for every round keeps the queue non-empty, so the runtime does a
+//! non-blocking submit + completion reap instead and the next request is
+//! picked up without a sleep. (It is woken by a relay task, not by itself:
+//! see [`Relay`].) After the window the spinner stops waking itself (the
 //! thread parks as before, ~0 CPU at idle) and waits to be re-armed by
 //! [`note_work`].
 //!
@@ -188,6 +189,7 @@ pub fn install(
             tick: None,
             poller,
             contention: Contention::new(),
+            relay: None,
         },
         stats,
     ))
@@ -220,6 +222,36 @@ pub struct Spinner {
     /// The epoll instance of this runtime's poll-based I/O (io_uring only).
     poller: Option<RawFd>,
     contention: Contention,
+    /// Shared with the relay task that queues the next round (spawned on
+    /// the first round).
+    relay: Option<Rc<RefCell<Relay>>>,
+}
+
+/// The wakers of the spinner and of its relay task. monoio queues a task
+/// that wakes itself while it runs at the *front* of its run queue, so a
+/// spinner that woke itself for its next round ran again before any task
+/// woken in the meantime, round after round: a task woken by another task
+/// (a connection task a request's answer or message was handed to) waited
+/// out the whole window. Each wakes the other instead, while the other is
+/// not running, which monoio queues at the back: every task woken meanwhile
+/// runs between two rounds.
+#[derive(Default)]
+struct Relay {
+    spinner: Option<Waker>,
+    relay: Option<Waker>,
+}
+
+/// The relay task: wakes the spinner each time the spinner wakes it.
+async fn relay(shared: Rc<RefCell<Relay>>) {
+    std::future::poll_fn(|cx| {
+        let mut r = shared.borrow_mut();
+        r.relay = Some(cx.waker().clone());
+        if let Some(spinner) = r.spinner.take() {
+            spinner.wake();
+        }
+        Poll::<()>::Pending
+    })
+    .await
 }
 
 /// How long a spinner whose core is contended parks like a zero window.
@@ -349,6 +381,23 @@ fn readable(fd: RawFd) -> bool {
 }
 
 impl Spinner {
+    /// Queues the next round behind the tasks already queued (see
+    /// [`Relay`]).
+    fn next_round(&mut self, cx: &Context<'_>) -> Poll<()> {
+        let shared = self.relay.get_or_insert_with(|| {
+            let shared = Rc::new(RefCell::new(Relay::default()));
+            // Its first poll wakes the spinner.
+            monoio::spawn(relay(shared.clone()));
+            shared
+        });
+        let mut r = shared.borrow_mut();
+        r.spinner = Some(cx.waker().clone());
+        if let Some(relay) = r.relay.take() {
+            relay.wake();
+        }
+        Poll::Pending
+    }
+
     fn stop(&mut self, cx: &Context<'_>, why: usize) -> Poll<()> {
         if let Some(c) = self.state.stats.stops.get(why) {
             c.fetch_add(1, Ordering::Relaxed);
@@ -400,7 +449,6 @@ impl Future for Spinner {
             return Poll::Pending;
         }
         this.state.stats.rounds.fetch_add(1, Ordering::Relaxed);
-        cx.waker().wake_by_ref();
-        Poll::Pending
+        this.next_round(cx)
     }
 }

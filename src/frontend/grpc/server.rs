@@ -100,12 +100,8 @@ impl Service<http::Request<Incoming>> for GrpcRouter {
             let status = tonic::Status::unimplemented(format!("unknown gRPC method {path}"));
             Box::pin(async move { Ok(status.into_http()) })
         };
-        let conn = self.conn.clone();
         Box::pin(async move {
             let out = fut.await;
-            // The answer goes out on the connection task's next poll: make
-            // sure there is one (see `ConnState::wake_driver`).
-            conn.wake_driver();
             drop(in_flight);
             out.map(|mut resp| {
                 size_limit::rewrite(resp.headers_mut());

@@ -144,19 +144,6 @@ impl ConnState {
         }
     }
 
-    /// Wakes the task driving the connection. h2 can queue a stream's
-    /// response without waking the connection task (it only wakes the one
-    /// it last stored), which then writes it on its next poll for another
-    /// reason: the next socket event, found when the runtime parks. With
-    /// the spin window that park is up to a window away, and every gRPC
-    /// request at concurrency 1 waited for it (spin 250 µs: p50 416 µs
-    /// against 155 µs without the window, on the 2-core VM).
-    pub fn wake_driver(&self) {
-        if let Some(w) = self.waker.borrow().as_ref() {
-            w.wake_by_ref();
-        }
-    }
-
     /// Resolves once the shard starts draining.
     pub(super) async fn drained(&self) {
         poll_fn(|cx| {
