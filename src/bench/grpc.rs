@@ -2,10 +2,9 @@
 //! from headers (trailers-only) or trailers, unary calls and a
 //! ModelStreamInfer stream for the streaming mode.
 
-use std::{future::Future, pin::Pin, time::Instant};
+use std::{future::Future, time::Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use futures::channel::mpsc;
 use http::{header, HeaderMap, HeaderValue};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -218,29 +217,36 @@ pub async fn call<Req: Message, Resp: Message + Default>(
     Resp::decode(body).map_err(|e| anyhow::anyhow!("bad {method} response: {e}"))
 }
 
-type ResponseFuture = Pin<Box<dyn Future<Output = hyper::Result<http::Response<Incoming>>>>>;
-
 /// One ModelStreamInfer stream carrying one request at a time: send a
-/// message, wait for the next response message.
+/// message, wait for the next response message. Over `h2` directly, as
+/// unary calls in the closed loop: the message goes to h2 from the task
+/// that sends it, where hyper's client pipes a request body through a task
+/// of its own.
 pub struct GrpcStream {
-    tx: mpsc::UnboundedSender<Bytes>,
-    response: Option<ResponseFuture>,
-    body: Option<Incoming>,
+    send: h2::SendStream<Bytes>,
+    response: Option<h2::client::ResponseFuture>,
+    body: Option<h2::RecvStream>,
     buf: BytesMut,
     broken: bool,
 }
 
 impl GrpcStream {
-    pub fn open(sender: &mut H2, prepared: &Prepared) -> Self {
-        let (tx, rx) = mpsc::unbounded();
-        let fut = sender.send_request(prepared.request(BenchBody::Channel(rx)));
-        Self {
-            tx,
-            response: Some(Box::pin(fut)),
+    /// Opens the stream on `sender` (ready for one more stream).
+    pub fn open(sender: &mut RawH2, prepared: &Prepared) -> Result<Self, String> {
+        let mut req = http::Request::new(());
+        *req.method_mut() = prepared.method.clone();
+        *req.uri_mut() = prepared.uri.clone();
+        *req.headers_mut() = prepared.headers.clone();
+        let (response, send) = sender
+            .send_request(req, false)
+            .map_err(|e| format!("gRPC stream failed: {e}"))?;
+        Ok(Self {
+            send,
+            response: Some(response),
             body: None,
             buf: BytesMut::new(),
             broken: false,
-        }
+        })
     }
 
     pub fn is_broken(&self) -> bool {
@@ -255,11 +261,7 @@ impl GrpcStream {
         let mut done = Completion::default();
         let mut message = Some(message);
         loop {
-            let r = self.next_response(message.take()).await;
-            if r.is_err() && self.body.is_none() {
-                self.broken = true;
-            }
-            let (last, has_outputs) = r?;
+            let (last, has_outputs) = self.next_response(message.take()).await?;
             // The empty final response carries no outputs: not counted.
             if has_outputs || last.is_none() {
                 done.responses += 1;
@@ -283,32 +285,36 @@ impl GrpcStream {
         let Some(message) = message else {
             return self.read_response().await;
         };
-        // The body is a byte stream: a message may span two chunks.
         for part in std::iter::once(message.head).chain(message.tail) {
-            if self.tx.unbounded_send(part).is_err() {
-                self.broken = true;
-                return Err("gRPC stream closed".into());
+            if let Err(e) = self.send.send_data(part, false) {
+                return Err(self.broke(format!("gRPC stream failed: {e}")));
             }
         }
         // Servers may send response headers only with the first message.
         if let Some(fut) = self.response.take() {
-            let resp = fut.await.map_err(|e| format!("gRPC stream failed: {e}"))?;
-            if resp.status() != http::StatusCode::OK {
-                return Err(format!("gRPC stream failed: HTTP status {}", resp.status()));
+            let head = match fut.await {
+                Ok(resp) => check_head(resp.status(), resp.headers()).map(|()| resp),
+                Err(e) => Err(format!("gRPC stream failed: {e}")),
+            };
+            match head {
+                Ok(resp) => self.body = Some(resp.into_body()),
+                Err(e) => return Err(self.broke(e)),
             }
-            if let Some((code, msg)) = status_of(resp.headers()) {
-                if code != 0 {
-                    return Err(status_error(code, &msg));
-                }
-            }
-            self.body = Some(resp.into_body());
         }
         self.read_response().await
     }
 
+    /// A failure of the stream itself (not of one request): the stream is
+    /// not reused.
+    fn broke(&mut self, error: String) -> String {
+        self.broken = true;
+        error
+    }
+
     async fn read_response(&mut self) -> Result<(Option<bool>, bool), String> {
         loop {
-            if let Some(m) = take_message(&mut self.buf).inspect_err(|_| self.broken = true)? {
+            let message = take_message(&mut self.buf);
+            if let Some(m) = message.map_err(|e| self.broke(e))? {
                 let r = ModelStreamInferResponse::decode(m)
                     .map_err(|e| format!("bad stream response: {e}"))?;
                 if !r.error_message.is_empty() {
@@ -325,29 +331,23 @@ impl GrpcStream {
                 return Ok((last, has_outputs));
             }
             let Some(body) = self.body.as_mut() else {
-                self.broken = true;
-                return Err("gRPC stream closed".into());
+                return Err(self.broke("gRPC stream closed".into()));
             };
-            match body.frame().await {
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => self.buf.extend_from_slice(&data),
-                    Err(frame) => {
-                        self.broken = true;
-                        return match frame.trailers_ref().and_then(status_of) {
-                            Some((code, msg)) if code != 0 => Err(status_error(code, &msg)),
-                            _ => Err("gRPC stream ended without a response".into()),
-                        };
-                    }
+            let failed = match body.data().await {
+                Some(Ok(chunk)) => {
+                    let _ = body.flow_control().release_capacity(chunk.len());
+                    self.buf.extend_from_slice(&chunk);
+                    continue;
+                }
+                Some(Err(e)) => format!("gRPC stream failed: {e}"),
+                None => match body.trailers().await {
+                    Ok(trailers) => check_status(trailers.as_ref())
+                        .err()
+                        .unwrap_or_else(|| "gRPC stream ended without a response".into()),
+                    Err(e) => format!("gRPC stream failed: {e}"),
                 },
-                Some(Err(e)) => {
-                    self.broken = true;
-                    return Err(format!("gRPC stream failed: {e}"));
-                }
-                None => {
-                    self.broken = true;
-                    return Err("gRPC stream ended without a response".into());
-                }
-            }
+            };
+            return Err(self.broke(failed));
         }
     }
 }

@@ -1,6 +1,6 @@
-//! Client connections: hyper 1.x HTTP/1.1 and HTTP/2 over monoio TCP
-//! streams (monoio-compat), plaintext or TLS, a request body that is either one pre-encoded
-//! buffer or a channel (gRPC streaming), and the per-thread connection pool.
+//! Client connections: hyper 1.x HTTP/1.1 and HTTP/2, and `h2` directly,
+//! over monoio TCP streams (monoio-compat), plaintext or TLS; pre-encoded
+//! request bodies; and the per-thread connection pool.
 
 use std::{
     cell::{Cell, RefCell},
@@ -12,7 +12,6 @@ use std::{
 
 use anyhow::anyhow;
 use bytes::Bytes;
-use futures::{channel::mpsc, StreamExt};
 use http_body::{Body, Frame, SizeHint};
 use hyper::client::conn::{http1, http2};
 use monoio::{
@@ -27,13 +26,12 @@ use monoio_compat::hyper::{MonoioExecutor, MonoioIo, MonoioTimer};
 use super::{cli::Target, grpc::GrpcStream, request::Prepared};
 
 /// A request body: one pre-encoded buffer (cloned per send, so sending costs
-/// no copy) or, for gRPC streaming, messages pushed through a channel.
+/// no copy), or two.
 pub enum BenchBody {
     Once(Option<Bytes>),
     /// A sequence request: the freshly written head (id and flags) and the
     /// shared pre-encoded rest, sent as two frames without a copy.
     Parts(Option<Bytes>, Option<Bytes>),
-    Channel(mpsc::UnboundedReceiver<Bytes>),
 }
 
 impl Body for BenchBody {
@@ -42,7 +40,7 @@ impl Body for BenchBody {
 
     fn poll_frame(
         self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match self.get_mut() {
             BenchBody::Once(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
@@ -51,9 +49,6 @@ impl Body for BenchBody {
                     .or_else(|| tail.take())
                     .map(|b| Ok(Frame::data(b))),
             ),
-            BenchBody::Channel(rx) => rx
-                .poll_next_unpin(cx)
-                .map(|m| m.map(|b| Ok(Frame::data(b)))),
         }
     }
 
@@ -72,7 +67,6 @@ impl Body for BenchBody {
                     .map(|b| b.len() as u64)
                     .sum(),
             ),
-            BenchBody::Channel(_) => SizeHint::default(),
         }
     }
 }
@@ -299,7 +293,7 @@ impl Pool {
     /// Opens the HTTP/2 connections up front so the first window does not
     /// pay for handshakes.
     pub async fn warm(&self) -> anyhow::Result<()> {
-        if self.wire == Wire::GrpcUnary && self.direct_h2 {
+        if self.raw_h2() {
             while self.raw.borrow().len() < self.connections {
                 let c = connect_raw_h2(&self.target).await?;
                 self.raw.borrow_mut().push(Some(c));
@@ -311,6 +305,12 @@ impl Pool {
             }
         }
         Ok(())
+    }
+
+    /// Whether this pool's gRPC goes over `h2` directly: streams always,
+    /// unary calls in the closed loop.
+    fn raw_h2(&self) -> bool {
+        self.wire == Wire::GrpcStream || (self.wire == Wire::GrpcUnary && self.direct_h2)
     }
 
     async fn h2_sender(&self) -> anyhow::Result<H2> {
@@ -374,8 +374,10 @@ impl Pool {
                 match idle {
                     Some(s) => Ok(Lane::Stream(s)),
                     None => {
-                        let mut sender = self.h2_sender().await?;
-                        Ok(Lane::Stream(GrpcStream::open(&mut sender, prepared)))
+                        let mut sender = self.raw_ready().await?;
+                        let stream =
+                            GrpcStream::open(&mut sender, prepared).map_err(anyhow::Error::msg)?;
+                        Ok(Lane::Stream(stream))
                     }
                 }
             }
