@@ -19,8 +19,8 @@ from serverproc import ServerProcess
 
 # The model runs this long; a request is taken to be executing START_S
 # after its thread starts.
-BUSY_MS = 1500
-START_S = 0.4
+BUSY_MS = 3000
+START_S = 1.0
 BYTES = 16
 
 SLOW_IDENTITY = f"""
