@@ -35,6 +35,19 @@ async fn eventually(cond: impl Fn() -> bool) -> bool {
     cond()
 }
 
+/// Installs and starts an always-spinning spinner with `window` on this
+/// (epoll) runtime, arms it and waits for its first round.
+async fn spinning(window: Duration) -> std::sync::Arc<spin::SpinStats> {
+    let (spinner, stats) = spin::install(window, Driver::Epoll, || Gate::Spin).expect("a spinner");
+    monoio::spawn(spinner);
+    spin::note_work();
+    assert!(
+        eventually(|| stats.rounds() > 0).await,
+        "the spinner never ran"
+    );
+    stats
+}
+
 #[test]
 fn a_zero_window_never_spins() {
     let mut rt = epoll_runtime();
@@ -49,15 +62,7 @@ fn a_zero_window_never_spins() {
 fn the_spinner_stops_after_its_window_and_work_rearms_it() {
     let mut rt = epoll_runtime();
     rt.block_on(async {
-        let (spinner, stats) =
-            spin::install(Duration::from_millis(20), Driver::Epoll, || Gate::Spin)
-                .expect("a spinner");
-        monoio::spawn(spinner);
-        spin::note_work();
-        assert!(
-            eventually(|| stats.rounds() > 0).await,
-            "the spinner never ran"
-        );
+        let stats = spinning(Duration::from_millis(20)).await;
         assert!(
             eventually(|| !stats.spinning()).await,
             "the spinner did not stop after its window"
@@ -185,14 +190,7 @@ fn sockets_stay_readable_while_it_spins() {
 fn a_task_another_task_wakes_runs_between_rounds() {
     let mut rt = epoll_runtime();
     rt.block_on(async {
-        let (spinner, stats) = spin::install(Duration::from_secs(30), Driver::Epoll, || Gate::Spin)
-            .expect("a spinner");
-        monoio::spawn(spinner);
-        spin::note_work();
-        assert!(
-            eventually(|| stats.rounds() > 0).await,
-            "the spinner never ran"
-        );
+        let stats = spinning(Duration::from_secs(30)).await;
         for _ in 0..20 {
             // A parked task, and the rounds done when it gets to run.
             let woken: Rc<Cell<Option<std::task::Waker>>> = Rc::default();

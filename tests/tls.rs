@@ -220,22 +220,7 @@ fn https_get(addr: SocketAddr, config: Arc<ClientConfig>, path: &str) -> Result<
 
 /// Short windows, as in tests/bench_cli.rs.
 fn bench_run(extra: &[&str]) -> Vec<StepResult> {
-    let mut args: Vec<String> = [
-        "shardserve-bench",
-        "-p",
-        "150",
-        "--max-trials",
-        "3",
-        "--warmup",
-        "50",
-        "-q",
-        "--no-progress",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let opts = Options::try_parse_from(args).expect("arguments parse");
+    let opts = Options::try_parse_from(common::bench_args(extra)).expect("arguments parse");
     bench::run(&opts).expect("bench runs").results
 }
 

@@ -158,12 +158,8 @@ pub async fn raw_unary(
     prepared: &Prepared,
     payload: Spliced,
 ) -> Result<Bytes, String> {
-    let mut req = http::Request::new(());
-    *req.method_mut() = prepared.method.clone();
-    *req.uri_mut() = prepared.uri.clone();
-    *req.headers_mut() = prepared.headers.clone();
     let (response, mut send) = sender
-        .send_request(req, false)
+        .send_request(prepared.head(), false)
         .map_err(|e| format!("gRPC request failed: {e}"))?;
     let failed = |e: h2::Error| format!("gRPC request failed: {e}");
     match payload.tail {
@@ -233,12 +229,8 @@ pub struct GrpcStream {
 impl GrpcStream {
     /// Opens the stream on `sender` (ready for one more stream).
     pub fn open(sender: &mut RawH2, prepared: &Prepared) -> Result<Self, String> {
-        let mut req = http::Request::new(());
-        *req.method_mut() = prepared.method.clone();
-        *req.uri_mut() = prepared.uri.clone();
-        *req.headers_mut() = prepared.headers.clone();
         let (response, send) = sender
-            .send_request(req, false)
+            .send_request(prepared.head(), false)
             .map_err(|e| format!("gRPC stream failed: {e}"))?;
         Ok(Self {
             send,

@@ -27,7 +27,13 @@ pub struct Prepared {
 
 impl Prepared {
     pub fn request(&self, body: BenchBody) -> Request<BenchBody> {
-        let mut req = Request::new(body);
+        self.head().map(|()| body)
+    }
+
+    /// The request line and headers, for `h2` directly (its body is sent
+    /// frame by frame).
+    pub fn head(&self) -> Request<()> {
+        let mut req = Request::new(());
         *req.method_mut() = self.method.clone();
         *req.uri_mut() = self.uri.clone();
         *req.headers_mut() = self.headers.clone();

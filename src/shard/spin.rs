@@ -8,8 +8,8 @@
 //! for every round keeps the queue non-empty, so the runtime does a
 //! non-blocking submit + completion reap instead and the next request is
 //! picked up without a sleep. (It is woken by a relay task, not by itself:
-//! see [`Relay`].) After the window the spinner stops waking itself (the
-//! thread parks as before, ~0 CPU at idle) and waits to be re-armed by
+//! see [`Relay`].) After the window the spinner stops asking for rounds
+//! (the thread parks as before, ~0 CPU at idle) and waits to be re-armed by
 //! [`note_work`].
 //!
 //! Three things only happen when monoio's io_uring driver parks, never in

@@ -110,8 +110,6 @@ impl Region {
         }
     }
 
-    /// `[offset, offset + byte_size)` of the region, checked as Triton
-    /// checks it.
     /// Whether both are the same registration.
     pub fn same(&self, other: &Region) -> bool {
         match (self, other) {
@@ -143,6 +141,8 @@ impl Region {
         self.awaiting_unregister() && !self.in_use()
     }
 
+    /// `[offset, offset + byte_size)` of the region, checked as Triton
+    /// checks it.
     pub fn bounds(&self, offset: u64, byte_size: u64) -> Result<(usize, usize), InferError> {
         let name = self.name();
         if offset >= self.byte_size() {

@@ -85,7 +85,7 @@ pub async fn infer(request: InferRequest, protocol: Protocol) -> InferResult<Inf
 /// it; dropping it cancels the request.
 pub fn infer_stream(request: InferRequest, protocol: Protocol) -> ResponseStream {
     let mut log = RequestLog::start(&request, protocol);
-    let regions =
+    let mut regions =
         match RequestRegions::resolve(&request.inputs, &request.outputs, &request.model_name) {
             Ok(regions) => regions,
             Err(e) => {
@@ -96,7 +96,6 @@ pub fn infer_stream(request: InferRequest, protocol: Protocol) -> ResponseStream
             }
         };
     let in_flight = InFlight::enter();
-    let mut regions = regions;
     Box::pin(scheduler::infer_stream(request).map(move |item| {
         let _in_flight = &in_flight;
         let item = match (&regions, item) {
