@@ -138,7 +138,34 @@ fn open_loop_constant_and_poisson() {
         "{:?}",
         p[0]
     );
+    // The bench closed what it opened: a worker that let its runtime go
+    // with connection tasks pending left their sockets open (with a
+    // request maybe half sent, which held the server's shutdown to its
+    // exit timeout).
+    assert_connections_close(&server);
     server.shutdown().expect("server stops");
+}
+
+/// The server's open client connections (every shard, the metrics one
+/// asking included) fall to that one within a few seconds.
+fn assert_connections_close(server: &shardserve::server::ServerHandle) {
+    let open = || -> u64 {
+        let page = String::from_utf8(common::get(server.metrics_addr(), "/metrics").body)
+            .expect("utf-8 metrics");
+        page.lines()
+            .filter(|l| l.starts_with("shardserve_shard_connections{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let mut last = open();
+    for _ in 0..100 {
+        if last <= 1 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        last = open();
+    }
+    panic!("{last} connections still open after the bench ended (1 is the metrics request)");
 }
 
 /// An open loop whose gaps are under 2 ms on one generator thread: the

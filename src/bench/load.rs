@@ -25,7 +25,7 @@ use super::{
     request::{send, Prepared},
     sequence::{SeqStep, SequenceGen, Slot},
     stats::{dur_ns, SplitMix64},
-    wire::Pool,
+    wire::{self, Pool},
 };
 
 /// What completed since the coordinator last took it.
@@ -291,6 +291,13 @@ async fn run(mut spec: WorkerSpec) {
     if let (Some(seq), Some(out)) = (sequences, next_ordinal) {
         out.fetch_max(seq.gen.borrow().next_ordinal(), Ordering::Relaxed);
     }
+    // Requests cut off by the bound above still hold the pool; the
+    // connections of the rest close here, not at process exit.
+    drop(pool);
+    let open = wire::close_connections(Duration::from_millis(500)).await;
+    if open > 0 {
+        tracing::debug!(open, "bench: connections still open as the worker stops");
+    }
 }
 
 async fn closed_loop(
@@ -454,6 +461,11 @@ async fn open_loop(pool: Rc<Pool>, spec: Rc<WorkerSpec>) {
             outstanding.set(outstanding.get() - 1);
         });
         i = i.wrapping_add(1);
+    }
+    // The requests still out get their answers (the caller bounds the
+    // wait): a worker that left them pending would leave them half sent.
+    while outstanding.get() > 0 {
+        monoio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 

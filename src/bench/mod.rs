@@ -88,7 +88,12 @@ pub fn run(opts: &Options) -> anyhow::Result<RunReport> {
         .enable_timer()
         .build()
         .context("cannot start the coordinator runtime")?;
-    rt.block_on(run_async(opts))
+    rt.block_on(async {
+        let report = run_async(opts).await;
+        // Its control connections (metadata, statistics) end with it.
+        wire::close_connections(Duration::from_millis(500)).await;
+        report
+    })
 }
 
 /// A target ready to load, with its shared memory regions (--shared-memory).

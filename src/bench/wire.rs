@@ -6,6 +6,7 @@ use std::{
     cell::{Cell, RefCell},
     convert::Infallible,
     pin::Pin,
+    rc::Rc,
     task::{Context, Poll},
     time::Duration,
 };
@@ -184,16 +185,44 @@ pub async fn connect(target: &Target) -> anyhow::Result<MonoioIo<BenchIo>> {
     }
 }
 
+thread_local! {
+    /// This thread's connection tasks, so that a worker can let them end
+    /// before its runtime goes: monoio does not drop a pending task with
+    /// the runtime, and a connection task waits on a waker its own state
+    /// holds, so it (and its socket, maybe with a request half sent)
+    /// would stay open for as long as the process runs.
+    static CONNECTIONS: RefCell<Vec<monoio::task::JoinHandle<()>>> =
+        const { RefCell::new(Vec::new()) };
+}
+
 /// Runs a client connection's I/O task on this thread until it ends.
 fn drive_connection<E: std::fmt::Display>(
     conn: impl std::future::Future<Output = Result<(), E>> + 'static,
     what: &'static str,
 ) {
-    monoio::spawn(async move {
+    let task = monoio::spawn(async move {
         if let Err(e) = conn.await {
             tracing::debug!(error = %e, "bench: {what} connection ended");
         }
     });
+    CONNECTIONS.with_borrow_mut(|c| c.push(task));
+}
+
+/// Waits (at most `limit`) for this thread's connection tasks to end;
+/// each ends once its last sender is dropped and its requests are done,
+/// so call it after dropping every pool. Returns how many are still open.
+pub async fn close_connections(limit: Duration) -> usize {
+    let tasks = CONNECTIONS.with_borrow_mut(std::mem::take);
+    let open = Rc::new(Cell::new(tasks.len()));
+    let all = futures::future::join_all(tasks.into_iter().map(|t| {
+        let open = open.clone();
+        async move {
+            t.await;
+            open.set(open.get() - 1);
+        }
+    }));
+    let _ = monoio::time::timeout(limit, all).await;
+    open.get()
 }
 
 pub async fn connect_raw_h2(target: &Target) -> anyhow::Result<RawH2> {
