@@ -16,6 +16,8 @@
 # Usage: scripts/bench_engine.sh [BINARY=target/release/shardserve] [SECONDS=8] [SERVER_CPU=0] [CLIENT_CPU=1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 bin=${1:-target/release/shardserve}
 secs=${2:-8}
 server_cpu=${3:-0}
@@ -31,30 +33,10 @@ start() { # repo
     --http-port $port --grpc-port $((port + 1)) --metrics-port $((port + 2)) \
     --cores 1 >"$out/server.log" 2>&1 &
   pid=$!
-  for _ in $(seq 1 200); do
-    curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "server did not become ready:"; cat "$out/server.log"; exit 1
+  ss_wait_ready $port 200 || { echo "server did not become ready:"; cat "$out/server.log"; exit 1; }
 }
 cpu_ticks() { # pid -> "compute_ticks shard_ticks" (utime+stime of each thread class)
-  python3 - "$1" <<'PY'
-import glob, sys
-c = s = 0
-for f in glob.glob(f"/proc/{sys.argv[1]}/task/*/stat"):
-    try:
-        data = open(f).read()
-    except OSError:
-        continue
-    comm = data[data.index("(") + 1:data.rindex(")")]
-    fields = data[data.rindex(")") + 2:].split()
-    ticks = int(fields[11]) + int(fields[12])
-    if comm.startswith("compute-"):
-        c += ticks
-    elif comm.startswith("shard-"):
-        s += ticks
-print(c, s)
-PY
+  ss_thread_counters "$1" | cut -d" " -f1,2
 }
 stop() { kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; pid=; }
 

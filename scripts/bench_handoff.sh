@@ -21,6 +21,8 @@
 #   FILE with [compute] spin_us / pipeline_depth, to measure one setting)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 base=${1:?usage: bench_handoff.sh BASE_BIN NEW_BIN [SECONDS] [ROUNDS] [SERVER_CPU] [CLIENT_CPU]}
 new=${2:?usage: bench_handoff.sh BASE_BIN NEW_BIN [SECONDS] [ROUNDS] [SERVER_CPU] [CLIENT_CPU]}
 secs=${3:-5}
@@ -54,11 +56,7 @@ start() { # binary repo [extra flags]
     --http-port $port --grpc-port $((port + 1)) --metrics-port $((port + 2)) \
     --cores 1 ${3:-} >"$out/server.log" 2>&1 &
   pid=$!
-  for _ in $(seq 1 300); do
-    curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "server did not become ready:"; cat "$out/server.log"; exit 1
+  ss_wait_ready $port || { echo "server did not become ready:"; cat "$out/server.log"; exit 1; }
 }
 stop() { kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; pid=; }
 
@@ -69,27 +67,7 @@ counters() { # pid model
   infer=$(curl -sf "http://127.0.0.1:$port/v2/models/$2/stats" \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["model_stats"][0]["inference_count"])' \
     2>/dev/null || echo 0)
-  python3 - "$1" "$infer" <<'PY'
-import glob, sys
-c = s = sw = 0
-for d in glob.glob(f"/proc/{sys.argv[1]}/task/*"):
-    try:
-        data = open(d + "/stat").read()
-        status = open(d + "/status").read()
-    except OSError:
-        continue
-    comm = data[data.index("(") + 1:data.rindex(")")]
-    fields = data[data.rindex(")") + 2:].split()
-    ticks = int(fields[11]) + int(fields[12])
-    if comm.startswith("compute-"):
-        c += ticks
-    elif comm.startswith("shard-"):
-        s += ticks
-    for line in status.splitlines():
-        if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-            sw += int(line.split()[1])
-print(c, s, sw, int(sys.argv[2]))
-PY
+  echo "$(ss_thread_counters "$1") $infer"
 }
 
 # label json before after -> one result line, also appended to $out/results

@@ -399,8 +399,12 @@ fn topology(
     }
     let compute = &profile.compute;
     println!(
-        "compute workers: nice {}, spin {} us before parking, pipeline depth {}, reply hold {} us",
-        compute.nice(),
+        "compute workers: {}, spin {} us before parking, pipeline depth {}, reply hold {} us",
+        if compute.sched_idle.unwrap_or(false) {
+            "SCHED_IDLE (CPU instances)".to_owned()
+        } else {
+            format!("nice {}", compute.nice())
+        },
         compute.spin().as_micros(),
         compute.pipeline_depth(),
         compute.reply_hold().as_micros()

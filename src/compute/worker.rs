@@ -25,7 +25,7 @@ use std::{
 
 use futures::task::AtomicWaker;
 
-use super::thread::{set_affinity, set_nice};
+use super::thread::{set_affinity, set_nice, set_sched_idle};
 
 /// Where and how a worker thread runs.
 #[derive(Debug, Clone)]
@@ -47,6 +47,9 @@ pub struct WorkerPlacement {
     /// most this plus one item's run; with the ring empty the owner is
     /// always woken at once.
     pub hold: Duration,
+    /// Run as `SCHED_IDLE` (see `[compute] sched_idle`): a shard that
+    /// wakes on the worker's CPU takes it at once.
+    pub sched_idle: bool,
 }
 
 impl WorkerPlacement {
@@ -58,6 +61,7 @@ impl WorkerPlacement {
             spin: Duration::ZERO,
             depth: 1,
             hold: Duration::ZERO,
+            sched_idle: false,
         }
     }
 }
@@ -119,6 +123,11 @@ impl<W: Send + 'static, R: Send + 'static> ComputeWorker<W, R> {
                 }
                 if let Err(e) = set_nice(placement.nice) {
                     tracing::warn!(worker = %thread_name, nice = placement.nice, error = %e, "cannot lower compute thread priority");
+                }
+                if placement.sched_idle {
+                    if let Err(e) = set_sched_idle() {
+                        tracing::warn!(worker = %thread_name, error = %e, "cannot make the compute thread SCHED_IDLE");
+                    }
                 }
                 let shared = thread_shared;
                 // Since when results wait unannounced (see `hold`).
@@ -496,5 +505,26 @@ mod tests {
         }
         assert!(p.wakes() >= 1, "a parked worker was never unparked");
         p.join();
+    }
+
+    /// `sched_idle` applies to the worker's thread, and to it alone.
+    #[test]
+    fn a_sched_idle_worker_runs_its_items_as_sched_idle() {
+        let bell = Arc::new(AtomicWaker::new());
+        let idle = WorkerPlacement {
+            sched_idle: true,
+            ..placement(1)
+        };
+        let mut w = ComputeWorker::spawn("idle".into(), idle, bell, |()| {
+            super::super::thread::current_policy().expect("sched_getscheduler")
+        })
+        .expect("spawn");
+        assert!(w.submit(()).is_ok());
+        assert_eq!(take_n(&mut w, 1), vec![libc::SCHED_IDLE]);
+        w.join();
+        assert_ne!(
+            super::super::thread::current_policy().expect("sched_getscheduler"),
+            libc::SCHED_IDLE
+        );
     }
 }

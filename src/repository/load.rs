@@ -113,6 +113,7 @@ pub struct Placement {
     worker_spin: std::time::Duration,
     worker_depth: usize,
     worker_hold: std::time::Duration,
+    worker_sched_idle: bool,
     /// Where each usable GPU's instances go; empty without GPUs.
     gpus: Vec<GpuPlacement>,
 }
@@ -133,6 +134,7 @@ impl Placement {
             worker_hold: std::time::Duration::from_micros(
                 crate::tuning::ComputeSection::DEFAULT_REPLY_HOLD_US,
             ),
+            worker_sched_idle: false,
             gpus: Vec::new(),
         }
     }
@@ -167,6 +169,12 @@ impl Placement {
         self.worker_spin = spin;
         self.worker_depth = depth.max(1);
         self.worker_hold = hold;
+        self
+    }
+
+    /// Compute workers of CPU instances run as `SCHED_IDLE`.
+    pub fn with_idle_workers(mut self, idle: bool) -> Self {
+        self.worker_sched_idle = idle;
         self
     }
 
@@ -205,6 +213,9 @@ impl Placement {
             spin: self.worker_spin,
             depth: self.worker_depth,
             hold: self.worker_hold,
+            // A GPU instance's thread mostly waits on its device; letting
+            // any shard preempt it would only delay the next launch.
+            sched_idle: self.worker_sched_idle && device == InstanceDevice::Cpu,
         }
     }
 

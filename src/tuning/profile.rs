@@ -74,6 +74,13 @@ pub struct ComputeSection {
     /// may keep finished ones before it wakes its shard (0: wake after
     /// each). Only matters with `pipeline_depth` above 1. MEASURE-PENDING.
     pub reply_hold_us: Option<u64>,
+    /// Compute threads of CPU instances as `SCHED_IDLE` (default false):
+    /// they run only while their CPU has no shard to run, and a shard that
+    /// wakes (a packet, a reply) takes the CPU back at once instead of
+    /// waiting out the worker's time slice. For cores a shard shares with
+    /// its workers; with `nice` it makes no sense (the policy replaces the
+    /// nice weight).
+    pub sched_idle: Option<bool>,
 }
 
 impl ComputeSection {

@@ -1,0 +1,41 @@
+# Helpers shared by the bench and device scripts: `source scripts/lib.sh`.
+# Nothing here runs on its own.
+
+# ss_wait_ready PORT [TRIES=300]: polls /v2/health/ready on 127.0.0.1:PORT
+# every 0.1 s; status 1 once TRIES polls have failed.
+ss_wait_ready() {
+  local port=$1 tries=${2:-300}
+  for _ in $(seq 1 "$tries"); do
+    curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# ss_thread_counters PID: "compute_ticks shard_ticks switches" over PID's
+# threads: CPU ticks (utime+stime, in CLK_TCK) of the compute-* and the
+# shard-* threads, and the voluntary plus involuntary context switches of
+# all of them.
+ss_thread_counters() {
+  python3 - "$1" <<'PY'
+import glob, sys
+c = s = sw = 0
+for d in glob.glob(f"/proc/{sys.argv[1]}/task/*"):
+    try:
+        data = open(d + "/stat").read()
+        status = open(d + "/status").read()
+    except OSError:
+        continue
+    comm = data[data.index("(") + 1:data.rindex(")")]
+    fields = data[data.rindex(")") + 2:].split()
+    ticks = int(fields[11]) + int(fields[12])
+    if comm.startswith("compute-"):
+        c += ticks
+    elif comm.startswith("shard-"):
+        s += ticks
+    for line in status.splitlines():
+        if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+            sw += int(line.split()[1])
+print(c, s, sw)
+PY
+}
