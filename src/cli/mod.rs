@@ -399,15 +399,15 @@ fn topology(
     }
     let compute = &profile.compute;
     println!(
-        "compute workers: {}, spin {} us before parking, pipeline depth {}, reply hold {} us",
-        if compute.sched_idle.unwrap_or(false) {
-            "SCHED_IDLE (CPU instances)".to_owned()
-        } else {
-            format!("nice {}", compute.nice())
-        },
+        "compute workers: nice {}, spin {} us before parking, pipeline depth {}, reply hold {} us, slice {}",
+        compute.nice(),
         compute.spin().as_micros(),
         compute.pipeline_depth(),
-        compute.reply_hold().as_micros()
+        compute.reply_hold().as_micros(),
+        match compute.slice().as_micros() {
+            0 => "off".to_owned(),
+            us => format!("{us} us"),
+        }
     );
     Ok(())
 }

@@ -81,19 +81,6 @@ pub fn set_sched_batch() -> io::Result<()> {
     Ok(())
 }
 
-/// Makes the calling thread `SCHED_IDLE`: it runs only while nothing of
-/// another policy wants its CPU, and any such thread that wakes there
-/// preempts it at once. Needs no privilege.
-pub fn set_sched_idle() -> io::Result<()> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `param` is a valid sched_param; pid 0 is the calling thread.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// The calling thread's scheduling policy (`libc::SCHED_*`).
 pub fn current_policy() -> io::Result<i32> {
     // SAFETY: no arguments beyond the calling thread (pid 0).

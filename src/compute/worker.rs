@@ -25,7 +25,7 @@ use std::{
 
 use futures::task::AtomicWaker;
 
-use super::thread::{set_affinity, set_nice, set_sched_idle};
+use super::thread::{set_affinity, set_nice};
 
 /// Where and how a worker thread runs.
 #[derive(Debug, Clone)]
@@ -47,9 +47,12 @@ pub struct WorkerPlacement {
     /// most this plus one item's run; with the ring empty the owner is
     /// always woken at once.
     pub hold: Duration,
-    /// Run as `SCHED_IDLE` (see `[compute] sched_idle`): a shard that
-    /// wakes on the worker's CPU takes it at once.
-    pub sched_idle: bool,
+    /// Longest the worker runs items back to back before it announces what
+    /// it holds and yields its CPU (zero: never). A shard sharing the core
+    /// as `SCHED_BATCH` is not run when a packet wakes it, only at the next
+    /// tick (4 ms at HZ=250) or when the worker sleeps; this bounds its
+    /// wait to about one slice plus one item instead.
+    pub slice: Duration,
 }
 
 impl WorkerPlacement {
@@ -61,7 +64,7 @@ impl WorkerPlacement {
             spin: Duration::ZERO,
             depth: 1,
             hold: Duration::ZERO,
-            sched_idle: false,
+            slice: Duration::ZERO,
         }
     }
 }
@@ -76,6 +79,8 @@ struct Shared {
     wakes: AtomicU64,
     /// Times the worker rang `done_bell`.
     announcements: AtomicU64,
+    /// Times the worker yielded its CPU at the end of a slice.
+    yields: AtomicU64,
     done_bell: Arc<AtomicWaker>,
 }
 
@@ -111,6 +116,7 @@ impl<W: Send + 'static, R: Send + 'static> ComputeWorker<W, R> {
             parks: AtomicU64::new(0),
             wakes: AtomicU64::new(0),
             announcements: AtomicU64::new(0),
+            yields: AtomicU64::new(0),
             done_bell,
         });
         let thread_shared = shared.clone();
@@ -124,14 +130,11 @@ impl<W: Send + 'static, R: Send + 'static> ComputeWorker<W, R> {
                 if let Err(e) = set_nice(placement.nice) {
                     tracing::warn!(worker = %thread_name, nice = placement.nice, error = %e, "cannot lower compute thread priority");
                 }
-                if placement.sched_idle {
-                    if let Err(e) = set_sched_idle() {
-                        tracing::warn!(worker = %thread_name, error = %e, "cannot make the compute thread SCHED_IDLE");
-                    }
-                }
                 let shared = thread_shared;
                 // Since when results wait unannounced (see `hold`).
                 let mut unannounced: Option<Instant> = None;
+                // Since when the worker has run without a break (`slice`).
+                let mut running_since = Instant::now();
                 loop {
                     match work_rx.pop() {
                         Ok(item) => {
@@ -147,18 +150,27 @@ impl<W: Send + 'static, R: Send + 'static> ComputeWorker<W, R> {
                                     }
                                 }
                             }
-                            if !placement.hold.is_zero() && !work_rx.is_empty() {
+                            let slice_over = !placement.slice.is_zero()
+                                && running_since.elapsed() >= placement.slice;
+                            if !slice_over && !placement.hold.is_zero() && !work_rx.is_empty() {
                                 let since = *unannounced.get_or_insert_with(Instant::now);
                                 if since.elapsed() < placement.hold {
                                     continue;
                                 }
                             }
-                            // The ring ran dry (or the hold is over): a pop
-                            // that fails next follows this wake, so no result
-                            // is ever left unannounced.
+                            // The ring ran dry (or the hold or the slice is
+                            // over): a pop that fails next follows this wake,
+                            // so no result is ever left unannounced.
                             unannounced = None;
                             shared.announcements.fetch_add(1, Ordering::Relaxed);
                             shared.done_bell.wake();
+                            if slice_over {
+                                // The shard just woken (or one a packet woke)
+                                // runs now if it is waiting for this CPU.
+                                shared.yields.fetch_add(1, Ordering::Relaxed);
+                                std::thread::yield_now();
+                                running_since = Instant::now();
+                            }
                         }
                         Err(_) if shared.stop.load(Ordering::Acquire) => break,
                         Err(_) => {
@@ -178,6 +190,7 @@ impl<W: Send + 'static, R: Send + 'static> ComputeWorker<W, R> {
                                 std::thread::park();
                             }
                             shared.sleeping.store(false, Ordering::SeqCst);
+                            running_since = Instant::now();
                         }
                     }
                 }
@@ -232,6 +245,11 @@ impl<W: Send + 'static, R: Send + 'static> ComputeWorker<W, R> {
     /// Times the worker woke its owner to take results back.
     pub fn announcements(&self) -> u64 {
         self.shared.announcements.load(Ordering::Relaxed)
+    }
+
+    /// Times the worker yielded its CPU at the end of a slice.
+    pub fn yields(&self) -> u64 {
+        self.shared.yields.load(Ordering::Relaxed)
     }
 
     /// A finished result, if any.
@@ -331,15 +349,24 @@ mod tests {
 
     /// Four items queued behind a gated first one: with a hold, the owner
     /// is woken once, when the ring runs dry (all four results waiting);
-    /// without, once per result.
+    /// without, once per result. A slice that is over (after the gate,
+    /// at once) ends the hold: each result is announced and the worker
+    /// yields after it.
     #[test]
     fn a_hold_announces_results_once_the_ring_runs_dry() {
-        for (hold, expected) in [(Duration::from_secs(10), 1), (Duration::ZERO, 4)] {
+        let long = Duration::from_secs(10);
+        let cases = [
+            (long, Duration::ZERO, 1, 0),
+            (Duration::ZERO, Duration::ZERO, 4, 0),
+            (long, Duration::from_nanos(1), 4, 4),
+        ];
+        for (hold, slice, expected, yields) in cases {
             let bell = Arc::new(AtomicWaker::new());
             let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
             let gate_rx = std::sync::Mutex::new(gate_rx);
             let placement = WorkerPlacement {
                 hold,
+                slice,
                 ..placement(4)
             };
             let mut w = ComputeWorker::spawn("t".into(), placement, bell, move |x: u32| {
@@ -367,7 +394,8 @@ mod tests {
             while w.announcements() < expected && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_micros(50));
             }
-            assert_eq!(w.announcements(), expected, "hold {hold:?}");
+            assert_eq!(w.announcements(), expected, "hold {hold:?} slice {slice:?}");
+            assert_eq!(w.yields(), yields, "hold {hold:?} slice {slice:?}");
             w.join();
         }
     }
@@ -505,26 +533,5 @@ mod tests {
         }
         assert!(p.wakes() >= 1, "a parked worker was never unparked");
         p.join();
-    }
-
-    /// `sched_idle` applies to the worker's thread, and to it alone.
-    #[test]
-    fn a_sched_idle_worker_runs_its_items_as_sched_idle() {
-        let bell = Arc::new(AtomicWaker::new());
-        let idle = WorkerPlacement {
-            sched_idle: true,
-            ..placement(1)
-        };
-        let mut w = ComputeWorker::spawn("idle".into(), idle, bell, |()| {
-            super::super::thread::current_policy().expect("sched_getscheduler")
-        })
-        .expect("spawn");
-        assert!(w.submit(()).is_ok());
-        assert_eq!(take_n(&mut w, 1), vec![libc::SCHED_IDLE]);
-        w.join();
-        assert_ne!(
-            super::super::thread::current_policy().expect("sched_getscheduler"),
-            libc::SCHED_IDLE
-        );
     }
 }

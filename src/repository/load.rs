@@ -113,7 +113,7 @@ pub struct Placement {
     worker_spin: std::time::Duration,
     worker_depth: usize,
     worker_hold: std::time::Duration,
-    worker_sched_idle: bool,
+    worker_slice: std::time::Duration,
     /// Where each usable GPU's instances go; empty without GPUs.
     gpus: Vec<GpuPlacement>,
 }
@@ -134,7 +134,7 @@ impl Placement {
             worker_hold: std::time::Duration::from_micros(
                 crate::tuning::ComputeSection::DEFAULT_REPLY_HOLD_US,
             ),
-            worker_sched_idle: false,
+            worker_slice: std::time::Duration::ZERO,
             gpus: Vec::new(),
         }
     }
@@ -172,9 +172,9 @@ impl Placement {
         self
     }
 
-    /// Compute workers of CPU instances run as `SCHED_IDLE`.
-    pub fn with_idle_workers(mut self, idle: bool) -> Self {
-        self.worker_sched_idle = idle;
+    /// Compute workers yield their CPU after running `slice` back to back.
+    pub fn with_worker_slice(mut self, slice: std::time::Duration) -> Self {
+        self.worker_slice = slice;
         self
     }
 
@@ -213,9 +213,7 @@ impl Placement {
             spin: self.worker_spin,
             depth: self.worker_depth,
             hold: self.worker_hold,
-            // A GPU instance's thread mostly waits on its device; letting
-            // any shard preempt it would only delay the next launch.
-            sched_idle: self.worker_sched_idle && device == InstanceDevice::Cpu,
+            slice: self.worker_slice,
         }
     }
 

@@ -470,7 +470,7 @@ pub fn start_interruptible(
             options.tuning.compute.pipeline_depth(),
             options.tuning.compute.reply_hold(),
         )
-        .with_idle_workers(options.tuning.compute.sched_idle.unwrap_or(false))
+        .with_worker_slice(options.tuning.compute.slice())
         .with_gpus(gpu_placements);
     // Every load, the start-up one included, runs on the repository
     // thread's load threads: a load that hangs leaves the API, the other

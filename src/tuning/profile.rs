@@ -74,13 +74,18 @@ pub struct ComputeSection {
     /// may keep finished ones before it wakes its shard (0: wake after
     /// each). Only matters with `pipeline_depth` above 1. MEASURE-PENDING.
     pub reply_hold_us: Option<u64>,
-    /// Compute threads of CPU instances as `SCHED_IDLE` (default false):
-    /// they run only while their CPU has no shard to run, and a shard that
-    /// wakes (a packet, a reply) takes the CPU back at once instead of
-    /// waiting out the worker's time slice. For cores a shard shares with
-    /// its workers; with `nice` it makes no sense (the policy replaces the
-    /// nice weight).
-    pub sched_idle: Option<bool>,
+    /// Longest (µs) a compute worker runs items back to back before it
+    /// wakes its shard with what it holds and yields the CPU (default 0:
+    /// never). With `[runtime] sched_batch` a packet does not get its
+    /// shard the core a worker shares; the shard then waits for the
+    /// worker to sleep or for the scheduler tick (4 ms at HZ=250), which
+    /// is what held `/v2/health/live` p99 at 3.6-4.0 ms under
+    /// `shared-core-workers`. A slice bounds that wait to about one slice
+    /// plus one execution. MEASURE-PENDING: on the 2-core VM, 5 rounds
+    /// each of 250 and 500 us against none showed no change in that p99;
+    /// there it is set by the shard's own queue at saturation (2.3-2.6 ms
+    /// with `simple` inline and no worker at all), not by the worker.
+    pub slice_us: Option<u64>,
 }
 
 impl ComputeSection {
@@ -108,6 +113,11 @@ impl ComputeSection {
                 .unwrap_or(Self::DEFAULT_REPLY_HOLD_US)
                 .min(10_000),
         )
+    }
+
+    /// `slice_us`, at most 100 ms.
+    pub fn slice(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.slice_us.unwrap_or(0).min(100_000))
     }
 
     pub fn pipeline_depth(&self) -> usize {
