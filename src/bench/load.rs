@@ -251,10 +251,11 @@ async fn run(mut spec: WorkerSpec) {
         })
     });
     let spec = Rc::new(spec);
-    let pool = Rc::new(
-        Pool::new(&spec.target, spec.prepared.wire, spec.connections)
-            .with_direct_h2(matches!(spec.load, Load::Concurrency(_))),
-    );
+    let pool = Rc::new(Pool::new(
+        &spec.target,
+        spec.prepared.wire,
+        spec.connections,
+    ));
     if let Err(e) = pool.warm().await {
         spec.recorder.record(Err(format!("{e:#}")));
     }

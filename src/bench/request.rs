@@ -152,11 +152,6 @@ pub async fn send(
                 .await
                 .map(|()| Completion::single())
         }
-        Lane::H2(sender) => {
-            grpc::unary_response(sender.send_request(prepared.request_with(payload)))
-                .await
-                .map(|_| Completion::single())
-        }
         Lane::Raw(sender) => grpc::raw_unary(sender, prepared, payload)
             .await
             .map(|_| Completion::single()),

@@ -274,7 +274,6 @@ pub enum Wire {
 /// Something that can carry one outstanding request.
 pub enum Lane {
     H1(H1),
-    H2(H2),
     /// A direct `h2` sender, already ready for one more stream.
     Raw(RawH2),
     Stream(GrpcStream),
@@ -290,12 +289,10 @@ pub struct Pool {
     connections: usize,
     idle_h1: RefCell<Vec<H1>>,
     idle_streams: RefCell<Vec<GrpcStream>>,
-    h2: RefCell<Vec<H2>>,
+    /// gRPC goes over `h2` directly, without hyper's client (its dispatch
+    /// task and channel hop per request made one generator thread slower
+    /// than the server it measures).
     raw: RefCell<Vec<Option<RawH2>>>,
-    /// Unary gRPC over `h2` directly (closed loop). The open loop keeps
-    /// hyper's client: with `h2` directly it stalled at constant rates on
-    /// io_uring (not understood yet; see the bench's notes).
-    direct_h2: bool,
     next: Cell<usize>,
 }
 
@@ -307,60 +304,21 @@ impl Pool {
             connections: connections.max(1),
             idle_h1: RefCell::default(),
             idle_streams: RefCell::default(),
-            h2: RefCell::default(),
             raw: RefCell::default(),
-            direct_h2: false,
             next: Cell::new(0),
         }
-    }
-
-    pub fn with_direct_h2(mut self, on: bool) -> Self {
-        self.direct_h2 = on;
-        self
     }
 
     /// Opens the HTTP/2 connections up front so the first window does not
     /// pay for handshakes.
     pub async fn warm(&self) -> anyhow::Result<()> {
-        if self.raw_h2() {
+        if self.wire != Wire::Http1 {
             while self.raw.borrow().len() < self.connections {
                 let c = connect_raw_h2(&self.target).await?;
                 self.raw.borrow_mut().push(Some(c));
             }
-        } else if self.wire != Wire::Http1 {
-            while self.h2.borrow().len() < self.connections {
-                let c = connect_h2(&self.target).await?;
-                self.h2.borrow_mut().push(c);
-            }
         }
         Ok(())
-    }
-
-    /// Whether this pool's gRPC goes over `h2` directly: streams always,
-    /// unary calls in the closed loop.
-    fn raw_h2(&self) -> bool {
-        self.wire == Wire::GrpcStream || (self.wire == Wire::GrpcUnary && self.direct_h2)
-    }
-
-    async fn h2_sender(&self) -> anyhow::Result<H2> {
-        let i = self.next.get();
-        self.next.set(i.wrapping_add(1));
-        let existing = {
-            let conns = self.h2.borrow();
-            (!conns.is_empty()).then(|| conns[i % conns.len()].clone())
-        };
-        match existing {
-            Some(c) if !c.is_closed() => Ok(c),
-            _ => {
-                let c = connect_h2(&self.target).await?;
-                let mut conns = self.h2.borrow_mut();
-                conns.retain(|c| !c.is_closed());
-                if conns.len() < self.connections {
-                    conns.push(c.clone());
-                }
-                Ok(c)
-            }
-        }
     }
 
     /// A ready sender on the next connection, reconnecting a broken one.
@@ -396,8 +354,7 @@ impl Pool {
                     None => Ok(Lane::H1(connect_h1(&self.target).await?)),
                 }
             }
-            Wire::GrpcUnary if self.direct_h2 => Ok(Lane::Raw(self.raw_ready().await?)),
-            Wire::GrpcUnary => Ok(Lane::H2(self.h2_sender().await?)),
+            Wire::GrpcUnary => Ok(Lane::Raw(self.raw_ready().await?)),
             Wire::GrpcStream => {
                 let idle = self.idle_streams.borrow_mut().pop();
                 match idle {
