@@ -149,14 +149,7 @@ fn open_loop_constant_and_poisson() {
 /// The server's open client connections (every shard, the metrics one
 /// asking included) fall to that one within a few seconds.
 fn assert_connections_close(server: &shardserve::server::ServerHandle) {
-    let open = || -> u64 {
-        let page = String::from_utf8(common::get(server.metrics_addr(), "/metrics").body)
-            .expect("utf-8 metrics");
-        page.lines()
-            .filter(|l| l.starts_with("shardserve_shard_connections{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum()
-    };
+    let open = || common::metric_sum(server.metrics_addr(), "shardserve_shard_connections");
     let mut last = open();
     for _ in 0..100 {
         if last <= 1 {

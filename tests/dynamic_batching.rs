@@ -95,12 +95,7 @@ fn concurrent_requests_are_merged_and_answered_individually() {
         "batch_stats account for every row"
     );
     assert_eq!(s["inference_stats"]["success"]["count"], clients as u64);
-    let metrics = String::from_utf8(get(server.metrics_addr(), "/metrics").body).unwrap();
-    let forwarded: u64 = metrics
-        .lines()
-        .filter(|l| l.starts_with("shardserve_forwarded_requests_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum();
+    let forwarded = common::forwarded_requests(server.metrics_addr());
     assert!(
         forwarded > 0 && forwarded < clients as u64,
         "some requests crossed shards to the instance: {forwarded}"

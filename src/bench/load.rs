@@ -465,6 +465,11 @@ async fn open_loop(pool: Rc<Pool>, spec: Rc<WorkerSpec>) {
     }
     // The requests still out get their answers (the caller bounds the
     // wait): a worker that left them pending would leave them half sent.
+    none_outstanding(&outstanding).await;
+}
+
+/// Resolves once an open loop's spawned requests have all completed.
+async fn none_outstanding(outstanding: &Cell<usize>) {
     while outstanding.get() > 0 {
         monoio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -553,9 +558,7 @@ async fn open_loop_sequences(
     }
     // End the open sequences once nothing is in flight (the caller bounds
     // the whole wait), as perf_analyzer does at the end of a step.
-    while outstanding.get() > 0 {
-        monoio::time::sleep(Duration::from_millis(1)).await;
-    }
+    none_outstanding(&outstanding).await;
     let ends: Vec<SeqStep> = slots
         .borrow_mut()
         .iter_mut()

@@ -134,7 +134,9 @@ impl Placement {
             worker_hold: std::time::Duration::from_micros(
                 crate::tuning::ComputeSection::DEFAULT_REPLY_HOLD_US,
             ),
-            worker_slice: std::time::Duration::ZERO,
+            worker_slice: std::time::Duration::from_micros(
+                crate::tuning::ComputeSection::DEFAULT_SLICE_US,
+            ),
             gpus: Vec::new(),
         }
     }

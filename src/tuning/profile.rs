@@ -93,6 +93,7 @@ impl ComputeSection {
     pub const DEFAULT_SPIN_US: u64 = 0;
     pub const DEFAULT_PIPELINE_DEPTH: usize = 1;
     pub const DEFAULT_REPLY_HOLD_US: u64 = 0;
+    pub const DEFAULT_SLICE_US: u64 = 0;
     /// A deeper pipeline only holds requests out of the queue longer.
     pub const MAX_PIPELINE_DEPTH: usize = 16;
 
@@ -117,7 +118,9 @@ impl ComputeSection {
 
     /// `slice_us`, at most 100 ms.
     pub fn slice(&self) -> std::time::Duration {
-        std::time::Duration::from_micros(self.slice_us.unwrap_or(0).min(100_000))
+        std::time::Duration::from_micros(
+            self.slice_us.unwrap_or(Self::DEFAULT_SLICE_US).min(100_000),
+        )
     }
 
     pub fn pipeline_depth(&self) -> usize {

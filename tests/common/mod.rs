@@ -208,14 +208,21 @@ impl Drop for TempRepo {
     }
 }
 
+/// Sum over every label set of the integer metric `family` on the
+/// server's metrics page.
+pub fn metric_sum(metrics_addr: SocketAddr, family: &str) -> u64 {
+    let page = String::from_utf8(get(metrics_addr, "/metrics").body).expect("utf-8 metrics");
+    let prefix = format!("{family}{{");
+    page.lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// Sum of `shardserve_forwarded_requests_total` (requests that crossed
 /// shards) from a metrics page.
 pub fn forwarded_requests(metrics_addr: SocketAddr) -> u64 {
-    let page = String::from_utf8(get(metrics_addr, "/metrics").body).expect("utf-8 metrics");
-    page.lines()
-        .filter(|l| l.starts_with("shardserve_forwarded_requests_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    metric_sum(metrics_addr, "shardserve_forwarded_requests_total")
 }
 
 /// A gRPC client of the inference service connected to `addr`.
