@@ -205,7 +205,12 @@ fn drive_connection<E: std::fmt::Display>(
             tracing::debug!(error = %e, "bench: {what} connection ended");
         }
     });
-    CONNECTIONS.with_borrow_mut(|c| c.push(task));
+    // Ended ones go as new ones come: a server that closes every
+    // connection would otherwise have each ended task kept to the end.
+    CONNECTIONS.with_borrow_mut(|c| {
+        c.retain(|t| !t.is_finished());
+        c.push(task);
+    });
 }
 
 /// Waits (at most `limit`) for this thread's connection tasks to end;
@@ -377,5 +382,30 @@ impl Pool {
             Lane::Stream(s) if !s.is_broken() => self.idle_streams.borrow_mut().push(s),
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Connection tasks that ended are not kept: a run against a server
+    /// that closes every connection would otherwise hold one per request.
+    #[test]
+    fn ended_connection_tasks_are_let_go() {
+        let mut rt = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+            .enable_timer()
+            .build()
+            .expect("a runtime");
+        rt.block_on(async {
+            for _ in 0..100 {
+                drive_connection(async { Ok::<(), Infallible>(()) }, "test");
+                // Lets the task just spawned run to its end.
+                monoio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let kept = CONNECTIONS.with_borrow(Vec::len);
+            assert!(kept <= 1, "{kept} connection tasks kept");
+            assert_eq!(close_connections(Duration::from_secs(1)).await, 0);
+        });
     }
 }
