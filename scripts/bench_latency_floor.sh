@@ -16,6 +16,8 @@
 #        NEW_ARGS="" (extra flags for NEW_BIN, e.g. "--spin-us 500")
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 base=$1; new=$2
 base_bench=${3:-target/release/shardserve-bench}
 new_bench=${4:-$base_bench}
@@ -37,10 +39,7 @@ start_server() { # BIN EXTRA_ARGS...
     --http-port "$port" --grpc-port $((port + 1)) --metrics-port $((port + 2)) \
     --model-control-mode explicit --load-model simple --cores 1 "$@" >"$out/server.log" 2>&1 &
   pid=$!
-  for _ in $(seq 1 300); do
-    curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
+  ss_wait_ready "$port" && return 0
   echo "server $bin did not become ready" >&2
   cat "$out/server.log" >&2
   return 1

@@ -4,24 +4,32 @@
 # come so a cut-off run still returns what it measured):
 #
 #   1. concurrency-1 latency of `simple` over HTTP JSON, HTTP binary and
-#      gRPC, spin window off vs 250 us, against the sockperf loopback floor
-#      (scripts/bench_latency_floor.sh; server CPU 0, generator CPU 1)
+#      gRPC, spin window off vs 250 us, against the sockperf loopback floor,
+#      with the idle CPU of each (scripts/bench_latency_floor.sh; server
+#      CPU 0, generator CPU 1)
 #   2. the compute hand-off on one shared core: unbatched `mlp_onnx` at
-#      concurrency 64 on its compute worker (default; shards SCHED_OTHER as
-#      before `[runtime] sched_batch`; pipeline depth 4 with a 500 us reply
-#      hold) vs inline, with context switches per inference and
-#      /v2/health/live p50/p99 (wrk) alongside
-#   3. `mlp_onnx_dyna` at concurrency 64 over HTTP binary and gRPC (shards
-#      SCHED_BATCH and not) vs ONNX Runtime alone (scripts/bench_ort_direct.py where that machine's
+#      concurrency 64 inline, on its compute worker with the default
+#      profile, and with `shared-core-workers` at [compute] slice_us 0, 250
+#      and 500; CPU per inference of the shard and compute threads, context
+#      switches per inference, and /v2/health/live p50/p99 from wrk on a
+#      CPU of its own (server CPU 0, generator CPU 1, wrk CPU 2)
+#   3. `mlp_onnx_dyna` at concurrency 64 over HTTP binary and gRPC vs ONNX
+#      Runtime alone (scripts/bench_ort_direct.py where that machine's
 #      python3 has onnxruntime)
 #   4. `simple` scaling at 1, 2, 4, 8 and 16 shards (generator on CPUs 8-15)
 #   5. ONNX Runtime on the GPU: where that machine's Python has an
-#      onnxruntime with the CUDA provider, `mlp_onnx` with a KIND_GPU
+#      onnxruntime with the CUDA provider, `mlp_onnx_dyna` with a KIND_GPU
 #      instance behind the server vs ORT alone on the GPU
 #
 # BIN_DIR: stripped shardserve and shardserve-bench, libhwloc.so.15,
 # libudev.so.1, libonnxruntime.so(.xz), and optionally sockperf, wrk and
 # libluajit-5.1.so.2. Usage: scripts/device_latency.sh BIN_DIR OUT_DIR
+# env: SECTIONS="latency handoff dyna scaling gpu" (which to run),
+#   LATENCY_ROUNDS=3, HANDOFF_ROUNDS=2,
+#   HANDOFF="inline default scw scw-slice250 scw-slice500" (server set-ups:
+#   inline; the default profile or shared-core-workers (scw), each with an
+#   optional -sliceN for [compute] slice_us = N),
+#   DYNA_PROFILES="default" (the same names, for section 3)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=$(realpath "$1"); out=$(realpath "$2")
@@ -33,13 +41,23 @@ work=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 
-ready() {
-  for _ in $(seq 1 300); do
-    curl -sf "http://127.0.0.1:$1/v2/health/ready" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "server on $1 never became ready"; return 1
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+want() { [[ " ${SECTIONS:-latency handoff dyna scaling gpu} " == *" $1 "* ]]; }
+# profile_flags NAME: the --tuning-profile flags for a set-up name above.
+profile_flags() {
+  local base=${1%-slice*} slice=
+  [[ $1 == *-slice* ]] && slice=${1##*-slice}
+  local file=tuning/default.toml
+  [ "$base" = scw ] && file=tuning/shared-core-workers.toml
+  if [ -n "$slice" ]; then # both profiles end in their [compute] table, or have none
+    { cat "$file"; grep -q '^\[compute\]' "$file" || echo '[compute]'; echo "slice_us = $slice"; } >"$work/$1.toml"
+    echo "--tuning-profile $work/$1.toml"
+  elif [ "$base" = scw ]; then
+    echo "--tuning-profile $file"
+  fi
 }
+ready() { ss_wait_ready "$1" || { echo "server on $1 never became ready"; return 1; }; }
 stop() { [ -n "$pid" ] && { kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; }; pid=; }
 
 {
@@ -48,20 +66,21 @@ stop() { [ -n "$pid" ] && { kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/nu
   timeout 20 python3 -c 'import onnxruntime as o, os; print("python onnxruntime", o.__version__, o.get_available_providers(), os.path.dirname(o.__file__))' 2>&1 | tail -1
 } >"$out/machine.txt" 2>&1
 
-# 1. c=1 latency, spin off (A) vs 250 us (B), same binaries.
-ROUNDS=2 SECONDS_PER=1 IDLE_SECS=5 NEW_ARGS="--spin-us 250" timeout 120 \
-  scripts/bench_latency_floor.sh "$bin/shardserve" "$bin/shardserve" \
-  "$bin/shardserve-bench" "$bin/shardserve-bench" >"$out/latency.txt" 2>&1
-echo "bench_latency_floor rc=$?" >>"$out/latency.txt"
+# 1. c=1 latency, spin off (A) vs 250 us (B), same binaries. A round is
+# about 40 s here; the floor and the idle CPU about 40 s more.
+if want latency; then
+  lr=${LATENCY_ROUNDS:-3}
+  ROUNDS=$lr SECONDS_PER=2 IDLE_SECS=5 NEW_ARGS="--spin-us 250" timeout $((lr * 60 + 90)) \
+    scripts/bench_latency_floor.sh "$bin/shardserve" "$bin/shardserve" \
+    "$bin/shardserve-bench" "$bin/shardserve-bench" >"$out/latency.txt" 2>&1
+  echo "bench_latency_floor rc=$?" >>"$out/latency.txt"
+fi
 
 # 2. Hand-off on one shared core.
 mkdir -p "$work/worker" "$work/inline"
 cp -r models/mlp_onnx "$work/worker/"; cp -r models/mlp_onnx "$work/inline/"
 echo 'parameters { key: "shardserve_execution" value { string_value: "inline" } }' \
   >>"$work/inline/mlp_onnx/config.pbtxt"
-printf '[compute]\npipeline_depth = 4\nreply_hold_us = 500\n' >"$work/hold4.toml"
-printf '[runtime]\nsched_batch = false\n' >"$work/other.toml"
-switches() { cat /proc/"$pid"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {s += $2} END {print s + 0}'; }
 inferences() { curl -sf "http://127.0.0.1:$1/v2/models/$2/stats" |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["model_stats"][0]["inference_count"])' 2>/dev/null || echo 0; }
 handoff() { # label repo [server flags...]
@@ -70,20 +89,22 @@ handoff() { # label repo [server flags...]
     --grpc-port $((port + 1)) --metrics-port $((port + 2)) --cores 1 "$@" >"$out/handoff-server.log" 2>&1 &
   pid=$!
   ready $port || { stop; return; }
-  local s0 n0 s1 n1 wpid
-  s0=$(switches); n0=$(inferences $port mlp_onnx)
+  local c0 n0 c1 n1 wpid=
+  c0=$(ss_thread_counters "$pid"); n0=$(inferences $port mlp_onnx)
   if command -v wrk >/dev/null; then
-    timeout 20 taskset -c 1 wrk -t1 -c1 -d6s --latency "http://127.0.0.1:$port/v2/health/live" >"$work/wrk.txt" 2>&1 &
+    timeout 20 taskset -c 2 wrk -t1 -c1 -d6s --latency "http://127.0.0.1:$port/v2/health/live" >"$work/wrk.txt" 2>&1 &
     wpid=$!
   fi
   timeout 40 taskset -c 1 "$bin/shardserve-bench" -m mlp_onnx -u 127.0.0.1:$port --concurrency-range 64 \
     -p 2000 --max-trials 2 --no-progress --json "$work/h.json" >"$work/h.txt" 2>&1
-  [ -n "${wpid:-}" ] && wait "$wpid"
-  s1=$(switches); n1=$(inferences $port mlp_onnx)
+  [ -n "$wpid" ] && wait "$wpid"
+  c1=$(ss_thread_counters "$pid"); n1=$(inferences $port mlp_onnx)
   stop
-  python3 - "$label" "$s0" "$s1" "$n0" "$n1" "$work/h.json" "$work/wrk.txt" <<'PY'
+  python3 - "$label" "$c0" "$c1" "$n0" "$n1" "$work/h.json" "$work/wrk.txt" "$(getconf CLK_TCK)" <<'PY'
 import json, re, sys
-label, s0, s1, n0, n1, path, wrk = sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6], sys.argv[7]
+label, c0, c1, n0, n1, path, wrk, hz = sys.argv[1:9]
+(cc0, cs0, sw0), (cc1, cs1, sw1) = ([int(v) for v in c.split()] for c in (c0, c1))
+n, hz = max(int(n1) - int(n0), 1), int(hz)
 try:
     st = json.load(open(path))["steps"][-1]
     rate, p50 = st["throughput"], st["latency_us"]["p50"]
@@ -95,23 +116,31 @@ def us(p):
         return float(m.group(1)) * {"us": 1, "ms": 1000, "s": 1e6}[m.group(2)] if m else -1
     except OSError:
         return -1
-print(f"{label}: infer/s={rate:.0f} p50_us={p50:.0f} switches_per_infer={(s1 - s0) / max(n1 - n0, 1):.2f} "
+print(f"{label}: infer/s={rate:.0f} p50_us={p50:.0f} shard_cpu_us={(cs1 - cs0) * 1e6 / hz / n:.0f} "
+      f"compute_cpu_us={(cc1 - cc0) * 1e6 / hz / n:.0f} switches_per_infer={(sw1 - sw0) / n:.2f} "
       f"health_p50_us={us(50):.0f} health_p99_us={us(99):.0f}")
 PY
 }
-for round in 1 2; do
-  handoff "round=$round worker default" "$work/worker"
-  handoff "round=$round worker sched_batch=false" "$work/worker" --tuning-profile "$work/other.toml"
-  handoff "round=$round worker depth4 hold500" "$work/worker" --tuning-profile "$work/hold4.toml"
-  handoff "round=$round inline" "$work/inline"
-done 2>&1 | tee "$out/handoff.txt"
+if want handoff; then
+  for round in $(seq 1 "${HANDOFF_ROUNDS:-2}"); do
+    for setup in ${HANDOFF:-inline default scw scw-slice250 scw-slice500}; do
+      if [ "$setup" = inline ]; then
+        handoff "round=$round inline" "$work/inline"
+      else
+        # shellcheck disable=SC2046
+        handoff "round=$round worker $setup" "$work/worker" $(profile_flags "$setup")
+      fi
+    done
+  done 2>&1 | tee "$out/handoff.txt"
+fi
 
 # 3. Batched ORT behind the server vs ORT alone, one core.
-{
+want dyna && {
   timeout 30 taskset -c 0 python3 scripts/bench_ort_direct.py models/mlp_onnx_dyna 3 2>&1 | tail -5
   mkdir -p "$work/dyna"; cp -r models/mlp_onnx_dyna "$work/dyna/"
-  for prof in default other; do
-    flags=(); [ $prof = other ] && flags=(--tuning-profile "$work/other.toml")
+  for prof in ${DYNA_PROFILES:-default}; do
+    # shellcheck disable=SC2207
+    flags=($(profile_flags "$prof"))
     taskset -c 0 "$bin/shardserve" --model-repository "$work/dyna" --host 127.0.0.1 --http-port 18620 \
       --grpc-port 18621 --metrics-port 18622 --cores 1 "${flags[@]}" >"$out/dyna-server.log" 2>&1 &
     pid=$!
@@ -128,6 +157,7 @@ done 2>&1 | tee "$out/handoff.txt"
 } >"$out/dyna.txt" 2>&1
 
 # 4. Scaling of `simple`.
+want scaling && {
 repo=$work/simple; mkdir -p "$repo"; cp -r models/simple "$repo/"
 port=19000
 for n in 1 2 4 8 16; do
@@ -147,8 +177,10 @@ for n in 1 2 4 8 16; do
   done
   stop
 done >"$out/scaling.txt" 2>&1
+}
 
 # 5. ONNX Runtime on the GPU, where that machine's Python has it.
+want gpu && {
 gpu_ort=$(timeout 20 python3 -c 'import onnxruntime as o, os, glob
 if "CUDAExecutionProvider" in o.get_available_providers():
     print((glob.glob(os.path.join(os.path.dirname(o.__file__), "capi", "libonnxruntime.so*")) or [""])[0])' 2>/dev/null)
@@ -189,11 +221,7 @@ for batch in (1, 64):
 PY
   fi
 } >"$out/gpu-ort.txt" 2>&1
+}
 
-# 6. shardserve-bench shared memory (system and CUDA), where the script exists.
-if [ -x scripts/device_bench_shm.sh ]; then
-  timeout 90 scripts/device_bench_shm.sh "$bin" "$out" 18700 >"$out/bench-shm.txt" 2>&1
-  echo "device_bench_shm rc=$?" >>"$out/bench-shm.txt"
-fi
 cat "$out/latency.txt" "$out/handoff.txt" "$out/dyna.txt" "$out/scaling.txt" "$out/gpu-ort.txt" >"$out/all.txt" 2>/dev/null
 echo done >>"$out/all.txt"
