@@ -29,7 +29,7 @@
 #   HANDOFF="inline default scw scw-slice250 scw-slice500" (server set-ups:
 #   inline; the default profile or shared-core-workers (scw), each with an
 #   optional -sliceN for [compute] slice_us = N),
-#   DYNA_PROFILES="default" (the same names, for section 3)
+#   DYNA_PROFILES="default" (the same names, for section 3), DYNA_ROUNDS=1
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=$(realpath "$1"); out=$(realpath "$2")
@@ -138,7 +138,7 @@ fi
 want dyna && {
   timeout 30 taskset -c 0 python3 scripts/bench_ort_direct.py models/mlp_onnx_dyna 3 2>&1 | tail -5
   mkdir -p "$work/dyna"; cp -r models/mlp_onnx_dyna "$work/dyna/"
-  for prof in ${DYNA_PROFILES:-default}; do
+  for round in $(seq 1 "${DYNA_ROUNDS:-1}"); do for prof in ${DYNA_PROFILES:-default}; do
     # shellcheck disable=SC2207
     flags=($(profile_flags "$prof"))
     taskset -c 0 "$bin/shardserve" --model-repository "$work/dyna" --host 127.0.0.1 --http-port 18620 \
@@ -147,13 +147,13 @@ want dyna && {
     if ready 18620; then
       for proto in http grpc; do
         p=18620; [ $proto = grpc ] && p=18621
-        echo "== mlp_onnx_dyna c=64 $proto profile=$prof"
+        echo "== round=$round mlp_onnx_dyna c=64 $proto profile=$prof"
         timeout 40 taskset -c 1 "$bin/shardserve-bench" -m mlp_onnx_dyna -u 127.0.0.1:$p -i $proto \
           --concurrency-range 64 -p 2000 --max-trials 2 --no-progress 2>&1 | tail -n 2
       done
     fi
     stop
-  done
+  done; done
 } >"$out/dyna.txt" 2>&1
 
 # 4. Scaling of `simple`.
