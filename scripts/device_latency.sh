@@ -9,8 +9,8 @@
 #      CPU 0, generator CPU 1)
 #   2. the compute hand-off on one shared core: unbatched `mlp_onnx` at
 #      concurrency 64 inline, on its compute worker with the default
-#      profile, and with `shared-core-workers` at [compute] slice_us 0, 250
-#      and 500; CPU per inference of the shard and compute threads, context
+#      profile (SCHED_BATCH shards, [compute] slice_us 500) and variants of
+#      it, and with tuning/preempting-shards.toml; CPU per inference of the shard and compute threads, context
 #      switches per inference, and /v2/health/live p50/p99 from wrk on a
 #      CPU of its own (server CPU 0, generator CPU 1, wrk CPU 2)
 #   3. `mlp_onnx_dyna` at concurrency 64 over HTTP binary and gRPC vs ONNX
@@ -26,8 +26,8 @@
 # libluajit-5.1.so.2. Usage: scripts/device_latency.sh BIN_DIR OUT_DIR
 # env: SECTIONS="latency handoff dyna scaling gpu" (which to run),
 #   LATENCY_ROUNDS=3, HANDOFF_ROUNDS=2,
-#   HANDOFF="inline default scw scw-slice250 scw-slice500" (server set-ups:
-#   inline; the default profile or shared-core-workers (scw), each with an
+#   HANDOFF="inline default default-slice0 preempting" (server set-ups:
+#   inline; the default profile or preempting-shards, each with an
 #   optional -sliceN for [compute] slice_us = N),
 #   DYNA_PROFILES="default" (the same names, for section 3), DYNA_ROUNDS=1
 set -uo pipefail
@@ -49,11 +49,11 @@ profile_flags() {
   local base=${1%-slice*} slice=
   [[ $1 == *-slice* ]] && slice=${1##*-slice}
   local file=tuning/default.toml
-  [ "$base" = scw ] && file=tuning/shared-core-workers.toml
+  [ "$base" = preempting ] && file=tuning/preempting-shards.toml
   if [ -n "$slice" ]; then # both profiles end in their [compute] table, or have none
-    { cat "$file"; grep -q '^\[compute\]' "$file" || echo '[compute]'; echo "slice_us = $slice"; } >"$work/$1.toml"
+    { grep -v '^slice_us' "$file"; grep -q '^\[compute\]' "$file" || echo '[compute]'; echo "slice_us = $slice"; } >"$work/$1.toml"
     echo "--tuning-profile $work/$1.toml"
-  elif [ "$base" = scw ]; then
+  elif [ "$base" = preempting ]; then
     echo "--tuning-profile $file"
   fi
 }
@@ -123,7 +123,7 @@ PY
 }
 if want handoff; then
   for round in $(seq 1 "${HANDOFF_ROUNDS:-2}"); do
-    for setup in ${HANDOFF:-inline default scw scw-slice250 scw-slice500}; do
+    for setup in ${HANDOFF:-inline default default-slice0 preempting}; do
       if [ "$setup" = inline ]; then
         handoff "round=$round inline" "$work/inline"
       else

@@ -273,19 +273,19 @@ fn the_topology_command_shows_the_spin_window() {
         shardserve::tuning::RuntimeSection::DEFAULT_SPIN_US
     );
     assert!(default.contains(&expected), "{default}");
-    assert!(default.contains("shards SCHED_OTHER"), "{default}");
+    assert!(default.contains("shards SCHED_BATCH"), "{default}");
     let dir = std::env::temp_dir().join(format!("spin-profile-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let file = dir.join("spin-off.toml");
     std::fs::write(
         &file,
-        "name = \"spin-off\"\n[runtime]\nspin_us = 0\nsched_batch = true\n",
+        "name = \"spin-off\"\n[runtime]\nspin_us = 0\nsched_batch = false\n",
     )
     .expect("write profile");
     let path = file.to_string_lossy().to_string();
     let off = run(&["--tuning-profile", &path]);
     assert!(
-        off.contains("spin 0 us after a request before parking (off), shards SCHED_BATCH"),
+        off.contains("spin 0 us after a request before parking (off), shards SCHED_OTHER"),
         "{off}"
     );
     // The flag wins over the profile.

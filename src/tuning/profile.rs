@@ -64,36 +64,38 @@ pub struct ComputeSection {
     /// Batches a model's scheduler may hand one compute worker before the
     /// first comes back (1: one at a time). Only the default (FIFO)
     /// scheduler's requests without a queue timeout are handed ahead (see
-    /// `ModelScheduler::may_queue_behind`). Default 1: on the busy 2-core
-    /// box, two A/B runs of `scripts/bench_handoff.sh` showed depth 2 with
-    /// more compute CPU per inference and lower unbatched `mlp_onnx`
-    /// throughput at concurrency 64 on one shared core (the shard then has
-    /// work to preempt every execution with); re-measure on a quiet box.
+    /// `ModelScheduler::may_queue_behind`). Default 4, part of the
+    /// shared-core default measured together (see
+    /// `RuntimeSection::DEFAULT_SCHED_BATCH`); with ordinary preemption
+    /// (`sched_batch = false`) depth 2 measured worse than 1 on the 2-core
+    /// box, since the shard then has work to preempt every execution with.
     pub pipeline_depth: Option<usize>,
     /// Microseconds a compute worker with more batches waiting in its ring
     /// may keep finished ones before it wakes its shard (0: wake after
-    /// each). Only matters with `pipeline_depth` above 1. MEASURE-PENDING.
+    /// each). Only matters with `pipeline_depth` above 1. Default 500, part
+    /// of the shared-core default.
     pub reply_hold_us: Option<u64>,
     /// Longest (µs) a compute worker runs items back to back before it
-    /// wakes its shard with what it holds and yields the CPU (default 0:
-    /// never). With `[runtime] sched_batch` a packet does not get its
-    /// shard the core a worker shares; the shard then waits for the
-    /// worker to sleep or for the scheduler tick (4 ms at HZ=250), which
-    /// is what held `/v2/health/live` p99 at 3.6-4.0 ms under
-    /// `shared-core-workers`. A slice bounds that wait to about one slice
-    /// plus one execution. MEASURE-PENDING: on the 2-core VM, 5 rounds
-    /// each of 250 and 500 us against none showed no change in that p99;
-    /// there it is set by the shard's own queue at saturation (2.3-2.6 ms
-    /// with `simple` inline and no worker at all), not by the worker.
+    /// wakes its shard with what it holds and yields the CPU (0: never).
+    /// With `[runtime] sched_batch` a packet does not get its shard the
+    /// core a worker shares; the shard then waits for the worker to sleep
+    /// or for the scheduler tick (4 ms at HZ=250), which held the
+    /// `/v2/health/live` p99 at 2.6-4.0 ms without a slice. Default 500:
+    /// on lent 16-core machines (unbatched `mlp_onnx`, one shared core,
+    /// concurrency 64, 7 rounds over 3 machines) 500 µs gave a health p99
+    /// of 0.7-2.2 ms (median 0.9) at 0.87-1.08× inline throughput; 250 µs
+    /// yielded too often (4 switches per inference, 0.73-0.78×), 1000 µs
+    /// was as fast with a p99 of 1.0 ms. On the 2-core VM the p99 is set by
+    /// the shard's own queue at saturation, so no slice changes it there.
     pub slice_us: Option<u64>,
 }
 
 impl ComputeSection {
     pub const DEFAULT_NICE: i32 = 0;
     pub const DEFAULT_SPIN_US: u64 = 0;
-    pub const DEFAULT_PIPELINE_DEPTH: usize = 1;
-    pub const DEFAULT_REPLY_HOLD_US: u64 = 0;
-    pub const DEFAULT_SLICE_US: u64 = 0;
+    pub const DEFAULT_PIPELINE_DEPTH: usize = 4;
+    pub const DEFAULT_REPLY_HOLD_US: u64 = 500;
+    pub const DEFAULT_SLICE_US: u64 = 500;
     /// A deeper pipeline only holds requests out of the queue longer.
     pub const MAX_PIPELINE_DEPTH: usize = 16;
 
@@ -164,7 +166,7 @@ pub struct RuntimeSection {
     /// Microseconds a shard keeps polling its ring after a request finished
     /// before it parks (0: park at once). See `RuntimeSection::DEFAULT_SPIN_US`.
     pub spin_us: Option<u64>,
-    /// Run shard threads as `SCHED_BATCH` (default false): a shard's
+    /// Run shard threads as `SCHED_BATCH` (default true): a shard's
     /// wake-up (a packet, a finished batch) then no longer preempts whatever
     /// runs on its core at once, only at the scheduler's next tick or when
     /// that thread sleeps. On a core a shard shares with a compute worker
@@ -175,17 +177,22 @@ pub struct RuntimeSection {
 }
 
 impl RuntimeSection {
-    /// Off. Measured on a lent 16-core machine (`scripts/device_latency.sh`,
-    /// one core shared by a shard and its compute worker, two rounds): for
-    /// unbatched `mlp_onnx` at concurrency 64 it lifts throughput from
-    /// 2,541–2,573 to 3,037–3,285 /s (inline: 4,111–4,163), cuts context
-    /// switches per inference from 16 to 4.2–4.7 and the `/v2/health/live`
-    /// p99 alongside from 4.4 to 2.0–2.2 ms; but for the dynamically batched
-    /// `mlp_onnx_dyna` at concurrency 64 it costs 8 % over HTTP (26,209 →
-    /// 24,113 /s) and 19 % over gRPC (25,258 → 20,453 /s). Batched models
-    /// are the common production case, so the default keeps ordinary
-    /// preemption; `tuning/shared-core-workers.toml` turns it on.
-    pub const DEFAULT_SCHED_BATCH: bool = false;
+    /// On, with `[compute]` pipeline_depth 4, reply_hold_us 500 and
+    /// slice_us 500: the shared-core default, measured together on lent
+    /// 16-core machines (`scripts/device_latency.sh`, server on one core,
+    /// generator and wrk on cores of their own). Unbatched `mlp_onnx` at
+    /// concurrency 64 on its compute worker, 7 rounds over 3 machines:
+    /// 0.87-1.08× the inline throughput (median 0.95), `/v2/health/live`
+    /// p99 alongside 0.7-2.2 ms (median 0.9); inline's p99 is 11-36 ms and
+    /// the old default (ordinary preemption, depth 1) gave 0.55-0.67× at
+    /// 16-19 context switches per inference. The cost falls on dynamically
+    /// batched models, where a shard's packets no longer preempt the batch
+    /// running on its core: `mlp_onnx_dyna` at concurrency 64 measured
+    /// +14 %/+9 % (HTTP/gRPC, one round) and -8 %/-7 % (medians of three
+    /// rounds, another machine), and an earlier session -8 %/-19 %, each
+    /// within rounds that spread ±15 %. Set it false for a core that runs a
+    /// batched model's worker beside its shard and nothing unbatched.
+    pub const DEFAULT_SCHED_BATCH: bool = true;
 
     pub fn sched_batch(&self) -> bool {
         self.sched_batch.unwrap_or(Self::DEFAULT_SCHED_BATCH)

@@ -1,7 +1,7 @@
-"""Shard threads run as SCHED_OTHER by default and as SCHED_BATCH when a
-profile sets `[runtime] sched_batch` (so their wake-ups do not preempt a
-compute worker sharing their core); compute workers keep the ordinary
-policy either way. Read from the running server's /proc/PID/task/*/stat
+"""Shard threads run as SCHED_BATCH by default (so their wake-ups do not
+preempt a compute worker sharing their core) and as SCHED_OTHER when a
+profile sets `[runtime] sched_batch = false`; compute workers keep the
+ordinary policy either way. Read from the running server's /proc/PID/task/*/stat
 (field 41, the policy)."""
 
 import pathlib
@@ -41,18 +41,18 @@ def run(args, tmp_path):
         server.stop_expecting_success()
 
 
-def test_shards_are_sched_other_by_default(tmp_path):
+def test_shards_are_sched_batch_by_default_and_workers_not(tmp_path):
     seen = run([], tmp_path)
-    shards = {n: p for n, p in seen.items() if n.startswith("shard-")}
-    assert shards and all(p == {SCHED_OTHER} for p in shards.values()), seen
-
-
-def test_the_shared_core_profile_makes_shards_sched_batch_and_not_workers(tmp_path):
-    profile = ROOT / "tuning" / "shared-core-workers.toml"
-    seen = run(["--tuning-profile", str(profile)], tmp_path)
     shards = {n: p for n, p in seen.items() if n.startswith("shard-")}
     assert shards, seen
     assert all(p == {SCHED_BATCH} for p in shards.values()), seen
     workers = {n: p for n, p in seen.items() if n.startswith("compute-")}
     assert workers, f"mlp_onnx should have a compute worker: {seen}"
     assert all(p == {SCHED_OTHER} for p in workers.values()), seen
+
+
+def test_the_preempting_profile_keeps_shards_sched_other(tmp_path):
+    profile = ROOT / "tuning" / "preempting-shards.toml"
+    seen = run(["--tuning-profile", str(profile)], tmp_path)
+    shards = {n: p for n, p in seen.items() if n.startswith("shard-")}
+    assert shards and all(p == {SCHED_OTHER} for p in shards.values()), seen
