@@ -383,10 +383,18 @@ fn fire(addr: SocketAddr, model: &str, n: usize) -> Vec<thread::JoinHandle<HttpR
         .collect()
 }
 
+/// Requests waiting in the shard's scheduler queues (not those handed
+/// ahead to a worker).
+fn shard_queued(server: &ServerHandle) -> u64 {
+    metric_sum(server.metrics_addr(), "shardserve_shard_queue_depth")
+}
+
 /// With `[compute] pipeline_depth = 2`, a busy worker is handed one more
 /// request behind the one it runs, never two: of five requests sent to a
 /// one-instance model whose executions take seconds, exactly three stay
-/// queued (with a deeper pipeline the count would never reach three).
+/// queued on the shard (with a deeper pipeline the count would never reach
+/// three). As in Triton, the one handed ahead is still pending until it
+/// starts: four are pending.
 #[test]
 fn a_worker_is_handed_at_most_its_pipeline_depth() {
     let repo = TempRepo::new("depth", &[("deep", slow_model("deep", 2500, 1, 1, ""))]);
@@ -394,7 +402,18 @@ fn a_worker_is_handed_at_most_its_pipeline_depth() {
     let addr = server.http_addr();
     let load = fire(addr, "deep", 5);
     eventually("three of five requests queued", || {
+        shard_queued(&server) == 3
+    });
+    eventually("four of five requests pending", || {
+        pending(&server, "deep") == 4.0
+    });
+    // The first execution ends; the one handed ahead starts and stops
+    // being pending, and the next is handed ahead.
+    eventually("three pending once the first ran", || {
         pending(&server, "deep") == 3.0
+    });
+    eventually("two queued once the first ran", || {
+        shard_queued(&server) == 2
     });
     for r in load {
         let r = r.join().expect("client");
@@ -434,8 +453,9 @@ fn pipeline_depth_one_hands_one_request_at_a_time() {
     let addr = server.http_addr();
     let load = fire(addr, "one", 5);
     eventually("four of five requests queued", || {
-        pending(&server, "one") == 4.0
+        shard_queued(&server) == 4
     });
+    assert_eq!(pending(&server, "one"), 4.0);
     for r in load {
         assert_eq!(r.join().expect("client").status, 200);
     }
@@ -451,8 +471,9 @@ fn every_instance_gets_work_before_any_is_handed_ahead() {
     let server = start(&repo, 1, |o| o.tuning.compute.pipeline_depth = Some(2));
     let addr = server.http_addr();
     let load = fire(addr, "two", 6);
-    eventually("two of six requests queued", || {
-        pending(&server, "two") == 2.0
+    eventually("two of six requests queued", || shard_queued(&server) == 2);
+    eventually("four of six pending (two run)", || {
+        pending(&server, "two") == 4.0
     });
     for r in load {
         assert_eq!(r.join().expect("client").status, 200);

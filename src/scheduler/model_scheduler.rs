@@ -126,6 +126,12 @@ struct Instance {
     in_flight: Cell<usize>,
     /// How many batches it may hold: its worker's ring capacity (1 inline).
     depth: usize,
+    /// Arrival times of the batches handed to the busy worker behind the
+    /// one it runs, oldest first. As in Triton, they are still pending and
+    /// still queueing until the worker starts them, which the shard learns
+    /// when the batch before finishes (`collect_done`): pending and queue
+    /// time are recorded then, not at the hand-over.
+    ahead: RefCell<VecDeque<Vec<Instant>>>,
 }
 
 impl Instance {
@@ -267,6 +273,7 @@ impl ModelScheduler {
                     exec,
                     in_flight: Cell::new(0),
                     depth,
+                    ahead: RefCell::new(VecDeque::new()),
                 }
             })
             .collect();
@@ -413,7 +420,14 @@ impl ModelScheduler {
     }
 
     fn dequeued(&self, n: usize) {
+        self.left_queue(n);
         self.model.stats.shard(self.shard).pending_sub(n as u64);
+    }
+
+    /// The shard's queue gauge counts what waits in its scheduler queues,
+    /// so a batch handed ahead leaves it at the hand-over; Triton's pending
+    /// count waits for the execution to start (`dequeued`).
+    fn left_queue(&self, n: usize) {
         if let Some(g) = self.gauges.get(self.shard) {
             g.add_queue_depth(-(n as i64));
         }
@@ -470,6 +484,13 @@ impl ModelScheduler {
                         break;
                     };
                     inst.in_flight.set(inst.in_flight.get().saturating_sub(1));
+                    // The worker takes its batches in order: the oldest
+                    // handed ahead started as this one finished (with a
+                    // reply hold, a little before `now`).
+                    let next = inst.ahead.borrow_mut().pop_front();
+                    if let Some(received) = next {
+                        self.started_at(&received, Instant::now());
+                    }
                     self.release_resources(index);
                     self.completed(index);
                     for answer in answers {
@@ -537,7 +558,17 @@ impl ModelScheduler {
                     }
                     match self.next_batch(index, now) {
                         Next::Run(mut batch) => {
-                            self.started(&batch.jobs, now);
+                            // Behind a busy worker the batch waits in its
+                            // ring: it starts when the one before finishes.
+                            let behind = matches!(inst.exec, Exec::Worker(_)) && inst.busy();
+                            if behind {
+                                self.left_queue(batch.jobs.len());
+                                inst.ahead
+                                    .borrow_mut()
+                                    .push_back(batch.jobs.iter().map(|j| j.received).collect());
+                            } else {
+                                self.started(&batch.jobs, now);
+                            }
                             if let Some(reorder) = &self.reorder {
                                 for job in &mut batch.jobs {
                                     reorder.hold(
@@ -566,6 +597,13 @@ impl ModelScheduler {
                                         // batches in flight; answer rather
                                         // than lose them.
                                         inst.in_flight.set(inst.in_flight.get() - 1);
+                                        if behind {
+                                            inst.ahead.borrow_mut().pop_back();
+                                            self.model
+                                                .stats
+                                                .shard(self.shard)
+                                                .pending_sub(batch.jobs.len() as u64);
+                                        }
                                         self.release_resources(index);
                                         self.completed(index);
                                         for job in batch.jobs {
@@ -673,6 +711,19 @@ impl ModelScheduler {
             stats
                 .queue
                 .record(now.saturating_duration_since(job.received));
+        }
+    }
+
+    /// `started` for a batch handed ahead, by its jobs' arrival times
+    /// (it left the shard's queue at the hand-over).
+    fn started_at(&self, received: &[Instant], now: Instant) {
+        self.model
+            .stats
+            .shard(self.shard)
+            .pending_sub(received.len() as u64);
+        let stats = self.model.stats.shard(self.shard);
+        for &r in received {
+            stats.queue.record(now.saturating_duration_since(r));
         }
     }
 
