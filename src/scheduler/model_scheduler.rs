@@ -717,11 +717,8 @@ impl ModelScheduler {
     /// `started` for a batch handed ahead, by its jobs' arrival times
     /// (it left the shard's queue at the hand-over).
     fn started_at(&self, received: &[Instant], now: Instant) {
-        self.model
-            .stats
-            .shard(self.shard)
-            .pending_sub(received.len() as u64);
         let stats = self.model.stats.shard(self.shard);
+        stats.pending_sub(received.len() as u64);
         for &r in received {
             stats.queue.record(now.saturating_duration_since(r));
         }
