@@ -231,3 +231,70 @@ fn a_task_another_task_wakes_runs_between_rounds() {
         spin::clear();
     });
 }
+
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t with one bit set, for this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "sched_setaffinity"
+        );
+    }
+}
+
+/// A `SCHED_BATCH` thread (what shards are by default) woken on the
+/// spinner's core gets it within a few rounds. Such a thread does not
+/// preempt the running one on its wake-up, so a spinner that never offered
+/// its core held it for a whole time slice: a load generator spinning on a
+/// server's core held each answer back for its busy-poll window (c=1 p99
+/// 1 ms). Counted in spinner rounds, as above.
+#[test]
+fn a_sched_batch_thread_woken_on_its_core_runs_within_a_few_rounds() {
+    // SAFETY: no arguments.
+    let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).expect("a CPU");
+    pin_to(cpu);
+    let mut rt = epoll_runtime();
+    rt.block_on(async {
+        let stats = spinning(Duration::from_secs(30)).await;
+        let (wake_tx, wake_rx) = std::sync::mpsc::channel::<u64>();
+        let (ran_tx, ran_rx) = std::sync::mpsc::channel::<(u64, u64)>();
+        let peer = {
+            let stats = stats.clone();
+            std::thread::spawn(move || {
+                pin_to(cpu);
+                shardserve::compute::thread::set_sched_batch().expect("SCHED_BATCH");
+                for woken_at in wake_rx {
+                    if ran_tx.send((woken_at, stats.rounds())).is_err() {
+                        break;
+                    }
+                }
+            })
+        };
+        let mut waits = Vec::new();
+        for _ in 0..20 {
+            // Let the peer block in recv, then wake it from this (spinning)
+            // thread.
+            monoio::time::sleep(Duration::from_millis(5)).await;
+            wake_tx.send(stats.rounds()).expect("peer alive");
+            let (woken_at, ran_at) = loop {
+                if let Ok(r) = ran_rx.try_recv() {
+                    break r;
+                }
+                monoio::time::sleep(Duration::from_millis(1)).await;
+            };
+            waits.push(ran_at - woken_at);
+        }
+        drop(wake_tx);
+        peer.join().expect("peer");
+        spin::clear();
+        waits.sort_unstable();
+        let median = waits[waits.len() / 2];
+        assert!(
+            median <= 500,
+            "a woken SCHED_BATCH thread waited {median} spinner rounds (median; all: {waits:?})"
+        );
+    });
+}
