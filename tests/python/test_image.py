@@ -92,6 +92,34 @@ def stop(proc):
             proc.wait()
 
 
+def stop_in_namespace(proc):
+    """Stops a server started under `unshare --fork`: unshare's
+    --kill-child never reaches it, because `chroot --userspec` changes its
+    credentials, which clears the parent-death signal (prctl(2)). So the
+    server itself (unshare's child, the namespace's PID 1) is signalled; it
+    has a SIGTERM handler, so the signal from this namespace is delivered.
+    Without this every run left its server running."""
+    try:
+        with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError:
+        children = []
+
+    def signal_children(sig):
+        for child in children:
+            try:
+                os.kill(child, sig)
+            except ProcessLookupError:
+                pass
+
+    signal_children(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        signal_children(signal.SIGKILL)
+    stop(proc)
+
+
 def flags(repo, http):
     return [f"--model-repository={repo}", f"--http-port={http}", f"--grpc-port={free_port()}",
             f"--metrics-port={free_port()}", "--host=127.0.0.1", "--cores=2",
@@ -131,7 +159,7 @@ def ready_in_image(rootfs):
         ready = wait_ready(proc, http, log_path, started)
         infer_both(http)
     finally:
-        stop(proc)
+        stop_in_namespace(proc)
     return ready
 
 
