@@ -10,9 +10,10 @@
 #   2. the compute hand-off on one shared core: unbatched `mlp_onnx` at
 #      concurrency 64 inline, on its compute worker with the default
 #      profile (SCHED_BATCH shards, [compute] slice_us 500) and variants of
-#      it, and with tuning/preempting-shards.toml; CPU per inference of the shard and compute threads, context
-#      switches per inference, and /v2/health/live p50/p99 from wrk on a
-#      CPU of its own (server CPU 0, generator CPU 1, wrk CPU 2)
+#      it, and with tuning/preempting-shards.toml; CPU per inference of
+#      the shard and compute threads, context switches per inference, and
+#      /v2/health/live p50/p99 from wrk on a CPU of its own (server CPU 0,
+#      generator CPU 1, wrk CPU 2)
 #   3. `mlp_onnx_dyna` at concurrency 64 over HTTP binary and gRPC vs ONNX
 #      Runtime alone (scripts/bench_ort_direct.py where that machine's
 #      python3 has onnxruntime)

@@ -14,7 +14,10 @@ use monoio::io::{
     poll_io::{AsyncReadExt, AsyncWriteExt},
     IntoPollIo,
 };
-use shardserve::shard::spin::{self, Driver, Gate};
+use shardserve::{
+    compute::thread,
+    shard::spin::{self, Driver, Gate},
+};
 
 fn epoll_runtime() -> monoio::Runtime<monoio::time::TimeDriver<monoio::LegacyDriver>> {
     monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
@@ -232,19 +235,6 @@ fn a_task_another_task_wakes_runs_between_rounds() {
     });
 }
 
-fn pin_to(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t with one bit set, for this thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        assert_eq!(
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
-            0,
-            "sched_setaffinity"
-        );
-    }
-}
-
 /// A `SCHED_BATCH` thread (what shards are by default) woken on the
 /// spinner's core gets it within a few rounds. Such a thread does not
 /// preempt the running one on its wake-up, so a spinner that never offered
@@ -255,7 +245,7 @@ fn pin_to(cpu: usize) {
 fn a_sched_batch_thread_woken_on_its_core_runs_within_a_few_rounds() {
     // SAFETY: no arguments.
     let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).expect("a CPU");
-    pin_to(cpu);
+    thread::set_affinity(&[cpu]).expect("pin to this CPU");
     let mut rt = epoll_runtime();
     rt.block_on(async {
         let stats = spinning(Duration::from_secs(30)).await;
@@ -264,8 +254,8 @@ fn a_sched_batch_thread_woken_on_its_core_runs_within_a_few_rounds() {
         let peer = {
             let stats = stats.clone();
             std::thread::spawn(move || {
-                pin_to(cpu);
-                shardserve::compute::thread::set_sched_batch().expect("SCHED_BATCH");
+                thread::set_affinity(&[cpu]).expect("pin to the spinner's CPU");
+                thread::set_sched_batch().expect("SCHED_BATCH");
                 for woken_at in wake_rx {
                     if ran_tx.send((woken_at, stats.rounds())).is_err() {
                         break;

@@ -489,7 +489,7 @@ impl ModelScheduler {
                     // reply hold, a little before `now`).
                     let next = inst.ahead.borrow_mut().pop_front();
                     if let Some(received) = next {
-                        self.started_at(&received, Instant::now());
+                        self.began(received.into_iter(), Instant::now());
                     }
                     self.release_resources(index);
                     self.completed(index);
@@ -597,12 +597,13 @@ impl ModelScheduler {
                                         // batches in flight; answer rather
                                         // than lose them.
                                         inst.in_flight.set(inst.in_flight.get() - 1);
-                                        if behind {
-                                            inst.ahead.borrow_mut().pop_back();
-                                            self.model
-                                                .stats
-                                                .shard(self.shard)
-                                                .pending_sub(batch.jobs.len() as u64);
+                                        // Refused like a batch started
+                                        // now (it left the queue already).
+                                        let ahead = behind
+                                            .then(|| inst.ahead.borrow_mut().pop_back())
+                                            .flatten();
+                                        if let Some(received) = ahead {
+                                            self.began(received.into_iter(), Instant::now());
                                         }
                                         self.release_resources(index);
                                         self.completed(index);
@@ -705,21 +706,16 @@ impl ModelScheduler {
     }
 
     fn started(&self, jobs: &[Job], now: Instant) {
-        self.dequeued(jobs.len());
-        let stats = self.model.stats.shard(self.shard);
-        for job in jobs {
-            stats
-                .queue
-                .record(now.saturating_duration_since(job.received));
-        }
+        self.left_queue(jobs.len());
+        self.began(jobs.iter().map(|j| j.received), now);
     }
 
-    /// `started` for a batch handed ahead, by its jobs' arrival times
-    /// (it left the shard's queue at the hand-over).
-    fn started_at(&self, received: &[Instant], now: Instant) {
+    /// A batch's execution began at `now`: its requests, by arrival time,
+    /// stop being pending and record their queue time.
+    fn began(&self, received: impl ExactSizeIterator<Item = Instant>, now: Instant) {
         let stats = self.model.stats.shard(self.shard);
         stats.pending_sub(received.len() as u64);
-        for &r in received {
+        for r in received {
             stats.queue.record(now.saturating_duration_since(r));
         }
     }

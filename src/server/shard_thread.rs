@@ -261,6 +261,7 @@ async fn shard_main(boot: ShardBoot, spin_driver: spin::Driver) -> Vec<String> {
             rounds = stats.rounds(),
             windows = stats.windows(),
             backoffs = stats.backoffs(),
+            yields = stats.yields(),
             stops_hold = hold,
             stops_yield = yielded,
             stops_window = window,
