@@ -302,7 +302,7 @@ mod tests {
 
     #[test]
     fn wakes_a_monoio_runtime_from_the_worker() {
-        let mut rt = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+        let mut rt = crate::shard::uring::runtime_builder::<monoio::FusionDriver>()
             .enable_timer()
             .build()
             .unwrap();

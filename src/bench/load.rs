@@ -15,7 +15,7 @@ use std::{
 };
 
 use futures::{channel::mpsc, StreamExt};
-use monoio::{FusionDriver, RuntimeBuilder};
+use monoio::FusionDriver;
 
 use crate::shard::PreciseTimer;
 
@@ -220,7 +220,10 @@ pub fn spawn(spec: WorkerSpec) -> std::io::Result<JoinHandle<()>> {
                     tracing::warn!(cpu, "bench: cannot pin worker thread");
                 }
             }
-            let mut rt = match RuntimeBuilder::<FusionDriver>::new().enable_timer().build() {
+            let mut rt = match crate::shard::uring::runtime_builder::<FusionDriver>()
+                .enable_timer()
+                .build()
+            {
                 Ok(rt) => rt,
                 Err(e) => {
                     spec.recorder

@@ -25,7 +25,7 @@ use std::{io::IsTerminal, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use clap::Parser;
-use monoio::{FusionDriver, RuntimeBuilder};
+use monoio::FusionDriver;
 
 use cli::{
     Endpoint, Load, MeasurementMode, Options, Protocol, SharedMemory, TensorFormat, UsageError,
@@ -84,7 +84,7 @@ pub fn run(opts: &Options) -> anyhow::Result<RunReport> {
     opts.validate()?;
     // The coordinator is a monoio runtime too: it makes the control calls
     // (metadata, statistics) with the same client code as the workers.
-    let mut rt = RuntimeBuilder::<FusionDriver>::new()
+    let mut rt = crate::shard::uring::runtime_builder::<FusionDriver>()
         .enable_timer()
         .build()
         .context("cannot start the coordinator runtime")?;

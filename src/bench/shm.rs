@@ -529,7 +529,7 @@ fn cleanup_live() -> usize {
     for s in &sets {
         s.keys.iter().for_each(|k| unlink(k));
     }
-    let rt = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+    let rt = crate::shard::uring::runtime_builder::<monoio::FusionDriver>()
         .enable_timer()
         .build();
     match rt {

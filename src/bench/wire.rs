@@ -393,7 +393,7 @@ mod tests {
     /// that closes every connection would otherwise hold one per request.
     #[test]
     fn ended_connection_tasks_are_let_go() {
-        let mut rt = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+        let mut rt = crate::shard::uring::runtime_builder::<monoio::FusionDriver>()
             .enable_timer()
             .build()
             .expect("a runtime");

@@ -12,7 +12,7 @@ use futures::channel::mpsc::UnboundedReceiver;
 use monoio::{
     net::{ListenerOpts, TcpListener},
     time::TimeDriver,
-    FusionDriver, FusionRuntime, IoUringDriver, LegacyDriver, RuntimeBuilder,
+    FusionDriver, FusionRuntime, IoUringDriver, LegacyDriver,
 };
 
 use super::{Addresses, ServerState};
@@ -25,7 +25,7 @@ use crate::{
     shard::{
         ring::ShardLinks,
         spin::{self, Gate},
-        Shard, ShardControl, ShardId,
+        uring, Shard, ShardControl, ShardId,
     },
     tuning::IoDriver,
 };
@@ -100,12 +100,14 @@ type ShardRuntime = FusionRuntime<TimeDriver<IoUringDriver>, TimeDriver<LegacyDr
 
 fn build_runtime(driver: IoDriver) -> Result<ShardRuntime, String> {
     let built = match driver {
-        IoDriver::Auto => RuntimeBuilder::<FusionDriver>::new().enable_timer().build(),
-        IoDriver::IoUring => RuntimeBuilder::<IoUringDriver>::new()
+        IoDriver::Auto => uring::runtime_builder::<FusionDriver>()
+            .enable_timer()
+            .build(),
+        IoDriver::IoUring => uring::runtime_builder::<IoUringDriver>()
             .enable_timer()
             .build()
             .map(Into::into),
-        IoDriver::Epoll => RuntimeBuilder::<LegacyDriver>::new()
+        IoDriver::Epoll => uring::runtime_builder::<LegacyDriver>()
             .enable_timer()
             .build()
             .map(Into::into),

@@ -10,6 +10,7 @@ mod latch;
 pub mod ring;
 pub mod spin;
 mod timer;
+pub mod uring;
 
 pub use context::{
     with_current, ConnectionGauge, InFlight, Shard, ShardControl, ShardTask, Target,
