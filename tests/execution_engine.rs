@@ -445,6 +445,36 @@ fn held_replies_reach_every_client_with_their_own_answer() {
     server.shutdown().expect("shutdown");
 }
 
+/// Inline instances under the default scheduler run a connection's batch
+/// in that connection's own task (`enqueue_and_run`), on two shards so
+/// half the requests also cross a ring: every request is answered with its
+/// own output, and counted once, as when the scheduler task ran them all.
+#[test]
+fn inline_batches_run_by_their_connections_answer_every_client() {
+    let model = slow_model(
+        "quick",
+        1,
+        1,
+        2,
+        r#"parameters { key: "shardserve_execution" value: { string_value: "inline" } }"#,
+    );
+    let repo = TempRepo::new("inline_caller", &[("quick", model)]);
+    let server = start(&repo, 2, |_| {});
+    let addr = server.http_addr();
+    let replies = concurrent(addr, "quick", 24);
+    for (i, r) in replies.iter().enumerate() {
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let v: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
+        let i = i as i64;
+        assert_eq!(v["outputs"][0]["data"], json!([i, i, i, i]), "request {i}");
+    }
+    let s = stats(addr, "quick");
+    assert_eq!(s["execution_count"].as_u64(), Some(24));
+    assert_eq!(count(&s["inference_stats"]["success"]), 24);
+    assert_eq!(pending(&server, "quick"), 0.0);
+    server.shutdown().expect("shutdown");
+}
+
 /// Depth 1 is the one-at-a-time hand-over: four of five stay queued.
 #[test]
 fn pipeline_depth_one_hands_one_request_at_a_time() {

@@ -168,7 +168,7 @@ impl SchedulerHost {
 
     fn dispatch(&self, target: Target, job: Job) -> Dispatch {
         if target.shard == self.shard.id {
-            self.enqueue_local(target.key, job);
+            self.enqueue_local(target.key, job, true);
             return Dispatch::Queued;
         }
         let msg = ShardMsg::Infer {
@@ -189,9 +189,12 @@ impl SchedulerHost {
         }
     }
 
-    fn enqueue_local(&self, key: u64, job: Job) {
+    /// `run_here`: the calling task carries this one request, so an inline
+    /// batch may run in it (`ModelScheduler::enqueue_and_run`).
+    fn enqueue_local(&self, key: u64, job: Job, run_here: bool) {
         let scheduler = self.schedulers.borrow().get(&key).cloned();
         match scheduler {
+            Some(s) if run_here => s.enqueue_and_run(job),
             Some(s) => s.enqueue(job),
             None => self.redispatch(key, job),
         }
@@ -235,7 +238,7 @@ impl SchedulerHost {
 
     fn handle(&self, msg: ShardMsg) {
         match msg {
-            ShardMsg::Infer { scheduler, job } => self.enqueue_local(scheduler, job),
+            ShardMsg::Infer { scheduler, job } => self.enqueue_local(scheduler, job, false),
             ShardMsg::Reply { reply, result } => {
                 let _ = reply.send(result);
             }

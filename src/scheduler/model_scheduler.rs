@@ -196,6 +196,8 @@ pub struct ModelScheduler {
     /// An input with `allow_ragged_batch`: requests batch without equal
     /// shapes in it (read once from the config, not per batch).
     ragged_inputs: bool,
+    /// `dispatch` is running: an `enqueue` from inside it only queues.
+    dispatching: Cell<bool>,
 }
 
 /// What the owner shard gives each scheduler it hosts.
@@ -291,6 +293,7 @@ impl ModelScheduler {
             timer: shard::PreciseTimer::default(),
             reorder: wants_reorder(&model).then(|| Reorder::new(super::host::reply)),
             ragged_inputs: ragged::has_ragged_inputs(&model.config),
+            dispatching: Cell::new(false),
             model,
             limits,
         })
@@ -306,14 +309,33 @@ impl ModelScheduler {
 
     /// Queues `job`, or answers it at once when the queue is full, the
     /// request's parameters are invalid, or the model is being unloaded.
-    pub fn enqueue(&self, mut job: Job) {
+    pub fn enqueue(&self, job: Job) {
+        if self.queue_job(job) {
+            self.notify();
+        }
+    }
+
+    /// As `enqueue`, from a task that carries this one request (a
+    /// connection's): where the default scheduler feeds inline instances,
+    /// the batch runs here (see `dispatch_in_caller`). Not for a task that
+    /// enqueues many in one poll (the ring drainer): it would run them all
+    /// without letting the shard's other tasks in between.
+    pub fn enqueue_and_run(&self, job: Job) {
+        if self.queue_job(job) && !self.dispatch_in_caller() {
+            self.notify();
+        }
+    }
+
+    /// `true` when `job` was queued; `false` when it was answered.
+    fn queue_job(&self, mut job: Job) -> bool {
         job.request.trace.stamp(crate::trace::Event::QueueStart);
         if self.stopped.get() {
             let e = InferError::unavailable(format!(
                 "model '{}' version {} is being unloaded",
                 self.model.name, self.model.version
             ));
-            return self.reject(job, e);
+            self.reject(job, e);
+            return false;
         }
         let mut queue = self.queue.borrow_mut();
         let refused = match &mut *queue {
@@ -330,7 +352,8 @@ impl ModelScheduler {
                         }
                         Err(e) => {
                             drop(queue);
-                            return self.reject(job, e);
+                            self.reject(job, e);
+                            return false;
                         }
                     }
                 }
@@ -340,7 +363,8 @@ impl ModelScheduler {
                     Ok(deadline) => Job { deadline, ..job },
                     Err(e) => {
                         drop(queue);
-                        return self.reject(job, e);
+                        self.reject(job, e);
+                        return false;
                     }
                 };
                 let Some(flags) = job.sequence.take() else {
@@ -348,7 +372,8 @@ impl ModelScheduler {
                     let e = InferError::internal(
                         "a sequence model's request reached its scheduler without sequence flags",
                     );
-                    return self.reject(job, e);
+                    self.reject(job, e);
+                    return false;
                 };
                 let entry = Entry {
                     id: flags.id,
@@ -359,7 +384,8 @@ impl ModelScheduler {
                 };
                 if let Err(refused) = batcher.enqueue(entry, &self.model.name, Instant::now()) {
                     drop(queue);
-                    return self.reject(refused.item, refused.error);
+                    self.reject(refused.item, refused.error);
+                    return false;
                 }
                 None
             }
@@ -368,7 +394,8 @@ impl ModelScheduler {
                     Ok(c) => c,
                     Err(e) => {
                         drop(queue);
-                        return self.reject(job, e);
+                        self.reject(job, e);
+                        return false;
                     }
                 };
                 // The job's own deadline (a decoupled request's server
@@ -390,13 +417,39 @@ impl ModelScheduler {
                 "Exceeds maximum queue size for model '{}' (priority level {level})",
                 self.model.name
             ));
-            return self.reject(job, e);
+            self.reject(job, e);
+            return false;
         }
         self.model.stats.shard(self.shard).pending_add(1);
         if let Some(g) = self.gauges.get(self.shard) {
             g.add_queue_depth(1);
         }
-        self.notify();
+        true
+    }
+
+    /// The default scheduler over inline instances: runs the queue's front
+    /// batch in the enqueuing task (a connection's, or the ring drainer's)
+    /// instead of waking the scheduler task for it. The same `dispatch`
+    /// runs, so order, statistics, timeouts and traces are the scheduler
+    /// task's; what goes is a task hop each way (the scheduler task woken,
+    /// the connection woken by its answer) and the scheduler's yield. `true`
+    /// when nothing is left for the scheduler task; else it is notified.
+    fn dispatch_in_caller(&self) -> bool {
+        let eligible = !self.dispatching.get()
+            && !self.stopped.get()
+            && !self.draining.get()
+            && self.limits.is_none()
+            && self.reorder.is_none()
+            && matches!(&*self.queue.borrow(), Queue::Fifo { .. })
+            && self
+                .instances
+                .iter()
+                .all(|i| matches!(i.exec, Exec::Inline(_)));
+        if !eligible {
+            return false;
+        }
+        self.dispatch(Instant::now());
+        self.queue_len() == 0
     }
 
     fn notify(&self) {
@@ -526,6 +579,13 @@ impl ModelScheduler {
     /// Hands batches to free instances. Returns whether an inline instance
     /// ran (the caller yields), and when to look again if nothing arrives.
     fn dispatch(&self, now: Instant) -> (bool, Option<Instant>) {
+        self.dispatching.set(true);
+        let out = self.dispatch_once(now);
+        self.dispatching.set(false);
+        out
+    }
+
+    fn dispatch_once(&self, now: Instant) -> (bool, Option<Instant>) {
         self.expire(now);
         let mut wait: Option<Instant> = None;
         let mut earliest = |t: Instant| wait = Some(wait.map_or(t, |w: Instant| w.min(t)));
