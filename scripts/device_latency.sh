@@ -77,11 +77,7 @@ if want latency; then
   echo "bench_latency_floor rc=$?" >>"$out/latency.txt"
 fi
 
-# 2. Hand-off on one shared core.
-mkdir -p "$work/worker" "$work/inline"
-cp -r models/mlp_onnx "$work/worker/"; cp -r models/mlp_onnx "$work/inline/"
-echo 'parameters { key: "shardserve_execution" value { string_value: "inline" } }' \
-  >>"$work/inline/mlp_onnx/config.pbtxt"
+# 2. Hand-off on one shared core (repositories made when the section runs).
 inferences() { curl -sf "http://127.0.0.1:$1/v2/models/$2/stats" |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["model_stats"][0]["inference_count"])' 2>/dev/null || echo 0; }
 handoff() { # label repo [server flags...]
@@ -123,6 +119,10 @@ print(f"{label}: infer/s={rate:.0f} p50_us={p50:.0f} shard_cpu_us={(cs1 - cs0) *
 PY
 }
 if want handoff; then
+  mkdir -p "$work/worker" "$work/inline"
+  cp -r models/mlp_onnx "$work/worker/"; cp -r models/mlp_onnx "$work/inline/"
+  echo 'parameters { key: "shardserve_execution" value { string_value: "inline" } }' \
+    >>"$work/inline/mlp_onnx/config.pbtxt"
   for round in $(seq 1 "${HANDOFF_ROUNDS:-2}"); do
     for setup in ${HANDOFF:-inline default default-slice0 preempting}; do
       if [ "$setup" = inline ]; then
