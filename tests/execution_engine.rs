@@ -423,6 +423,17 @@ fn a_worker_is_handed_at_most_its_pipeline_depth() {
     server.shutdown().expect("shutdown");
 }
 
+/// Request `i` of `concurrent` sent `[i, i, i, i]` to an identity model:
+/// each reply must carry its own.
+fn assert_each_got_its_own_answer(replies: &[HttpReply]) {
+    for (i, r) in replies.iter().enumerate() {
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let v: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
+        let i = i as i64;
+        assert_eq!(v["outputs"][0]["data"], json!([i, i, i, i]), "request {i}");
+    }
+}
+
 /// With a pipeline and a reply hold, the worker keeps finished requests
 /// while more wait in its ring and the shard sends them when the batch
 /// comes back: every request is still answered, with its own output.
@@ -435,12 +446,7 @@ fn held_replies_reach_every_client_with_their_own_answer() {
     });
     let addr = server.http_addr();
     let replies = concurrent(addr, "held", 12);
-    for (i, r) in replies.iter().enumerate() {
-        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-        let v: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
-        let i = i as i64;
-        assert_eq!(v["outputs"][0]["data"], json!([i, i, i, i]), "request {i}");
-    }
+    assert_each_got_its_own_answer(&replies);
     assert_eq!(stats(addr, "held")["execution_count"].as_u64(), Some(12));
     server.shutdown().expect("shutdown");
 }
@@ -462,12 +468,7 @@ fn inline_batches_run_by_their_connections_answer_every_client() {
     let server = start(&repo, 2, |_| {});
     let addr = server.http_addr();
     let replies = concurrent(addr, "quick", 24);
-    for (i, r) in replies.iter().enumerate() {
-        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-        let v: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
-        let i = i as i64;
-        assert_eq!(v["outputs"][0]["data"], json!([i, i, i, i]), "request {i}");
-    }
+    assert_each_got_its_own_answer(&replies);
     let s = stats(addr, "quick");
     assert_eq!(s["execution_count"].as_u64(), Some(24));
     assert_eq!(count(&s["inference_stats"]["success"]), 24);

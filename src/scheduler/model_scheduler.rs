@@ -196,6 +196,10 @@ pub struct ModelScheduler {
     /// An input with `allow_ragged_batch`: requests batch without equal
     /// shapes in it (read once from the config, not per batch).
     ragged_inputs: bool,
+    /// The default scheduler over inline instances only, with no rate
+    /// limiter and no `preserve_ordering`: a connection's task may run its
+    /// batch (`dispatch_in_caller`). Fixed by the config, so read once.
+    runs_in_caller: bool,
     /// `dispatch` is running: an `enqueue` from inside it only queues.
     dispatching: Cell<bool>,
 }
@@ -259,7 +263,7 @@ impl ModelScheduler {
                 max: default_max_queue,
             },
         };
-        let instances = executors
+        let instances: Vec<Instance> = executors
             .into_iter()
             .map(|e| {
                 let (exec, depth) = match e {
@@ -279,6 +283,11 @@ impl ModelScheduler {
                 }
             })
             .collect();
+        let reorder = wants_reorder(&model).then(|| Reorder::new(super::host::reply));
+        let runs_in_caller = matches!(queue, Queue::Fifo { .. })
+            && instances.iter().all(|i| matches!(i.exec, Exec::Inline(_)))
+            && limits.is_none()
+            && reorder.is_none();
         Rc::new(Self {
             key,
             shard,
@@ -291,8 +300,9 @@ impl ModelScheduler {
             stopped: Cell::new(false),
             draining: Cell::new(false),
             timer: shard::PreciseTimer::default(),
-            reorder: wants_reorder(&model).then(|| Reorder::new(super::host::reply)),
+            reorder,
             ragged_inputs: ragged::has_ragged_inputs(&model.config),
+            runs_in_caller,
             dispatching: Cell::new(false),
             model,
             limits,
@@ -427,24 +437,18 @@ impl ModelScheduler {
         true
     }
 
-    /// The default scheduler over inline instances: runs the queue's front
-    /// batch in the enqueuing task (a connection's, or the ring drainer's)
-    /// instead of waking the scheduler task for it. The same `dispatch`
+    /// The default scheduler over inline instances (`runs_in_caller`): runs
+    /// the queue's front batch in the enqueuing connection's task instead
+    /// of waking the scheduler task for it. The same `dispatch`
     /// runs, so order, statistics, timeouts and traces are the scheduler
     /// task's; what goes is a task hop each way (the scheduler task woken,
     /// the connection woken by its answer) and the scheduler's yield. `true`
     /// when nothing is left for the scheduler task; else it is notified.
     fn dispatch_in_caller(&self) -> bool {
-        let eligible = !self.dispatching.get()
+        let eligible = self.runs_in_caller
+            && !self.dispatching.get()
             && !self.stopped.get()
-            && !self.draining.get()
-            && self.limits.is_none()
-            && self.reorder.is_none()
-            && matches!(&*self.queue.borrow(), Queue::Fifo { .. })
-            && self
-                .instances
-                .iter()
-                .all(|i| matches!(i.exec, Exec::Inline(_)));
+            && !self.draining.get();
         if !eligible {
             return false;
         }
