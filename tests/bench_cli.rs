@@ -938,3 +938,134 @@ fn collect_metrics_reports_the_models_server_figures_per_step() {
     std::fs::remove_dir_all(&dir).ok();
     server.shutdown().expect("server stops");
 }
+
+/// A KServe-looking HTTP/1.1 server for the direct lane (one request at a
+/// time per thread, its own reader): model `m` with one FP32 input;
+/// its answers to infer cycle through the framings a server may use —
+/// content-length, chunked in small separate writes, an interim
+/// `100 Continue` first, and a body delimited by closing the connection.
+/// With `fail`, every infer answer is a chunked 400 with an error.
+/// Returns the address and the count of infer requests answered.
+fn fake_framing_server(
+    fail: bool,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let infers = std::sync::Arc::new(AtomicU64::new(0));
+    let count = infers.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let count = count.clone();
+            std::thread::spawn(move || loop {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match conn.read(&mut byte) {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                let mut body = vec![0u8; len];
+                if conn.read_exact(&mut body).is_err() {
+                    return;
+                }
+                let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
+                let reply = |conn: &mut std::net::TcpStream, status: &str, body: &str| {
+                    write!(
+                        conn,
+                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    )
+                };
+                let ok = if !path.ends_with("/infer") {
+                    if path.ends_with("/config") || path.ends_with("/stats") {
+                        reply(&mut conn, "404 Not Found", r#"{"error":"not here"}"#)
+                    } else {
+                        reply(
+                            &mut conn,
+                            "200 OK",
+                            r#"{"name":"m","versions":["1"],"platform":"x","inputs":[{"name":"IN","datatype":"FP32","shape":[1,4]}],"outputs":[{"name":"OUT","datatype":"FP32","shape":[1,4]}]}"#,
+                        )
+                    }
+                } else {
+                    let n = count.fetch_add(1, Ordering::Relaxed);
+                    let answer = r#"{"model_name":"m","outputs":[]}"#;
+                    let chunked = |conn: &mut std::net::TcpStream, status: &str, body: &str| {
+                        write!(
+                            conn,
+                            "HTTP/1.1 {status}\r\ntransfer-encoding: chunked\r\n\r\n"
+                        )?;
+                        conn.flush()?;
+                        for piece in body.as_bytes().chunks(7) {
+                            write!(conn, "{:x}\r\n", piece.len())?;
+                            conn.write_all(piece)?;
+                            conn.write_all(b"\r\n")?;
+                            conn.flush()?;
+                        }
+                        conn.write_all(b"0\r\nx-trailer: 1\r\n\r\n")
+                    };
+                    if fail {
+                        chunked(
+                            &mut conn,
+                            "400 Bad Request",
+                            r#"{"error":"refused by the fake"}"#,
+                        )
+                    } else {
+                        match n % 4 {
+                            0 => reply(&mut conn, "200 OK", answer),
+                            1 => chunked(&mut conn, "200 OK", answer),
+                            2 => conn
+                                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                                .and_then(|()| reply(&mut conn, "200 OK", answer)),
+                            _ => {
+                                let _ = write!(
+                                    conn,
+                                    "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n{answer}"
+                                );
+                                return;
+                            }
+                        }
+                    }
+                };
+                if ok.is_err() {
+                    return;
+                }
+            });
+        }
+    });
+    (addr, infers)
+}
+
+/// The direct lane (c=1 over plaintext HTTP/1.1) reads every framing a
+/// server may answer with, reconnects after a server closes, and reports
+/// a refusal with the server's reason.
+#[test]
+fn the_direct_http_lane_reads_every_response_framing() {
+    use std::sync::atomic::Ordering;
+    let (addr, infers) = fake_framing_server(false);
+    let r = run(&["-m", "m", "-u", &addr.to_string(), "--shape", "IN:4"]);
+    let r = &r[0];
+    assert!(r.requests >= 8, "{r:?}");
+    assert_eq!(r.errors, 0, "{:?}", r.first_error);
+    assert!(infers.load(Ordering::Relaxed) >= r.requests);
+
+    let (addr, _) = fake_framing_server(true);
+    let (code, err) = run_bin(&["-m", "m", "-u", &addr.to_string()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("first error: HTTP 400: refused by the fake"),
+        "{err}"
+    );
+}

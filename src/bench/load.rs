@@ -157,6 +157,9 @@ pub struct WorkerSpec {
     pub cpu: Option<usize>,
     /// How long the thread polls after a completion before it sleeps.
     pub busy_poll: Duration,
+    /// A thread with one HTTP/1.1 request at a time may drive its socket
+    /// itself (`direct`); false with --no-direct-http.
+    pub direct_http: bool,
     pub stop: Arc<AtomicBool>,
     pub recorder: Arc<Recorder>,
     /// Sequence models: this worker's sequences.
@@ -219,6 +222,10 @@ pub fn spawn(spec: WorkerSpec) -> std::io::Result<JoinHandle<()>> {
                 if !core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
                     tracing::warn!(cpu, "bench: cannot pin worker thread");
                 }
+            }
+            if super::direct::applies(&spec) {
+                super::direct::run(&spec);
+                return;
             }
             let mut rt = match crate::shard::uring::runtime_builder::<FusionDriver>()
                 .enable_timer()

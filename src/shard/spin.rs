@@ -246,7 +246,7 @@ pub struct Spinner {
 /// on the 2-core VM). A yield per round cost 1-3 us of c=1 p50 with both
 /// ends spinning; one per 20 us bounds that wait at about 20 us for next to
 /// nothing.
-const YIELD_EVERY: Duration = Duration::from_micros(20);
+pub(crate) const YIELD_EVERY: Duration = Duration::from_micros(20);
 
 /// The wakers of the spinner and of its relay task. monoio queues a task
 /// that wakes itself while it runs at the *front* of its run queue, so a
@@ -283,7 +283,7 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(1);
 
 /// Watches the thread's run-queue wait (second field of its schedstat:
 /// nanoseconds runnable but not running).
-struct Contention {
+pub(crate) struct Contention {
     /// `None` where the kernel does not provide schedstat: never backs off.
     file: Option<std::fs::File>,
     last: Option<(Instant, u64)>,
@@ -291,7 +291,7 @@ struct Contention {
 }
 
 impl Contention {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             file: std::fs::File::open("/proc/thread-self/schedstat").ok(),
             last: None,
@@ -309,7 +309,7 @@ impl Contention {
 
     /// Whether spinning is off for now: in a back-off, or the last
     /// interval showed the thread waiting for its CPU.
-    fn backing_off(&mut self, now: Instant, stats: &SpinStats) -> bool {
+    pub(crate) fn backing_off(&mut self, now: Instant, stats: &SpinStats) -> bool {
         if let Some(until) = self.backoff_until {
             if now < until {
                 return true;
