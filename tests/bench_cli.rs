@@ -1069,3 +1069,32 @@ fn the_direct_http_lane_reads_every_response_framing() {
         "{err}"
     );
 }
+
+/// The direct lanes carry a body larger than HTTP/2's default windows and
+/// frame size (160 KB of strings, echoed back) over both protocols, as the
+/// runtime path does.
+#[test]
+fn the_direct_lanes_carry_bodies_past_the_default_windows() {
+    let server = common::start_server(1);
+    let http = server.http_addr().to_string();
+    let grpc = server.grpc_addr().to_string();
+    for (proto, url) in [("http", &http), ("grpc", &grpc)] {
+        for lane in [&[][..], &["--no-direct"]] {
+            let mut a = vec![
+                "-m",
+                "simple_identity",
+                "-i",
+                proto,
+                "-u",
+                url,
+                "--shape",
+                "INPUT0:20000",
+                "--string-length",
+                "4",
+            ];
+            a.extend_from_slice(lane);
+            check_sane(&run(&a)[0]);
+        }
+    }
+    server.shutdown().expect("server stops");
+}

@@ -293,12 +293,12 @@ pub struct Options {
     /// latency it measures at low concurrency.
     #[arg(long = "busy-poll-us", default_value_t = 1000)]
     pub busy_poll_us: u64,
-    /// HTTP/1.1 at one request per thread normally skips the async runtime and the HTTP client
-    /// library: the thread reads and writes its socket directly, so the generator adds less to
-    /// the latency it measures. This flag sends those requests through them like every other
-    /// mode.
-    #[arg(long = "no-direct-http")]
-    pub no_direct_http: bool,
+    /// Plaintext HTTP/1.1 and unary gRPC at one request per thread normally skip the async
+    /// runtime and the HTTP client libraries: the thread reads and writes its socket directly,
+    /// so the generator adds less to the latency it measures. This flag sends those requests
+    /// through them like every other mode.
+    #[arg(long = "no-direct")]
+    pub no_direct: bool,
     /// Generator threads when --cpu is not given.
     #[arg(long = "threads", default_value_t = 1)]
     pub threads: usize,

@@ -120,7 +120,7 @@ pub fn take_message(buf: &mut BytesMut) -> Result<Option<Bytes>, String> {
 
 /// A unary response's head: HTTP 200, and no failed `grpc-status` when
 /// the server answered trailers-only.
-fn check_head(status: http::StatusCode, headers: &HeaderMap) -> Result<(), String> {
+pub(super) fn check_head(status: http::StatusCode, headers: &HeaderMap) -> Result<(), String> {
     if status != http::StatusCode::OK {
         return Err(format!("gRPC request failed: HTTP status {status}"));
     }
@@ -128,7 +128,7 @@ fn check_head(status: http::StatusCode, headers: &HeaderMap) -> Result<(), Strin
 }
 
 /// A non-zero `grpc-status` in `map` (headers or trailers) as an error.
-fn check_status(map: Option<&HeaderMap>) -> Result<(), String> {
+pub(super) fn check_status(map: Option<&HeaderMap>) -> Result<(), String> {
     match map.and_then(status_of) {
         Some((code, msg)) if code != 0 => Err(status_error(code, &msg)),
         _ => Ok(()),

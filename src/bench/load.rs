@@ -157,9 +157,9 @@ pub struct WorkerSpec {
     pub cpu: Option<usize>,
     /// How long the thread polls after a completion before it sleeps.
     pub busy_poll: Duration,
-    /// A thread with one HTTP/1.1 request at a time may drive its socket
-    /// itself (`direct`); false with --no-direct-http.
-    pub direct_http: bool,
+    /// A thread with one plaintext HTTP/1.1 or unary gRPC request at a
+    /// time may drive its socket itself (`direct`); false with --no-direct.
+    pub direct: bool,
     pub stop: Arc<AtomicBool>,
     pub recorder: Arc<Recorder>,
     /// Sequence models: this worker's sequences.

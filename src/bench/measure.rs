@@ -45,8 +45,8 @@ pub struct Plan {
     pub cpus: Option<Vec<usize>>,
     /// --busy-poll-us.
     pub busy_poll: Duration,
-    /// --no-direct-http turns the direct lane off (`direct`).
-    pub direct_http: bool,
+    /// --no-direct turns the direct lane off (`direct`).
+    pub direct: bool,
     pub workers: usize,
     pub progress: bool,
     /// Sequence models, open loop: sequences live at once (--num-of-sequences).
@@ -261,7 +261,7 @@ pub async fn run_step(
             connections: plan.connections,
             cpu: plan.cpus.as_ref().map(|c| c[i % c.len()]),
             busy_poll: plan.busy_poll,
-            direct_http: plan.direct_http,
+            direct: plan.direct,
             stop: stop.clone(),
             recorder,
             sequence,

@@ -353,7 +353,7 @@ async fn run_async(opts: &Options) -> anyhow::Result<RunReport> {
         connections: opts.connections,
         cpus: opts.cpus()?,
         busy_poll: std::time::Duration::from_micros(opts.busy_poll_us),
-        direct_http: !opts.no_direct_http,
+        direct: !opts.no_direct,
         workers,
         progress: !opts.no_progress && !opts.quiet && std::io::stderr().is_terminal(),
         num_of_sequences: opts.num_of_sequences,
