@@ -7,6 +7,8 @@
 #      gRPC, spin window off vs 250 us, against the sockperf loopback floor,
 #      with the idle CPU of each (scripts/bench_latency_floor.sh; server
 #      CPU 0, generator CPU 1)
+#   1b. (section "direct") c=1 with the server's 250 us window, measured
+#      by shardserve-bench through its runtime (--no-direct) and directly
 #   2. the compute hand-off on one shared core: unbatched `mlp_onnx` at
 #      concurrency 64 inline, on its compute worker with the default
 #      profile (SCHED_BATCH shards, [compute] slice_us 500) and variants of
@@ -25,7 +27,7 @@
 # BIN_DIR: stripped shardserve and shardserve-bench, libhwloc.so.15,
 # libudev.so.1, libonnxruntime.so(.xz), and optionally sockperf, wrk and
 # libluajit-5.1.so.2. Usage: scripts/device_latency.sh BIN_DIR OUT_DIR
-# env: SECTIONS="latency handoff dyna scaling gpu" (which to run),
+# env: SECTIONS="latency direct handoff dyna scaling gpu" (which to run),
 #   LATENCY_ROUNDS=3, HANDOFF_ROUNDS=2,
 #   HANDOFF="inline default default-slice0 preempting" (server set-ups:
 #   inline; the default profile or preempting-shards, each with an
@@ -44,7 +46,7 @@ trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
-want() { [[ " ${SECTIONS:-latency handoff dyna scaling gpu} " == *" $1 "* ]]; }
+want() { [[ " ${SECTIONS:-latency direct handoff dyna scaling gpu} " == *" $1 "* ]]; }
 # profile_flags NAME: the --tuning-profile flags for a set-up name above.
 profile_flags() {
   local base=${1%-slice*} slice=
@@ -75,6 +77,19 @@ if want latency; then
     scripts/bench_latency_floor.sh "$bin/shardserve" "$bin/shardserve" \
     "$bin/shardserve-bench" "$bin/shardserve-bench" >"$out/latency.txt" 2>&1
   echo "bench_latency_floor rc=$?" >>"$out/latency.txt"
+fi
+
+# 1b. The generator's direct lane at c=1: the same server (spin window
+# 250 us) measured by the bench with --no-direct (A) and without (B).
+if want direct; then
+  printf '#!/bin/sh\nexec "%s" "$@" --spin-us 250\n' "$bin/shardserve" >"$work/spin250"
+  printf '#!/bin/sh\nexec "%s" "$@" --no-direct\n' "$bin/shardserve-bench" >"$work/bench-no-direct"
+  chmod +x "$work/spin250" "$work/bench-no-direct"
+  lr=${LATENCY_ROUNDS:-3}
+  ROUNDS=$lr SECONDS_PER=2 IDLE_SECS=1 timeout $((lr * 60 + 60)) \
+    scripts/bench_latency_floor.sh "$work/spin250" "$work/spin250" \
+    "$work/bench-no-direct" "$bin/shardserve-bench" >"$out/direct.txt" 2>&1
+  echo "bench_latency_floor rc=$?" >>"$out/direct.txt"
 fi
 
 # 2. Hand-off on one shared core (repositories made when the section runs).
@@ -224,5 +239,5 @@ PY
 } >"$out/gpu-ort.txt" 2>&1
 }
 
-cat "$out/latency.txt" "$out/handoff.txt" "$out/dyna.txt" "$out/scaling.txt" "$out/gpu-ort.txt" >"$out/all.txt" 2>/dev/null
+cat "$out/latency.txt" "$out/direct.txt" "$out/handoff.txt" "$out/dyna.txt" "$out/scaling.txt" "$out/gpu-ort.txt" >"$out/all.txt" 2>/dev/null
 echo done >>"$out/all.txt"
