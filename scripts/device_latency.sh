@@ -187,9 +187,14 @@ for n in 1 2 4 8 16; do
   for proto in http grpc; do
     p=$port; [ $proto = grpc ] && p=$((port + 1))
     echo "== shards=$n $proto$note"
+    # Each shard's busy share: `simple` has one instance, so one shard
+    # owns its queue and runs every batch; this tells an owner-bound run
+    # from a generator-bound one.
+    t0=$(ss_shard_ticks "$pid"); s0=$(date +%s.%N)
     timeout 60 "$bin/shardserve-bench" -m simple -u 127.0.0.1:$p -i $proto \
       --concurrency-range 256 --cpu 8-15 --connections 4 -p 1500 --max-trials 3 \
       --no-progress 2>&1 | tail -n 2
+    ss_shard_busy "$t0" "$(ss_shard_ticks "$pid")" "$s0"
   done
   stop
 done >"$out/scaling.txt" 2>&1

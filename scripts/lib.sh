@@ -39,3 +39,29 @@ for d in glob.glob(f"/proc/{sys.argv[1]}/task/*"):
 print(c, s, sw)
 PY
 }
+
+# ss_shard_ticks PID: one "thread-name ticks" line per shard-* thread of
+# PID (utime+stime in CLK_TCK), for per-shard busy shares around a run.
+ss_shard_ticks() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    awk '{ c = $0; sub(/^[^(]*\(/, "", c); name = c; sub(/\).*/, "", name);
+           sub(/^[^)]*\) /, "", c); split(c, f, " ");
+           if (name ~ /^shard-/) print name, f[12] + f[13] }' "$t/stat" 2>/dev/null
+  done
+}
+
+# ss_shard_busy BEFORE AFTER START: each shard's busy share of its core
+# between two ss_shard_ticks snapshots, the first taken at START (epoch
+# seconds, `date +%s.%N`) and the second just now; busiest first.
+ss_shard_busy() {
+  python3 - "$1" "$2" "$3" "$(getconf CLK_TCK)" <<'PY'
+import sys, time
+before, after, hz = sys.argv[1], sys.argv[2], int(sys.argv[4])
+secs = max(time.time() - float(sys.argv[3]), 1e-3)
+parse = lambda s: {l.split()[0]: int(l.split()[1]) for l in s.splitlines() if l.strip()}
+b, a = parse(before), parse(after)
+busy = sorted(((a[k] - b.get(k, 0)) / hz / secs * 100, k) for k in a)[::-1]
+print("shard busy %: " + " ".join(f"{k}={v:.0f}" for v, k in busy))
+PY
+}
