@@ -213,20 +213,21 @@ impl Sequences {
     }
 }
 
+/// Pins the calling worker thread to `cpu`, where one is given.
+pub fn pin(cpu: Option<usize>) {
+    if let Some(cpu) = cpu {
+        if !core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
+            tracing::warn!(cpu, "bench: cannot pin worker thread");
+        }
+    }
+}
+
 /// Starts a worker thread; it runs until `stop` is set.
 pub fn spawn(spec: WorkerSpec) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("bench-{}", spec.index))
         .spawn(move || {
-            if let Some(cpu) = spec.cpu {
-                if !core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
-                    tracing::warn!(cpu, "bench: cannot pin worker thread");
-                }
-            }
-            if super::direct::applies(&spec) {
-                super::direct::run(&spec);
-                return;
-            }
+            pin(spec.cpu);
             let mut rt = match crate::shard::uring::runtime_builder::<FusionDriver>()
                 .enable_timer()
                 .build()

@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use super::{
     cli::{Distribution, Load, MeasurementMode, Protocol, Target},
+    direct,
     load::{self, Recorder, RequestRecord, WorkerSequences, WorkerSpec},
     metrics::{MetricsSummary, MetricsUrl, Scraper},
     probe::{self, ServerCounters},
@@ -267,7 +268,12 @@ pub async fn run_step(
             sequence,
             intervals: plan.intervals.clone().map(|gaps| (gaps, n)),
         };
-        match load::spawn(spec) {
+        let spawned = if direct::applies(&spec) {
+            direct::spawn(spec)
+        } else {
+            load::spawn(spec)
+        };
+        match spawned {
             Ok(t) => threads.push(t),
             Err(e) => {
                 stop.store(true, Ordering::Relaxed);

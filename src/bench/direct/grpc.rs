@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, StatusCode};
 
-use super::{Failure, Lane, Protocol};
+use super::lane::{Failure, Lane, Protocol};
 use crate::bench::{
     grpc::{check_head, check_status, take_message},
     request::Prepared,

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::{Closed, Failure, Lane, Protocol, MAX_RESPONSE};
+use super::lane::{Closed, Failure, Lane, Protocol, MAX_RESPONSE};
 use crate::bench::request::{http_error, Prepared};
 
 pub struct Http1 {
