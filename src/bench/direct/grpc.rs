@@ -66,8 +66,7 @@ struct ConnState {
     peer_max_frame: usize,
     peer_initial_window: i64,
     send_window: i64,
-    /// Bytes of DATA received and not yet given back, connection-wide.
-    unreturned: u32,
+    unreturned: Unreturned,
 }
 
 impl ConnState {
@@ -78,7 +77,7 @@ impl ConnState {
             peer_max_frame: DEFAULT_MAX_FRAME,
             peer_initial_window: DEFAULT_WINDOW,
             send_window: DEFAULT_WINDOW,
-            unreturned: 0,
+            unreturned: Unreturned::default(),
         }
     }
 }
@@ -265,8 +264,7 @@ impl Grpc {
         lane.write_all(&out)
     }
 
-    /// Returns received DATA to the server's windows: the connection's in
-    /// bulk, the stream's when a long answer has used half of it.
+    /// Returns received DATA to the server's windows (see [`Unreturned`]).
     fn give_back(
         &mut self,
         lane: &mut Lane,
@@ -274,27 +272,47 @@ impl Grpc {
         n: u32,
         ended: bool,
     ) -> Result<(), Failure> {
-        self.conn.unreturned += n;
+        let (conn, on_stream) = self.conn.unreturned.add(n, ended);
         let mut out = Vec::new();
-        if self.conn.unreturned >= CONN_WINDOW / 2 {
-            frame(
-                &mut out,
-                WINDOW_UPDATE,
-                0,
-                0,
-                &self.conn.unreturned.to_be_bytes(),
-            );
-            self.conn.unreturned = 0;
+        if let Some(inc) = conn {
+            frame(&mut out, WINDOW_UPDATE, 0, 0, &inc.to_be_bytes());
         }
-        // The stream's window is per stream: only a long answer needs more.
-        if !ended && n > 0 && stream != 0 && n >= STREAM_WINDOW / 2 {
-            frame(&mut out, WINDOW_UPDATE, 0, stream, &n.to_be_bytes());
+        if let Some(inc) = on_stream {
+            frame(&mut out, WINDOW_UPDATE, 0, stream, &inc.to_be_bytes());
         }
         if out.is_empty() {
             Ok(())
         } else {
             lane.write_all(&out)
         }
+    }
+}
+
+/// DATA received and not yet given back with WINDOW_UPDATE: the
+/// connection's is returned in bulk once half its window is used; the
+/// stream's only when one answer uses half of its own (a stream's window
+/// is fresh for every request, so most answers never need it).
+#[derive(Debug, Default)]
+struct Unreturned {
+    conn: u32,
+    stream: u32,
+}
+
+impl Unreturned {
+    /// Counts `n` bytes of DATA on the open stream (which `ended` with
+    /// them): the increments to send now, for the connection and for the
+    /// stream.
+    fn add(&mut self, n: u32, ended: bool) -> (Option<u32>, Option<u32>) {
+        self.conn += n;
+        self.stream += n;
+        let conn = (self.conn >= CONN_WINDOW / 2).then(|| std::mem::take(&mut self.conn));
+        let stream = if ended {
+            self.stream = 0;
+            None
+        } else {
+            (self.stream >= STREAM_WINDOW / 2).then(|| std::mem::take(&mut self.stream))
+        };
+        (conn, stream)
     }
 }
 
@@ -338,6 +356,7 @@ impl Grpc {
     fn call(&mut self, lane: &mut Lane, i: usize) -> Result<Answer, Failure> {
         let id = self.conn.next_stream;
         self.conn.next_stream += 2;
+        self.conn.unreturned.stream = 0;
         if self.conn.next_stream > MAX_STREAM_ID {
             // Stream ids are used up: this is the connection's last.
             lane.conn()?.closing = true;
@@ -517,6 +536,28 @@ mod tests {
         for (g, w) in got.iter().zip(want) {
             assert_eq!((g.0.as_str(), g.1.as_str()), w);
         }
+    }
+
+    #[test]
+    fn received_data_goes_back_to_both_windows() {
+        let mut u = Unreturned::default();
+        // A short answer: nothing to give back yet.
+        assert_eq!(u.add(16_384, false), (None, None));
+        assert_eq!(u.add(100, true), (None, None));
+        // A long answer gets its stream's window back at half of it, and
+        // the connection's once half of the connection window is used.
+        let mut stream_back = 0;
+        let mut conn_back = 0;
+        let frames = (CONN_WINDOW / 16_384) as usize;
+        for i in 0..frames {
+            let (c, st) = u.add(16_384, i + 1 == frames);
+            conn_back += c.unwrap_or(0);
+            stream_back += st.unwrap_or(0);
+        }
+        assert!(stream_back >= STREAM_WINDOW / 2 * 3, "{stream_back}");
+        assert!(conn_back >= CONN_WINDOW / 2, "{conn_back}");
+        // Returned bytes never exceed received ones.
+        assert!(conn_back as u64 <= 16_484 + u64::from(CONN_WINDOW));
     }
 
     #[test]
