@@ -166,13 +166,6 @@ async fn serve_http1<T, H, F>(
     let conn = http1::Builder::new()
         .timer(MonoioTimer)
         .keep_alive(true)
-        // Without it hyper reads the socket once more while a request is
-        // being served, to see whether the client hung up, and that read
-        // (EAGAIN on every healthy connection) lies between the request and
-        // its answer. With it, a client that hangs up is seen when its
-        // answer is written, and one that only shut down its sending side
-        // still gets the answer.
-        .half_close(true)
         .header_read_timeout(None)
         .serve_connection(io, service);
     let policy = move |s: &ConnState, now: Instant| {
