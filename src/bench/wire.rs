@@ -79,7 +79,7 @@ pub type H2 = http2::SendRequest<BenchBody>;
 /// thread slower than the server it measures.
 pub type RawH2 = h2::client::SendRequest<Bytes>;
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A client connection's byte stream: plain TCP, or TLS over it.
 pub enum BenchIo {
@@ -147,17 +147,12 @@ pub async fn connect(target: &Target) -> anyhow::Result<MonoioIo<BenchIo>> {
     let addr = target.addr;
     let stream = match monoio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
         Err(_) => {
-            return Err(anyhow!(
-                "cannot connect to {addr}: timed out after {CONNECT_TIMEOUT:?}"
-            ))
+            return Err(anyhow!(connect_error(
+                addr,
+                std::io::ErrorKind::TimedOut.into()
+            )))
         }
-        Ok(Err(e)) => {
-            let why = match e.kind() {
-                std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
-                _ => e.to_string(),
-            };
-            return Err(anyhow!("cannot connect to {addr}: {why}"));
-        }
+        Ok(Err(e)) => return Err(anyhow!(connect_error(addr, e))),
         Ok(Ok(s)) => s,
     };
     // Small requests: Nagle would add tens of milliseconds.
@@ -183,6 +178,19 @@ pub async fn connect(target: &Target) -> anyhow::Result<MonoioIo<BenchIo>> {
         )),
         Ok(Ok(s)) => Ok(MonoioIo::new(BenchIo::Tls(Box::new(s)))),
     }
+}
+
+/// "cannot connect to ADDR: connection refused" (or "timed out after 5s",
+/// or the OS's words): a failed connect as both load paths report it, and
+/// what `closed_loop` and the direct lane recognise to pause before the
+/// next try.
+pub fn connect_error(addr: std::net::SocketAddr, e: std::io::Error) -> String {
+    let why = match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
+        std::io::ErrorKind::TimedOut => format!("timed out after {CONNECT_TIMEOUT:?}"),
+        _ => e.to_string(),
+    };
+    format!("cannot connect to {addr}: {why}")
 }
 
 thread_local! {

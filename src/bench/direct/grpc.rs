@@ -160,7 +160,7 @@ impl Grpc {
             SETTINGS if flags & ACK == 0 => {
                 let before = self.conn.peer_initial_window;
                 for s in payload.chunks_exact(6) {
-                    let value = u32::from_be_bytes([s[2], s[3], s[4], s[5]]);
+                    let value = be_u32(&s[2..]);
                     match u16::from_be_bytes([s[0], s[1]]) {
                         SETTINGS_INITIAL_WINDOW_SIZE => {
                             self.conn.peer_initial_window = i64::from(value);
@@ -184,9 +184,7 @@ impl Grpc {
                 lane.write_all(&out)
             }
             WINDOW_UPDATE => {
-                let inc = payload.get(..4).map_or(0, |b| {
-                    u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & MAX_STREAM_ID
-                });
+                let inc = be_u32(&payload) & MAX_STREAM_ID;
                 if stream == 0 {
                     self.conn.send_window += i64::from(inc);
                 } else if let (true, Some(w)) = (stream == id, window) {
@@ -196,9 +194,7 @@ impl Grpc {
             }
             GOAWAY => {
                 lane.conn()?.closing = true;
-                let last = payload.get(..4).map_or(0, |b| {
-                    u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & MAX_STREAM_ID
-                });
+                let last = be_u32(&payload) & MAX_STREAM_ID;
                 if id > last {
                     return Err(Failure::Request(
                         "the server closed the connection (GOAWAY)".into(),
@@ -207,9 +203,7 @@ impl Grpc {
                 Ok(())
             }
             RST_STREAM if stream == id => {
-                let code = payload
-                    .get(..4)
-                    .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                let code = be_u32(&payload);
                 Err(Failure::Request(format!(
                     "stream reset by the server (HTTP/2 error code {code})"
                 )))
@@ -420,7 +414,7 @@ fn next_frame(lane: &mut Lane) -> Result<(u8, u8, u32, Vec<u8>), Failure> {
     let h = lane.buffered();
     let len = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
     let (kind, flags) = (h[3], h[4]);
-    let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & MAX_STREAM_ID;
+    let stream = be_u32(&h[5..]) & MAX_STREAM_ID;
     if len > DEFAULT_MAX_FRAME {
         return Err(Failure::Request(format!(
             "frame of {len} bytes over the maximum frame size"
@@ -432,6 +426,12 @@ fn next_frame(lane: &mut Lane) -> Result<(u8, u8, u32, Vec<u8>), Failure> {
     let payload = lane.buffered()[9..9 + len].to_vec();
     lane.consume(9 + len);
     Ok((kind, flags, stream, payload))
+}
+
+/// The big-endian u32 a frame field starts with (0 if it is cut short).
+fn be_u32(b: &[u8]) -> u32 {
+    b.get(..4)
+        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {

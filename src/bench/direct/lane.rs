@@ -11,7 +11,10 @@ use std::{
 };
 
 use crate::{
-    bench::load::WorkerSpec,
+    bench::{
+        load::WorkerSpec,
+        wire::{connect_error, CONNECT_TIMEOUT},
+    },
     shard::spin::{Contention, SpinStats, YIELD_EVERY},
 };
 
@@ -22,8 +25,6 @@ pub const MAX_BODY: usize = 256 << 10;
 
 /// Responses above this are refused rather than buffered.
 pub const MAX_RESPONSE: usize = 1 << 30;
-
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a request in flight when the step stops may still take (the
 /// runtime path's bound too).
@@ -220,14 +221,7 @@ fn io_failure(e: io::Error) -> Failure {
 
 fn connect(spec: &WorkerSpec) -> Result<Conn, Failure> {
     let addr = spec.target.addr;
-    let refused = |e: io::Error| {
-        let why = match e.kind() {
-            io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
-            io::ErrorKind::TimedOut => format!("timed out after {CONNECT_TIMEOUT:?}"),
-            _ => e.to_string(),
-        };
-        Failure::Connect(format!("cannot connect to {addr}: {why}"))
-    };
+    let refused = |e: io::Error| Failure::Connect(connect_error(addr, e));
     let sock = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(refused)?;
     // Small requests: Nagle would add tens of milliseconds.
     let _ = sock.set_nodelay(true);
