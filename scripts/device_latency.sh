@@ -9,6 +9,8 @@
 #      CPU 0, generator CPU 1)
 #   1b. (section "direct") c=1 with the server's 250 us window, measured
 #      by shardserve-bench through its runtime (--no-direct) and directly
+#   1c. (section "driver") c=1 with the 250 us window, shards on io_uring
+#      against epoll (tuning/low-latency.toml's pairing)
 #   2. the compute hand-off on one shared core: unbatched `mlp_onnx` at
 #      concurrency 64 inline, on its compute worker with the default
 #      profile (SCHED_BATCH shards, [compute] slice_us 500) and variants of
@@ -27,7 +29,7 @@
 # BIN_DIR: stripped shardserve and shardserve-bench, libhwloc.so.15,
 # libudev.so.1, libonnxruntime.so(.xz), and optionally sockperf, wrk and
 # libluajit-5.1.so.2. Usage: scripts/device_latency.sh BIN_DIR OUT_DIR
-# env: SECTIONS="latency direct handoff dyna scaling gpu" (which to run),
+# env: SECTIONS="latency direct driver handoff dyna scaling gpu" (which to run),
 #   LATENCY_ROUNDS=3, HANDOFF_ROUNDS=2,
 #   HANDOFF="inline default default-slice0 preempting" (server set-ups:
 #   inline; the default profile or preempting-shards, each with an
@@ -46,7 +48,7 @@ trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
-want() { [[ " ${SECTIONS:-latency direct handoff dyna scaling gpu} " == *" $1 "* ]]; }
+want() { [[ " ${SECTIONS:-latency direct driver handoff dyna scaling gpu} " == *" $1 "* ]]; }
 # profile_flags NAME: the --tuning-profile flags for a set-up name above.
 profile_flags() {
   local base=${1%-slice*} slice=
@@ -90,6 +92,19 @@ if want direct; then
     scripts/bench_latency_floor.sh "$work/spin250" "$work/spin250" \
     "$work/bench-no-direct" "$bin/shardserve-bench" >"$out/direct.txt" 2>&1
   echo "bench_latency_floor rc=$?" >>"$out/direct.txt"
+fi
+
+# 1c. The shard's driver with the 250 us window: io_uring (A) against
+# epoll (B), as tuning/low-latency.toml pairs them; the bench direct.
+if want driver; then
+  printf '#!/bin/sh\nexec "%s" "$@" --spin-us 250 --io-driver io-uring\n' "$bin/shardserve" >"$work/uring250"
+  printf '#!/bin/sh\nexec "%s" "$@" --spin-us 250 --io-driver epoll\n' "$bin/shardserve" >"$work/epoll250"
+  chmod +x "$work/uring250" "$work/epoll250"
+  lr=${LATENCY_ROUNDS:-3}
+  ROUNDS=$lr SECONDS_PER=2 IDLE_SECS=1 timeout $((lr * 60 + 60)) \
+    scripts/bench_latency_floor.sh "$work/uring250" "$work/epoll250" \
+    "$bin/shardserve-bench" "$bin/shardserve-bench" >"$out/driver.txt" 2>&1
+  echo "bench_latency_floor rc=$?" >>"$out/driver.txt"
 fi
 
 # 2. Hand-off on one shared core (repositories made when the section runs).

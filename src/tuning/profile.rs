@@ -198,11 +198,15 @@ impl RuntimeSection {
         self.sched_batch.unwrap_or(Self::DEFAULT_SCHED_BATCH)
     }
 
-    /// Default spin window: off. Measured on the 2-core VM
-    /// (`scripts/bench_latency_floor.sh`, quiet box), 250 µs cut HTTP's
-    /// concurrency-1 p50 about 3× (222 → 70 µs) but made gRPC's worse
-    /// (258 → 382 µs) for a reason not yet found, so the window is a
-    /// profile setting (`tuning/low-latency.toml`) rather than the default.
+    /// Default spin window: off. The window buys c=1 latency with CPU
+    /// (on the 2-core VM, with the epoll driver, `simple` c=1 p50 about
+    /// 28 → 13 µs over HTTP; `tuning/low-latency.toml` has the figures)
+    /// and costs nothing at idle, but under light steady load every
+    /// request keeps its shard busy for up to the window after it, which
+    /// a shared node pays for in CPU time; so it is a profile setting
+    /// (`tuning/low-latency.toml`) rather than the default. (It first
+    /// stayed off because it made gRPC slower; that was fixed by the
+    /// spinner's relay task, `shard::spin`.)
     pub const DEFAULT_SPIN_US: u64 = 0;
 
     pub fn spin(&self) -> std::time::Duration {
