@@ -385,8 +385,14 @@ fn topology(
         .ours
         .spin_us
         .unwrap_or_else(|| profile.runtime.spin().as_micros() as u64);
+    let resolved = driver.resolve(std::time::Duration::from_micros(spin));
     println!(
-        "runtime: driver {driver:?}, spin {spin} us after a request before parking{}, shards {}",
+        "runtime: driver {driver:?}{}, spin {spin} us after a request before parking{}, shards {}",
+        if resolved == driver {
+            String::new()
+        } else {
+            format!(" ({resolved:?} with the spin window)")
+        },
         if spin == 0 { " (off)" } else { "" },
         if profile.runtime.sched_batch() {
             "SCHED_BATCH (wake-ups do not preempt)"

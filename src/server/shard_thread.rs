@@ -64,7 +64,8 @@ pub fn run(boot: ShardBoot) -> Vec<String> {
             tracing::warn!(shard = boot.id, error = %e, "could not make the shard thread SCHED_BATCH");
         }
     }
-    let asked = boot.state.options.io_driver;
+    let configured = boot.state.options.io_driver;
+    let asked = configured.resolve(boot.state.options.spin);
     let mut runtime = match build_runtime(asked) {
         Ok(rt) => rt,
         Err(e) => {
@@ -74,6 +75,9 @@ pub fn run(boot: ShardBoot) -> Vec<String> {
     };
     let driver = match (&runtime, asked) {
         (FusionRuntime::Uring(_), _) => "io_uring",
+        (FusionRuntime::Legacy(_), IoDriver::Epoll) if configured == IoDriver::Auto => {
+            "epoll (auto: the shards spin before parking)"
+        }
         (FusionRuntime::Legacy(_), IoDriver::Epoll) => "epoll (as configured)",
         (FusionRuntime::Legacy(_), _) => "epoll (io_uring unavailable here)",
     };
