@@ -30,6 +30,18 @@ fn decode_i32(b: &[u8]) -> Vec<i32> {
 
 use common::grpc_client as grpc;
 
+/// The shared memory registry is one per process, and these tests run on
+/// threads of one process: the gRPC test's unregister-all could land
+/// between the HTTP test's register and its duplicate check (which then
+/// answered 200, seen once in a fresh-clone CI run). Each test that
+/// registers takes this for its whole run.
+static REGISTRY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn registry_to_myself() -> std::sync::MutexGuard<'static, ()> {
+    // A failed test poisons it; the next test still runs alone.
+    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 // ------------------------------------------------------------------ identity
 
 #[test]
@@ -274,6 +286,7 @@ impl Drop for ShmObject {
 
 #[test]
 fn system_shared_memory_over_http() {
+    let _alone = registry_to_myself();
     let server = start_server(2);
     let addr = server.http_addr();
     let mut input = ShmObject::new("http_in", 8192);
@@ -418,6 +431,7 @@ fn cuda_shared_memory_over_http_answers_as_triton_without_gpu() {
         );
         return;
     }
+    let _alone = registry_to_myself();
     let server = start_server(1);
     let addr = server.http_addr();
     // Triton checks the name before anything else.
@@ -517,7 +531,11 @@ fn cuda_shared_memory_over_http_answers_as_triton_without_gpu() {
 }
 
 #[tokio::test]
+// The guard only keeps the other registry tests (on other threads) out;
+// nothing on this test's runtime takes it.
+#[allow(clippy::await_holding_lock)]
 async fn system_shared_memory_over_grpc() {
+    let _alone = registry_to_myself();
     let server = start_server(1);
     let mut c = grpc(server.grpc_addr()).await;
     let mut region = ShmObject::new("grpc", 256);
