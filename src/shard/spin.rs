@@ -205,7 +205,7 @@ pub fn install(
             poller,
             contention: Contention::new(),
             relay: None,
-            yielded: None,
+            courtesy: Courtesy::default(),
         },
         stats,
     ))
@@ -241,8 +241,7 @@ pub struct Spinner {
     /// Shared with the relay task that queues the next round (spawned on
     /// the first round).
     relay: Option<Rc<RefCell<Relay>>>,
-    /// When the spinner last offered its core to another thread.
-    yielded: Option<Instant>,
+    courtesy: Courtesy,
 }
 
 /// How often a spinning thread offers its core to a thread waiting for it.
@@ -252,7 +251,32 @@ pub struct Spinner {
 /// on the 2-core VM). A yield per round cost 1-3 us of c=1 p50 with both
 /// ends spinning; one per 20 us bounds that wait at about 20 us for next to
 /// nothing.
-pub(crate) const YIELD_EVERY: Duration = Duration::from_micros(20);
+const YIELD_EVERY: Duration = Duration::from_micros(20);
+
+/// A spinning thread's offers of its core ([`YIELD_EVERY`]); the shard's
+/// spinner and the bench's direct lane both spin this way.
+#[derive(Debug, Default)]
+pub(crate) struct Courtesy {
+    /// When the core was last offered.
+    yielded: Option<Instant>,
+}
+
+impl Courtesy {
+    /// Offers the core (`sched_yield`) if [`YIELD_EVERY`] has passed since
+    /// the last offer; whether it did. With nothing else runnable on the
+    /// core the yield returns at once.
+    pub(crate) fn offer(&mut self, now: Instant) -> bool {
+        if self
+            .yielded
+            .is_some_and(|at| now.duration_since(at) < YIELD_EVERY)
+        {
+            return false;
+        }
+        self.yielded = Some(now);
+        std::thread::yield_now();
+        true
+    }
+}
 
 /// The wakers of the spinner and of its relay task. monoio queues a task
 /// that wakes itself while it runs at the *front* of its run queue, so a
@@ -512,15 +536,8 @@ impl Future for Spinner {
             return Poll::Pending;
         }
         this.state.stats.rounds.fetch_add(1, Ordering::Relaxed);
-        if this
-            .yielded
-            .is_none_or(|at| now.duration_since(at) >= YIELD_EVERY)
-        {
-            this.yielded = Some(now);
+        if this.courtesy.offer(now) {
             this.state.stats.yields.fetch_add(1, Ordering::Relaxed);
-            // With nothing else runnable on this core it returns at once.
-            // SAFETY: no arguments, no memory touched.
-            unsafe { libc::sched_yield() };
         }
         this.next_round(cx)
     }

@@ -15,7 +15,7 @@ use crate::{
         load::WorkerSpec,
         wire::{connect_error, CONNECT_TIMEOUT},
     },
-    shard::spin::{Contention, SpinStats, YIELD_EVERY},
+    shard::spin::{Contention, Courtesy, SpinStats},
 };
 
 /// Request bodies above this go the runtime's way: writing a large body
@@ -82,7 +82,7 @@ pub struct Lane<'a> {
     contention: Contention,
     /// Only for the contention back-off's count.
     stats: SpinStats,
-    yielded: Option<Instant>,
+    courtesy: Courtesy,
     stop_seen: Option<Instant>,
     /// The busy-poll window of the request in flight.
     spin_until: Instant,
@@ -95,7 +95,7 @@ impl<'a> Lane<'a> {
             conn: None,
             contention: Contention::new(),
             stats: SpinStats::default(),
-            yielded: None,
+            courtesy: Courtesy::default(),
             stop_seen: None,
             spin_until: Instant::now(),
         }
@@ -178,15 +178,8 @@ impl<'a> Lane<'a> {
             }
             let now = Instant::now();
             if now < self.spin_until && !self.contention.backing_off(now, &self.stats) {
-                if self
-                    .yielded
-                    .is_none_or(|at| now.duration_since(at) >= YIELD_EVERY)
-                {
-                    self.yielded = Some(now);
-                    // Offers the core to a thread woken on it (a SCHED_BATCH
-                    // shard does not preempt); returns at once otherwise.
-                    std::thread::yield_now();
-                }
+                // A SCHED_BATCH shard woken on this core does not preempt.
+                self.courtesy.offer(now);
                 continue;
             }
             self.sleep_until_ready(libc::POLLIN)?;
