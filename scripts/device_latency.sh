@@ -81,30 +81,35 @@ if want latency; then
   echo "bench_latency_floor rc=$?" >>"$out/latency.txt"
 fi
 
+# wrapper NAME BIN ARGS...: $work/NAME runs BIN with its arguments and ARGS.
+wrapper() {
+  local name=$1 target=$2; shift 2
+  printf '#!/bin/sh\nexec "%s" "$@" %s\n' "$target" "$*" >"$work/$name"
+  chmod +x "$work/$name"
+}
+# floor_ab NAME SERVER_A SERVER_B BENCH_A BENCH_B: a c=1 A/B of
+# bench_latency_floor.sh into $out/NAME.txt (idle CPU barely looked at).
+floor_ab() {
+  local name=$1 lr=${LATENCY_ROUNDS:-3}; shift
+  ROUNDS=$lr SECONDS_PER=2 IDLE_SECS=1 timeout $((lr * 60 + 60)) \
+    scripts/bench_latency_floor.sh "$@" >"$out/$name.txt" 2>&1
+  echo "bench_latency_floor rc=$?" >>"$out/$name.txt"
+}
+
 # 1b. The generator's direct lane at c=1: the same server (spin window
 # 250 us) measured by the bench with --no-direct (A) and without (B).
 if want direct; then
-  printf '#!/bin/sh\nexec "%s" "$@" --spin-us 250\n' "$bin/shardserve" >"$work/spin250"
-  printf '#!/bin/sh\nexec "%s" "$@" --no-direct\n' "$bin/shardserve-bench" >"$work/bench-no-direct"
-  chmod +x "$work/spin250" "$work/bench-no-direct"
-  lr=${LATENCY_ROUNDS:-3}
-  ROUNDS=$lr SECONDS_PER=2 IDLE_SECS=1 timeout $((lr * 60 + 60)) \
-    scripts/bench_latency_floor.sh "$work/spin250" "$work/spin250" \
-    "$work/bench-no-direct" "$bin/shardserve-bench" >"$out/direct.txt" 2>&1
-  echo "bench_latency_floor rc=$?" >>"$out/direct.txt"
+  wrapper spin250 "$bin/shardserve" --spin-us 250
+  wrapper bench-no-direct "$bin/shardserve-bench" --no-direct
+  floor_ab direct "$work/spin250" "$work/spin250" "$work/bench-no-direct" "$bin/shardserve-bench"
 fi
 
 # 1c. The shard's driver with the 250 us window: io_uring (A) against
 # epoll (B), as tuning/low-latency.toml pairs them; the bench direct.
 if want driver; then
-  printf '#!/bin/sh\nexec "%s" "$@" --spin-us 250 --io-driver io-uring\n' "$bin/shardserve" >"$work/uring250"
-  printf '#!/bin/sh\nexec "%s" "$@" --spin-us 250 --io-driver epoll\n' "$bin/shardserve" >"$work/epoll250"
-  chmod +x "$work/uring250" "$work/epoll250"
-  lr=${LATENCY_ROUNDS:-3}
-  ROUNDS=$lr SECONDS_PER=2 IDLE_SECS=1 timeout $((lr * 60 + 60)) \
-    scripts/bench_latency_floor.sh "$work/uring250" "$work/epoll250" \
-    "$bin/shardserve-bench" "$bin/shardserve-bench" >"$out/driver.txt" 2>&1
-  echo "bench_latency_floor rc=$?" >>"$out/driver.txt"
+  wrapper uring250 "$bin/shardserve" --spin-us 250 --io-driver io-uring
+  wrapper epoll250 "$bin/shardserve" --spin-us 250 --io-driver epoll
+  floor_ab driver "$work/uring250" "$work/epoll250" "$bin/shardserve-bench" "$bin/shardserve-bench"
 fi
 
 # 2. Hand-off on one shared core (repositories made when the section runs).
