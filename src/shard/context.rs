@@ -162,6 +162,7 @@ impl Shard {
 /// Counts a request in flight on the current shard for as long as it
 /// lives; graceful shutdown waits for the count to reach zero. Holds no
 /// shard reference, so futures holding it stay `Send`.
+#[derive(Debug)]
 pub struct InFlight(());
 
 impl InFlight {

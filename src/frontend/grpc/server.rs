@@ -1,17 +1,9 @@
 //! gRPC over HTTP/2 on a shard: hyper's HTTP/2 server on monoio, with the
 //! tonic-generated services behind a small path router. No tokio runtime.
 
-use std::{
-    convert::Infallible,
-    future::Future,
-    pin::Pin,
-    rc::Rc,
-    task::{Context, Poll},
-    time::Instant,
-};
+use std::{convert::Infallible, future::Future, pin::Pin, rc::Rc, time::Instant};
 
 use hyper::{body::Incoming, server::conn::http2};
-use hyper_util::service::TowerToHyperService;
 use monoio::{
     io::{
         poll_io::{AsyncRead, AsyncWrite},
@@ -55,6 +47,13 @@ type GrpcFuture = Pin<Box<dyn Future<Output = Result<GrpcResponse, Infallible>>>
 /// anything else is UNIMPLEMENTED, as gRPC requires. One per connection:
 /// it counts the connection's open streams (for the idle timeout) until
 /// each response body is sent.
+///
+/// A hyper service, not a tower one behind `TowerToHyperService`: hyper
+/// calls it on the connection task as it accepts the stream, where the
+/// tower adapter's `oneshot` would only call it on the stream task's first
+/// poll. The request is then in flight from its accept (the shard's
+/// spinner holds off from there, rather than taking a round between the
+/// read and the stream task), and both tonic services are always ready.
 #[derive(Clone)]
 struct GrpcRouter {
     inference: GrpcInferenceServiceServer<InferenceService>,
@@ -65,16 +64,12 @@ struct GrpcRouter {
     restricted: Option<Rc<Restrictions>>,
 }
 
-impl Service<http::Request<Incoming>> for GrpcRouter {
+impl hyper::service::Service<http::Request<Incoming>> for GrpcRouter {
     type Response = GrpcResponse;
     type Error = Infallible;
     type Future = GrpcFuture;
 
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut req: http::Request<Incoming>) -> GrpcFuture {
+    fn call(&self, mut req: http::Request<Incoming>) -> GrpcFuture {
         let in_flight = InFlight::enter();
         if env::with_current(|e| e.trace.enabled()).unwrap_or(false) {
             req.extensions_mut()
@@ -82,6 +77,7 @@ impl Service<http::Request<Incoming>> for GrpcRouter {
         }
         let active = ActiveRequest::begin(&self.conn);
         let path = req.uri().path();
+        let unary = !is_streaming(path);
         let fut: Pin<
             Box<dyn Future<Output = Result<http::Response<tonic::body::Body>, Infallible>> + Send>,
         > = if let Some(refused) = self
@@ -93,16 +89,22 @@ impl Service<http::Request<Incoming>> for GrpcRouter {
             let status = tonic::Status::unavailable(refused.message());
             Box::pin(async move { Ok(status.into_http()) })
         } else if path.starts_with("/inference.GRPCInferenceService/") {
-            Box::pin(self.inference.call(req.map(PacedBody::new)))
+            Box::pin(self.inference.clone().call(req.map(PacedBody::new)))
         } else if path.starts_with("/grpc.health.v1.Health/") {
-            Box::pin(self.health.call(req))
+            Box::pin(self.health.clone().call(req))
         } else {
             let status = tonic::Status::unimplemented(format!("unknown gRPC method {path}"));
             Box::pin(async move { Ok(status.into_http()) })
         };
         Box::pin(async move {
             let out = fut.await;
-            drop(in_flight);
+            // A unary answer stays in flight until hyper has handed its last
+            // frame to h2: ending it here re-armed the shard's spinner,
+            // whose round then ran before the connection task that writes
+            // the answer (a `sched_yield` and an `epoll_wait` inside most
+            // c=1 round trips). A stream's body lives as long as the call,
+            // which must not hold the spinner off or keep a drain waiting.
+            let in_flight = unary.then_some(in_flight);
             out.map(|mut resp| {
                 size_limit::rewrite(resp.headers_mut());
                 let tail = resp.extensions_mut().remove::<RawTail>();
@@ -111,11 +113,19 @@ impl Service<http::Request<Incoming>> for GrpcRouter {
                         Some(tail) => with_raw_tail(body, tail),
                         None => body,
                     };
-                    TrackedBody::new(SizeLimitStatus::new(body), active)
+                    TrackedBody::new(SizeLimitStatus::new(body), active).holding(in_flight)
                 })
             })
         })
     }
+}
+
+/// The methods whose response body is a stream as long as the call.
+fn is_streaming(path: &str) -> bool {
+    matches!(
+        path,
+        "/inference.GRPCInferenceService/ModelStreamInfer" | "/grpc.health.v1.Health/Watch"
+    )
 }
 
 /// Serves gRPC on this shard until shutdown.
@@ -215,7 +225,7 @@ async fn serve_http2<T>(
         // Keepalive is the frame watch's (`transport::H2Watch`): hyper's
         // would ping without gRPC's limits.
         .keep_alive_interval(None);
-    let conn = builder.serve_connection(MonoioIo::new(io), TowerToHyperService::new(router));
+    let conn = builder.serve_connection(MonoioIo::new(io), router);
     let policy = move |s: &ConnState, now: Instant| {
         if s.started() == 0 && s.bytes_read() < HANDSHAKE_BYTES {
             let by = s.born() + limits.grpc_handshake_timeout;

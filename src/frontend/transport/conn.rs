@@ -28,6 +28,7 @@ use http_body::{Body, Frame, SizeHint};
 use monoio::io::poll_io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::h2watch::H2Watch;
+use crate::shard::InFlight;
 
 /// What the policy wants done with a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,11 +270,13 @@ impl Drop for ActiveRequest {
 }
 
 /// A response body that keeps its stream counted as active until hyper
-/// has sent (or abandoned) it: an HTTP/2 stream is open until then.
+/// has sent (or abandoned) it: an HTTP/2 stream is open until then. It may
+/// also keep its request counted in flight on the shard till then.
 #[derive(Debug)]
 pub struct TrackedBody<B> {
     inner: B,
     _active: ActiveRequest,
+    _in_flight: Option<InFlight>,
 }
 
 impl<B> TrackedBody<B> {
@@ -281,7 +284,14 @@ impl<B> TrackedBody<B> {
         Self {
             inner,
             _active: active,
+            _in_flight: None,
         }
+    }
+
+    /// Keeps `in_flight` (if any) until the body is sent or dropped.
+    pub fn holding(mut self, in_flight: Option<InFlight>) -> Self {
+        self._in_flight = in_flight;
+        self
     }
 }
 
