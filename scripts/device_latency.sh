@@ -22,6 +22,8 @@
 #      Runtime alone (scripts/bench_ort_direct.py where that machine's
 #      python3 has onnxruntime)
 #   4. `simple` scaling at 1, 2, 4, 8 and 16 shards (generator on CPUs 8-15)
+#   4b. (section "owner") `simple` at 8 shards with and without its owner
+#      shard taking connections
 #   5. ONNX Runtime on the GPU: where that machine's Python has an
 #      onnxruntime with the CUDA provider, `mlp_onnx_dyna` with a KIND_GPU
 #      instance behind the server vs ORT alone on the GPU
@@ -29,7 +31,7 @@
 # BIN_DIR: stripped shardserve and shardserve-bench, libhwloc.so.15,
 # libudev.so.1, libonnxruntime.so(.xz), and optionally sockperf, wrk and
 # libluajit-5.1.so.2. Usage: scripts/device_latency.sh BIN_DIR OUT_DIR
-# env: SECTIONS="latency direct driver handoff dyna scaling gpu" (which to run),
+# env: SECTIONS="latency direct driver handoff dyna scaling owner gpu" (which to run),
 #   LATENCY_ROUNDS=3, HANDOFF_ROUNDS=2,
 #   HANDOFF="inline default default-slice0 preempting" (server set-ups:
 #   inline; the default profile or preempting-shards, each with an
@@ -48,7 +50,7 @@ trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
-want() { [[ " ${SECTIONS:-latency direct driver handoff dyna scaling gpu} " == *" $1 "* ]]; }
+want() { [[ " ${SECTIONS:-latency direct driver handoff dyna scaling owner gpu} " == *" $1 "* ]]; }
 # profile_flags NAME: the --tuning-profile flags for a set-up name above.
 profile_flags() {
   local base=${1%-slice*} slice=
@@ -220,6 +222,35 @@ for n in 1 2 4 8 16; do
 done >"$out/scaling.txt" 2>&1
 }
 
+# 4b. (section "owner") `simple` at 8 shards as in 4, then with its owner
+# shard taking no connections (a profile with accept = shards 1-7,
+# compute = shard 0): whether the owner's own connections or its share of
+# every request is what bounds a `count: 1` model.
+want owner && {
+repo=$work/simple; mkdir -p "$repo"; cp -r models/simple "$repo/"
+printf 'name = "owner-apart"\n[shards]\ncpus = [0, 1, 2, 3, 4, 5, 6, 7]\naccept = [1, 2, 3, 4, 5, 6, 7]\ncompute = [0]\n' >"$work/owner.toml"
+port=19200
+for setup in default owner-apart; do
+  port=$((port + 10))
+  flags=(--cores 8); [ $setup = owner-apart ] && flags=(--tuning-profile "$work/owner.toml")
+  taskset -c 0-7 "$bin/shardserve" --model-repository "$repo" --host 127.0.0.1 \
+    --http-port $port --grpc-port $((port + 1)) --metrics-port $((port + 2)) "${flags[@]}" \
+    >"$work/owner-server.log" 2>&1 &
+  pid=$!
+  ready $port || { tail -n 5 "$work/owner-server.log"; stop; continue; }
+  for proto in http grpc; do
+    p=$port; [ $proto = grpc ] && p=$((port + 1))
+    echo "== shards=8 $setup $proto"
+    t0=$(ss_shard_ticks "$pid"); s0=$(date +%s.%N)
+    timeout 60 "$bin/shardserve-bench" -m simple -u 127.0.0.1:$p -i $proto \
+      --concurrency-range 256 --cpu 8-15 --connections 4 -p 1500 --max-trials 3 \
+      --no-progress 2>&1 | tail -n 2
+    ss_shard_busy "$t0" "$(ss_shard_ticks "$pid")" "$s0"
+  done
+  stop
+done >"$out/owner.txt" 2>&1
+}
+
 # 5. ONNX Runtime on the GPU, where that machine's Python has it.
 want gpu && {
 gpu_ort=$(timeout 20 python3 -c 'import onnxruntime as o, os, glob
@@ -264,5 +295,5 @@ PY
 } >"$out/gpu-ort.txt" 2>&1
 }
 
-cat "$out/latency.txt" "$out/direct.txt" "$out/handoff.txt" "$out/dyna.txt" "$out/scaling.txt" "$out/gpu-ort.txt" >"$out/all.txt" 2>/dev/null
+cat "$out/latency.txt" "$out/direct.txt" "$out/driver.txt" "$out/handoff.txt" "$out/dyna.txt" "$out/scaling.txt" "$out/owner.txt" "$out/gpu-ort.txt" >"$out/all.txt" 2>/dev/null
 echo done >>"$out/all.txt"
