@@ -129,7 +129,11 @@ if [ -n "$export_dir" ]; then
   rm -rf "$export_dir"
   mkdir -p "$export_dir"
   ctr=$(podman create "$tag")
-  podman export "$ctr" | tar -C "$export_dir" -xf -
+  # Through a file: podman 4.3's `export` to a pipe has been seen to write
+  # nothing and exit 0 on this machine, where `-o FILE` wrote the image.
+  podman export -o "$work/export.tar" "$ctr"
   podman rm -f "$ctr" >/dev/null
+  tar -C "$export_dir" -xf "$work/export.tar"
+  rm -f "$work/export.tar"
   phase "root file system exported to $export_dir"
 fi
