@@ -19,7 +19,12 @@ use crate::{
 /// with `--sagemaker-safe-port-range`, every other service on the
 /// SageMaker address must listen inside the range; and the SageMaker and
 /// Vertex AI services may not share a port with another service on the
-/// same address. Port 0 (any free port) is never a conflict.
+/// same address. The same holds for every pair of services here, on
+/// overlapping addresses (equal, or either one unspecified): Triton's own
+/// binds would fail, but our shards bind with SO_REUSEPORT, so two of our
+/// listeners would share the port and split its connections between them
+/// (an HTTPS client then reached the plaintext metrics listener). Port 0
+/// (any free port) is never a conflict.
 pub fn check_ports(options: &ServerOptions) -> anyhow::Result<()> {
     let host = options.host;
     let mut ports: Vec<(&str, IpAddr, u16)> = Vec::new();
@@ -50,14 +55,10 @@ pub fn check_ports(options: &ServerOptions) -> anyhow::Result<()> {
     if options.allow_vertex_ai {
         ports.push(("Vertex AI", host, options.vertex_ai_port));
     }
-    let cloud = |name: &str| name == "SageMaker" || name == "Vertex AI";
+    let overlap = |a: IpAddr, b: IpAddr| a == b || a.is_unspecified() || b.is_unspecified();
     for (i, &(name, address, port)) in ports.iter().enumerate() {
         for &(other, other_address, other_port) in &ports[i + 1..] {
-            if address == other_address
-                && port == other_port
-                && port != 0
-                && (cloud(name) || cloud(other))
-            {
+            if port == other_port && port != 0 && overlap(address, other_address) {
                 bail!(
                     "The server cannot listen to {name} requests and {other} requests at the \
                      same address and port {address}:{port}"
@@ -164,6 +165,33 @@ mod tests {
         // Off, the range means nothing.
         o.allow_sagemaker = false;
         o.allow_metrics = true;
+        assert!(check_ports(&o).is_ok());
+    }
+
+    #[test]
+    fn no_two_services_share_a_port() {
+        let mut o = ServerOptions::new(vec!["/tmp/models".into()]);
+        o.metrics_port = o.http_port;
+        let e = check_ports(&o).unwrap_err().to_string();
+        assert!(
+            e.contains("HTTP requests and metrics requests at the same address and port"),
+            "{e}"
+        );
+        // An unspecified address overlaps every other one.
+        let mut o = ServerOptions::new(vec!["/tmp/models".into()]);
+        o.grpc_port = o.http_port;
+        o.http_address = Some("127.0.0.1".parse().unwrap());
+        o.grpc_address = Some("0.0.0.0".parse().unwrap());
+        assert!(check_ports(&o).is_err());
+        // Distinct addresses may use the same port.
+        o.grpc_address = Some("127.0.0.2".parse().unwrap());
+        assert!(check_ports(&o).is_ok());
+        // So may the services that are off, and port 0 never conflicts.
+        o.grpc_address = None;
+        o.allow_grpc = false;
+        assert!(check_ports(&o).is_ok());
+        let mut o = ServerOptions::new(vec!["/tmp/models".into()]);
+        (o.http_port, o.grpc_port, o.metrics_port) = (0, 0, 0);
         assert!(check_ports(&o).is_ok());
     }
 }

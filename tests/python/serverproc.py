@@ -15,10 +15,20 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 BINARY = ROOT / "target" / "release" / "shardserve"
 
 
+_HANDED_OUT = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and not handed out before in this process: the
+    kernel may give a just-released port again, and a server given the same
+    port for two of its listeners refuses to start."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 class ServerProcess:
