@@ -194,6 +194,23 @@ want dyna && {
   done; done
 } >"$out/dyna.txt" 2>&1
 
+# simple_load PORT LABEL [NOTE]: `simple` at c=256 from CPUs 8-15 over HTTP
+# (PORT) and gRPC (PORT+1) against the server $pid, with each shard's busy
+# share: `simple` has one instance, so one shard owns its queue and runs
+# every batch; this tells an owner-bound run from a generator-bound one.
+simple_load() {
+  local port=$1 label=$2 note=${3:-} proto p t0 s0
+  for proto in http grpc; do
+    p=$port; [ $proto = grpc ] && p=$((port + 1))
+    echo "== $label $proto$note"
+    t0=$(ss_shard_ticks "$pid"); s0=$(date +%s.%N)
+    timeout 60 "$bin/shardserve-bench" -m simple -u 127.0.0.1:$p -i $proto \
+      --concurrency-range 256 --cpu 8-15 --connections 4 -p 1500 --max-trials 3 \
+      --no-progress 2>&1 | tail -n 2
+    ss_shard_busy "$t0" "$(ss_shard_ticks "$pid")" "$s0"
+  done
+}
+
 # 4. Scaling of `simple`.
 want scaling && {
 repo=$work/simple; mkdir -p "$repo"; cp -r models/simple "$repo/"
@@ -206,18 +223,7 @@ for n in 1 2 4 8 16; do
   pid=$!
   ready $port || { stop; continue; }
   note=""; [ $n -gt 8 ] && note=" (generator shares cores 8-15 with the server)"
-  for proto in http grpc; do
-    p=$port; [ $proto = grpc ] && p=$((port + 1))
-    echo "== shards=$n $proto$note"
-    # Each shard's busy share: `simple` has one instance, so one shard
-    # owns its queue and runs every batch; this tells an owner-bound run
-    # from a generator-bound one.
-    t0=$(ss_shard_ticks "$pid"); s0=$(date +%s.%N)
-    timeout 60 "$bin/shardserve-bench" -m simple -u 127.0.0.1:$p -i $proto \
-      --concurrency-range 256 --cpu 8-15 --connections 4 -p 1500 --max-trials 3 \
-      --no-progress 2>&1 | tail -n 2
-    ss_shard_busy "$t0" "$(ss_shard_ticks "$pid")" "$s0"
-  done
+  simple_load $port "shards=$n" "$note"
   stop
 done >"$out/scaling.txt" 2>&1
 }
@@ -238,15 +244,7 @@ for setup in default owner-apart; do
     >"$work/owner-server.log" 2>&1 &
   pid=$!
   ready $port || { tail -n 5 "$work/owner-server.log"; stop; continue; }
-  for proto in http grpc; do
-    p=$port; [ $proto = grpc ] && p=$((port + 1))
-    echo "== shards=8 $setup $proto"
-    t0=$(ss_shard_ticks "$pid"); s0=$(date +%s.%N)
-    timeout 60 "$bin/shardserve-bench" -m simple -u 127.0.0.1:$p -i $proto \
-      --concurrency-range 256 --cpu 8-15 --connections 4 -p 1500 --max-trials 3 \
-      --no-progress 2>&1 | tail -n 2
-    ss_shard_busy "$t0" "$(ss_shard_ticks "$pid")" "$s0"
-  done
+  simple_load $port "shards=8 $setup"
   stop
 done >"$out/owner.txt" 2>&1
 }
