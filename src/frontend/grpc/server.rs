@@ -229,11 +229,28 @@ async fn serve_http2<T>(
     let policy = move |s: &ConnState, now: Instant| {
         if s.started() == 0 && s.bytes_read() < HANDSHAKE_BYTES {
             let by = s.born() + limits.grpc_handshake_timeout;
-            return if now >= by {
-                Decision::Drop("no HTTP/2 preface and SETTINGS within the handshake timeout")
-            } else {
-                Decision::WaitUntil(by)
-            };
+            if now >= by {
+                return Decision::Drop(
+                    "no HTTP/2 preface and SETTINGS within the handshake timeout",
+                );
+            }
+            // Nothing wakes this loop when the handshake completes (it is
+            // read inside the connection's poll), so the deadlines that
+            // apply after it must be looked at on time from here: else a
+            // connection age or keepalive shorter than the handshake
+            // timeout would wait for the handshake timeout.
+            let after = [
+                limits.grpc_max_connection_age,
+                limits.grpc_keepalive_time,
+                Some(limits.idle_timeout),
+            ];
+            let next = after
+                .into_iter()
+                .flatten()
+                .map(|d| s.born() + d)
+                .filter(|&t| t > now)
+                .fold(by, Instant::min);
+            return Decision::WaitUntil(next);
         }
         if let Some(age) = limits.grpc_max_connection_age {
             let by = s.born() + age;
