@@ -678,3 +678,114 @@ fn a_malformed_timeout_parameter_is_a_clear_error() {
     assert_eq!(infer(server.http_addr(), "plain", 1).status, 200);
     server.shutdown().expect("shutdown");
 }
+
+/// An inline model (the identity without a delay) of `instances`
+/// instances under the default scheduler.
+fn inline_model(name: &str, instances: u32, extra: &str) -> String {
+    format!(
+        r#"
+name: "{name}"
+backend: "identity"
+max_batch_size: 4
+input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] }} ]
+instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
+{extra}
+"#
+    )
+}
+
+/// Sends `n` requests one after the other, each on its own connection
+/// (so the kernel spreads them over the shards), checking every answer.
+fn each_on_a_new_connection(addr: SocketAddr, model: &str, n: usize) {
+    for i in 0..n {
+        let r = infer(addr, model, i as i32);
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(i32s(&r.json()["outputs"][0]["data"]), vec![i as i64; 4]);
+    }
+}
+
+#[test]
+fn inline_instances_spread_over_shards_and_serve_requests_where_they_arrive() {
+    let repo = TempRepo::new(
+        "spread",
+        &[
+            ("spread", inline_model("spread", 2, "")),
+            (
+                "owned",
+                inline_model(
+                    "owned",
+                    2,
+                    r#"parameters { key: "shardserve_instance_placement" value: { string_value: "owner" } }"#,
+                ),
+            ),
+            (
+                "batched",
+                inline_model("batched", 2, "dynamic_batching { }"),
+            ),
+        ],
+    );
+    let server = start(&repo, 2, |o| {
+        o.model_control_mode = shardserve::server::ModelControlMode::Explicit;
+        o.load_models = vec!["spread".into(), "owned".into(), "batched".into()];
+    });
+    let addr = server.http_addr();
+    let metrics = server.metrics_addr();
+    let n = 32;
+
+    // One instance on each shard: every request runs where it arrived.
+    each_on_a_new_connection(addr, "spread", n);
+    assert_eq!(
+        forwarded_requests(metrics),
+        0,
+        "no spread request crossed shards"
+    );
+    let s = stats(addr, "spread");
+    assert_eq!(s["inference_count"].as_u64(), Some(n as u64));
+    assert_eq!(s["execution_count"].as_u64(), Some(n as u64));
+    assert_eq!(count(&s["inference_stats"]["success"]), n as u64);
+    assert_eq!(count(&s["inference_stats"]["queue"]), n as u64);
+
+    // Both instances on the owner (asked for), and the dynamic batcher's
+    // one queue: requests received by the other shard cross to the owner.
+    // 32 connections all landing on the owner has odds of 2^-32.
+    each_on_a_new_connection(addr, "owned", n);
+    let owned = forwarded_requests(metrics);
+    assert!(
+        owned > 0 && owned < n as u64,
+        "owner placement forwarded {owned}"
+    );
+    each_on_a_new_connection(addr, "batched", n);
+    let batched = forwarded_requests(metrics) - owned;
+    assert!(
+        batched > 0 && batched < n as u64,
+        "one batching queue forwarded {batched}"
+    );
+
+    // Unloaded from every shard, then loaded again, spread as before.
+    let r = post_json(addr, "/v2/repository/models/spread/unload", &json!({}));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let r = infer(addr, "spread", 1);
+    assert_ne!(r.status, 200, "an unloaded model answered");
+    let r = post_json(addr, "/v2/repository/models/spread/load", &json!({}));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let before = forwarded_requests(metrics);
+    each_on_a_new_connection(addr, "spread", n);
+    assert_eq!(forwarded_requests(metrics), before, "reloaded: still local");
+
+    // A placement this server does not know fails the load, saying why.
+    std::fs::write(
+        repo.root.join("spread").join("config.pbtxt"),
+        inline_model(
+            "spread",
+            2,
+            r#"parameters { key: "shardserve_instance_placement" value: { string_value: "everywhere" } }"#,
+        ),
+    )
+    .expect("config");
+    let r = post_json(addr, "/v2/repository/models/spread/load", &json!({}));
+    assert_eq!(r.status, 500, "a failed load is Triton's INTERNAL");
+    let text = String::from_utf8_lossy(&r.body);
+    assert!(text.contains("shardserve_instance_placement"), "{text}");
+    server.shutdown().expect("shutdown");
+}

@@ -3,7 +3,12 @@ use std::{collections::BTreeMap, sync::Arc};
 use bytes::Bytes;
 
 use super::{IoSpec, ModelMetadata};
-use crate::{metrics::ModelStats, proto::inference::ModelConfig, shard::Target, types::InferError};
+use crate::{
+    metrics::ModelStats,
+    proto::inference::ModelConfig,
+    shard::{ShardId, Target},
+    types::InferError,
+};
 
 /// The reason of a version unloaded on purpose (Triton's text); such a
 /// version does not make the server unready.
@@ -67,6 +72,12 @@ pub struct ModelVersion {
     /// The scheduler every request of this version goes to (one queue
     /// per model, as in Triton), on its owner shard.
     pub scheduler: Target,
+    /// Empty, or the schedulers of a version whose inline instances are
+    /// spread over several shards (`scheduler` first): each holds some of
+    /// the instances and queues the requests of the shards it serves
+    /// (`scheduler_for`). A shard runs inline instances one at a time, so
+    /// instances on one shard would never run in parallel.
+    pub spread: Vec<Target>,
     pub instances: Vec<InstanceInfo>,
     /// The sequence batcher's configuration, for a stateful model.
     pub sequence: Option<crate::scheduler::sequence::SequenceSpec>,
@@ -82,6 +93,24 @@ pub struct ModelVersion {
     /// Under `--model-namespacing`: the model's repository (metrics label
     /// it `namespace`).
     pub namespace: Option<Arc<str>>,
+}
+
+impl ModelVersion {
+    /// The scheduler a request received on `shard` goes to: the owner's,
+    /// or for a spread version the one on `shard` itself, else the one the
+    /// spread list assigns to `shard` (always the same, so the receiving
+    /// shards divide evenly over the schedulers).
+    pub fn scheduler_for(&self, shard: ShardId) -> Target {
+        if self.spread.is_empty() {
+            return self.scheduler;
+        }
+        self.spread
+            .iter()
+            .find(|t| t.shard == shard)
+            .or_else(|| self.spread.get(shard % self.spread.len()))
+            .copied()
+            .unwrap_or(self.scheduler)
+    }
 }
 
 #[derive(Debug, Clone)]

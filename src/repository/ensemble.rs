@@ -206,6 +206,7 @@ fn load_version(
         // Only the key is used: requests find the ensemble's statistics by
         // it; no scheduler is installed (the receiving shard runs the plan).
         scheduler: placement.next(),
+        spread: Vec::new(),
         instances: Vec::new(),
         sequence: None,
         stats: Arc::new(ModelStats::new(placement.shard_count(), max_batch)),

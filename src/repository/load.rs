@@ -25,7 +25,7 @@ use crate::{
         ExecutionPlace, InstanceInfo, IoSpec, ModelMetadata, ModelState, ModelTable, ModelVersion,
         VersionEntry,
     },
-    proto::inference::{model_instance_group::Kind, ModelConfig},
+    proto::inference::{model_config::SchedulingChoice, model_instance_group::Kind, ModelConfig},
     scheduler::{
         self, host,
         sequence::{self, SequenceSpec},
@@ -196,6 +196,22 @@ impl Placement {
         let shard = shards.get(turn % shards.len().max(1)).copied().unwrap_or(0);
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
         Target { shard, key }
+    }
+
+    /// `owner` and the compute shards after it (wrapping), at most `width`
+    /// in all: the shards of a version spread over several, each serving
+    /// the same scheduler key.
+    fn spread_from(&self, owner: Target, width: usize) -> Vec<Target> {
+        let n = self.compute_shards.len();
+        let Some(at) = self.compute_shards.iter().position(|&s| s == owner.shard) else {
+            return vec![owner];
+        };
+        (0..width.min(n))
+            .map(|i| Target {
+                shard: self.compute_shards[(at + i) % n],
+                key: owner.key,
+            })
+            .collect()
     }
 
     /// Where an instance's compute worker runs: near its GPU, else on the
@@ -554,6 +570,19 @@ fn load_version(
         created.push((spec.name, instance));
     }
     let target = placement.owner_for(&devices);
+    let spread = match spread_width(&config, place, count, sequence.is_some(), limits.is_some())? {
+        Some(width) => placement.spread_from(target, width),
+        None => Vec::new(),
+    };
+    if spread.len() > 1 {
+        tracing::info!(
+            model = %config.name,
+            version,
+            shards = ?spread.iter().map(|t| t.shard).collect::<Vec<_>>(),
+            "{count} inline instances spread over {} shards, each with its own queue",
+            spread.len()
+        );
+    }
     let response_cache =
         crate::scheduler::response_cache::for_model(&config, opts.response_cache.as_ref());
     let model = Arc::new(ModelVersion {
@@ -565,6 +594,7 @@ fn load_version(
         io,
         metadata,
         scheduler: target,
+        spread: if spread.len() > 1 { spread } else { Vec::new() },
         instances: created
             .iter()
             .map(|(name, _)| InstanceInfo {
@@ -610,22 +640,91 @@ fn load_version(
             .with_context(|| format!("starting the compute thread of instance {name}"))?,
         });
     }
-    let (installed, ack) = oneshot::channel();
-    send(
-        target.shard,
-        ShardControl::Run(host::install_task(
-            target.key,
-            model.clone(),
-            executors,
-            done_bell,
-            limits,
-            installed,
-        )),
-    )?;
-    // The table that names this scheduler is published only once its
-    // owner has it, so no request can reach a shard before it.
-    futures::executor::block_on(ack).context("a shard stopped before installing a model")?;
+    if model.spread.is_empty() {
+        let (installed, ack) = oneshot::channel();
+        send(
+            target.shard,
+            ShardControl::Run(host::install_task(
+                target.key,
+                model.clone(),
+                executors,
+                done_bell,
+                limits,
+                installed,
+            )),
+        )?;
+        // The table that names this scheduler is published only once its
+        // owner has it, so no request can reach a shard before it.
+        futures::executor::block_on(ack).context("a shard stopped before installing a model")?;
+        return Ok(model);
+    }
+    // Instance i goes to the i-th spread shard, round-robin; each shard's
+    // scheduler is the default one over its own inline instances (no rate
+    // limiter: `spread_width` refuses those).
+    let width = model.spread.len();
+    let mut shares: Vec<Vec<InstanceExecutor>> = (0..width).map(|_| Vec::new()).collect();
+    for (index, executor) in executors.into_iter().enumerate() {
+        shares[index % width].push(executor);
+    }
+    let mut acks = Vec::with_capacity(width);
+    for (to, share) in model.spread.iter().zip(shares) {
+        let (installed, ack) = oneshot::channel();
+        send(
+            to.shard,
+            ShardControl::Run(host::install_task(
+                to.key,
+                model.clone(),
+                share,
+                Arc::new(futures::task::AtomicWaker::new()),
+                None,
+                installed,
+            )),
+        )?;
+        acks.push(ack);
+    }
+    for ack in acks {
+        futures::executor::block_on(ack).context("a shard stopped before installing a model")?;
+    }
     Ok(model)
+}
+
+/// Over how many shards a version's instances spread (`None`: all on the
+/// owner). Only inline instances under the default scheduler qualify:
+/// requests there need no queue shared across instances. The dynamic
+/// batcher (batches formed from one queue), the sequence batcher (a
+/// sequence's state lives with its slot), the rate limiter (one count of
+/// resources) and compute workers (threads of their own already) keep
+/// Triton's one queue. The config parameter `shardserve_instance_placement`
+/// says "spread" (the default) or "owner".
+fn spread_width(
+    config: &ModelConfig,
+    place: ExecutionPlace,
+    count: usize,
+    sequence: bool,
+    rate_limited: bool,
+) -> anyhow::Result<Option<usize>> {
+    let wanted = match config
+        .parameters
+        .get("shardserve_instance_placement")
+        .map(|p| p.string_value.as_str())
+    {
+        None | Some("spread") => true,
+        Some("owner") => false,
+        Some(other) => bail!(
+            "parameter shardserve_instance_placement must be \"spread\" or \"owner\", not {other:?}"
+        ),
+    };
+    let default_scheduler = !sequence
+        && !matches!(
+            config.scheduling_choice,
+            Some(SchedulingChoice::DynamicBatching(_))
+        );
+    Ok((wanted
+        && place == ExecutionPlace::Inline
+        && count > 1
+        && default_scheduler
+        && !rate_limited)
+        .then_some(count))
 }
 
 /// The device of every instance, group by group: `count` instances of a
@@ -666,6 +765,40 @@ mod tests {
             vec![Gpu(0), Gpu(1), Gpu(0), Gpu(1), Cpu]
         );
         assert_eq!(instance_devices(&config("")), vec![Cpu]);
+    }
+
+    #[test]
+    fn inline_instances_spread_from_their_owner_over_the_compute_shards() {
+        let p = Placement::new(4, vec![1, 2, 3]);
+        let owner = Target { shard: 3, key: 7 };
+        let shards = |w| {
+            p.spread_from(owner, w)
+                .iter()
+                .map(|t: &Target| (t.shard, t.key))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(shards(2), vec![(3, 7), (1, 7)]);
+        assert_eq!(
+            shards(8),
+            vec![(3, 7), (1, 7), (2, 7)],
+            "one per shard at most"
+        );
+
+        let inline = ExecutionPlace::Inline;
+        let width = |c: &str, place, count, seq, limited| {
+            spread_width(&config(c), place, count, seq, limited).unwrap()
+        };
+        assert_eq!(width("", inline, 4, false, false), Some(4));
+        assert_eq!(width("", inline, 1, false, false), None);
+        assert_eq!(width("", ExecutionPlace::Worker, 4, false, false), None);
+        assert_eq!(width("", inline, 4, true, false), None, "sequence batcher");
+        assert_eq!(width("", inline, 4, false, true), None, "rate limiter");
+        assert_eq!(width("dynamic_batching { }", inline, 4, false, false), None);
+        let owner = r#"parameters { key: "shardserve_instance_placement" value: { string_value: "owner" } }"#;
+        assert_eq!(width(owner, inline, 4, false, false), None);
+        let bad =
+            r#"parameters { key: "shardserve_instance_placement" value: { string_value: "x" } }"#;
+        assert!(spread_width(&config(bad), inline, 4, false, false).is_err());
     }
 
     #[test]

@@ -1099,12 +1099,17 @@ impl Manager {
     fn retire(&self, entry: &ModelEntry) {
         for v in entry.versions.values() {
             if let Some(loaded) = &v.loaded {
-                let target = loaded.scheduler;
-                if let Err(e) = self.send(
-                    target.shard,
-                    ShardControl::Run(crate::scheduler::host::remove_task(target.key)),
-                ) {
-                    tracing::warn!(model = %loaded.name, error = %e, "cannot stop a retired scheduler");
+                let targets = match loaded.spread.as_slice() {
+                    [] => std::slice::from_ref(&loaded.scheduler),
+                    spread => spread,
+                };
+                for target in targets {
+                    if let Err(e) = self.send(
+                        target.shard,
+                        ShardControl::Run(crate::scheduler::host::remove_task(target.key)),
+                    ) {
+                        tracing::warn!(model = %loaded.name, error = %e, "cannot stop a retired scheduler");
+                    }
                 }
             }
         }

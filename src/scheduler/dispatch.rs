@@ -109,7 +109,12 @@ pub(super) async fn submit(
             // errors before the request counts), it is in no statistics.
             checked.map(|sequence| {
                 let cache = probe(s.id, model, &request, received);
-                (model.scheduler, sequence, model.ensemble.clone(), cache)
+                (
+                    model.scheduler_for(s.id),
+                    sequence,
+                    model.ensemble.clone(),
+                    cache,
+                )
             })
         })
         .map(|(target, sequence, ensemble, cache)| {

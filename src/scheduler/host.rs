@@ -211,7 +211,7 @@ impl SchedulerHost {
                 .ok()?;
             Some(
                 crate::model::validate_request(&model.io, &model.name, &mut job.request)
-                    .map(|()| model.scheduler),
+                    .map(|()| model.scheduler_for(self.shard.id)),
             )
         });
         let outcome = match target {

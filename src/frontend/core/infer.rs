@@ -374,10 +374,15 @@ impl ThreadEntry {
         }
     }
 
-    /// The shard owning `model`'s scheduler, else the next one round-robin
-    /// (an ensemble runs on the shard that receives it).
+    /// The shard owning `model`'s scheduler (one of them round-robin for a
+    /// version spread over several), else the next shard round-robin (an
+    /// ensemble runs on the shard that receives it).
     fn shard_for(&self, model: &ModelVersion) -> usize {
-        match model.scheduler.shard {
+        let owner = match model.spread.len() {
+            0 => model.scheduler.shard,
+            n => model.spread[self.next.fetch_add(1, Ordering::Relaxed) % n].shard,
+        };
+        match owner {
             s if model.ensemble.is_none() && s < self.lanes.len() => s,
             _ => self.next.fetch_add(1, Ordering::Relaxed) % self.lanes.len().max(1),
         }
