@@ -24,6 +24,8 @@
 #   4. `simple` scaling at 1, 2, 4, 8 and 16 shards (generator on CPUs 8-15)
 #   4b. (section "owner") `simple` at 8 shards with and without its owner
 #      shard taking connections
+#   4c. (section "spread") `simple` with 8 inline instances at 8 shards,
+#      spread over the shards against all on the owner
 #   5. ONNX Runtime on the GPU: where that machine's Python has an
 #      onnxruntime with the CUDA provider, `mlp_onnx_dyna` with a KIND_GPU
 #      instance behind the server vs ORT alone on the GPU
@@ -31,7 +33,7 @@
 # BIN_DIR: stripped shardserve and shardserve-bench, libhwloc.so.15,
 # libudev.so.1, libonnxruntime.so(.xz), and optionally sockperf, wrk and
 # libluajit-5.1.so.2. Usage: scripts/device_latency.sh BIN_DIR OUT_DIR
-# env: SECTIONS="latency direct driver handoff dyna scaling owner gpu" (which to run),
+# env: SECTIONS="latency direct driver handoff dyna scaling owner spread gpu" (which to run),
 #   LATENCY_ROUNDS=3, HANDOFF_ROUNDS=2,
 #   HANDOFF="inline default default-slice0 preempting" (server set-ups:
 #   inline; the default profile or preempting-shards, each with an
@@ -50,7 +52,7 @@ trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
-want() { [[ " ${SECTIONS:-latency direct driver handoff dyna scaling owner gpu} " == *" $1 "* ]]; }
+want() { [[ " ${SECTIONS:-latency direct driver handoff dyna scaling owner spread gpu} " == *" $1 "* ]]; }
 # profile_flags NAME: the --tuning-profile flags for a set-up name above.
 profile_flags() {
   local base=${1%-slice*} slice=
@@ -249,6 +251,27 @@ for setup in default owner-apart; do
 done >"$out/owner.txt" 2>&1
 }
 
+# 4c. (section "spread") `simple` with 8 inline instances at 8 shards:
+# spread over the shards (the default: each shard queues and runs its own
+# requests) against all on the owner (shardserve_instance_placement
+# "owner"), which is the 4b bound again.
+want spread && {
+port=19300
+for placement in spread owner; do
+  port=$((port + 10))
+  repo=$work/spread-$placement; mkdir -p "$repo"; cp -r models/simple "$repo/"
+  sed -i 's/count: 1/count: 8/' "$repo/simple/config.pbtxt"
+  [ $placement = owner ] && echo 'parameters { key: "shardserve_instance_placement" value: { string_value: "owner" } }' >>"$repo/simple/config.pbtxt"
+  taskset -c 0-7 "$bin/shardserve" --model-repository "$repo" --host 127.0.0.1 \
+    --http-port $port --grpc-port $((port + 1)) --metrics-port $((port + 2)) --cores 8 \
+    >"$work/spread-server.log" 2>&1 &
+  pid=$!
+  ready $port || { tail -n 5 "$work/spread-server.log"; stop; continue; }
+  simple_load $port "shards=8 count=8 $placement"
+  stop
+done >"$out/spread.txt" 2>&1
+}
+
 # 5. ONNX Runtime on the GPU, where that machine's Python has it.
 want gpu && {
 gpu_ort=$(timeout 20 python3 -c 'import onnxruntime as o, os, glob
@@ -293,5 +316,5 @@ PY
 } >"$out/gpu-ort.txt" 2>&1
 }
 
-cat "$out/latency.txt" "$out/direct.txt" "$out/driver.txt" "$out/handoff.txt" "$out/dyna.txt" "$out/scaling.txt" "$out/owner.txt" "$out/gpu-ort.txt" >"$out/all.txt" 2>/dev/null
+cat "$out/latency.txt" "$out/direct.txt" "$out/driver.txt" "$out/handoff.txt" "$out/dyna.txt" "$out/scaling.txt" "$out/owner.txt" "$out/spread.txt" "$out/gpu-ort.txt" >"$out/all.txt" 2>/dev/null
 echo done >>"$out/all.txt"
