@@ -27,8 +27,8 @@ use crate::{
         transport::{
             self,
             tls::{self, TlsAcceptor},
-            ActiveRequest, ConnIo, ConnSlot, ConnState, Decision, KeepAlive, PacedBody,
-            TrackedBody,
+            ActiveRequest, Coalesced, ConnIo, ConnSlot, ConnState, Decision, DeferredFlush,
+            KeepAlive, PacedBody, TrackedBody,
         },
     },
     proto::{
@@ -188,7 +188,17 @@ async fn serve_connection(
         }
     };
     match tls {
-        None => serve_http2(ConnIo::new(io, state.clone()), &state, limits, router).await,
+        None => {
+            let (io, flusher) = Coalesced::new(io);
+            serve_http2(
+                ConnIo::new(io, state.clone()),
+                &state,
+                limits,
+                router,
+                &flusher,
+            )
+            .await
+        }
         // Boxed: the TLS state stays out of the plaintext connection's task.
         Some(acceptor) => {
             Box::pin(async {
@@ -199,8 +209,9 @@ async fn serve_connection(
                     return;
                 };
                 let fd = tls::raw_fd(&stream);
+                let (stream, flusher) = Coalesced::new(stream);
                 let io = ConnIo::encrypted(stream, fd, state.clone());
-                serve_http2(io, &state, limits, router).await
+                serve_http2(io, &state, limits, router, &flusher).await
             })
             .await
         }
@@ -215,6 +226,7 @@ async fn serve_http2<T>(
     state: &ConnState,
     limits: transport::TransportLimits,
     router: GrpcRouter,
+    flusher: &dyn DeferredFlush,
 ) where
     T: AsyncRead + AsyncWrite + Unpin + 'static,
 {
@@ -285,8 +297,13 @@ async fn serve_http2<T>(
             Decision::WaitUntil(soonest(by))
         }
     };
-    transport::drive(conn, state, "grpc", policy, |c: Pin<&mut _>| {
-        http2::Connection::graceful_shutdown(c)
-    })
+    transport::drive(
+        conn,
+        state,
+        "grpc",
+        policy,
+        |c: Pin<&mut _>| http2::Connection::graceful_shutdown(c),
+        flusher,
+    )
     .await;
 }

@@ -192,8 +192,14 @@ async fn serve_http1<T, H, F>(
             }
         }
     };
-    transport::drive(conn, state, what, policy, |c: Pin<&mut _>| {
-        http1::Connection::graceful_shutdown(c)
-    })
+    transport::drive(
+        conn,
+        state,
+        what,
+        policy,
+        |c: Pin<&mut _>| http1::Connection::graceful_shutdown(c),
+        // One answer at a time: nothing to gather.
+        &(),
+    )
     .await;
 }

@@ -516,6 +516,7 @@ pub async fn drive<C, E>(
     what: &'static str,
     policy: impl Fn(&ConnState, Instant) -> Decision,
     graceful: impl Fn(Pin<&mut C>),
+    flush: &dyn super::DeferredFlush,
 ) where
     C: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
@@ -592,7 +593,14 @@ pub async fn drive<C, E>(
         let planned_head = state.head_started().is_some();
         let woke = monoio::select! {
             biased;
-            r = conn.as_mut() => Woke::Done(r),
+            // What hyper's poll buffered goes out in one write after it.
+            r = poll_fn(|cx| {
+                let r = conn.as_mut().poll(cx);
+                if flush.after_poll(cx) {
+                    state.write_blocked.set(true);
+                }
+                r
+            }) => Woke::Done(r),
             _ = poll_fn(|_| {
                 if closing.is_none() && !planned_head && state.head_started().is_some() {
                     Poll::Ready(())

@@ -13,6 +13,7 @@
 //! count or counter that another shard writes.
 
 mod body;
+mod coalesce;
 mod conn;
 mod forward;
 mod h2watch;
@@ -32,6 +33,7 @@ use std::{
 };
 
 pub use body::{read_body, reserve_buffered, BodyError, BufferedHold};
+pub use coalesce::{Coalesced, DeferredFlush, Flusher};
 pub use conn::{drive, ActiveRequest, ConnIo, ConnState, Decision, TrackedBody};
 pub use forward::HeaderForward;
 pub use h2watch::{H2Rules, H2Watch, KeepAlive};
