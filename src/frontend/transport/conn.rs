@@ -540,6 +540,7 @@ pub async fn drive<C, E>(
     // Set once the connection was told to close: from then on no policy,
     // only a deadline for the close itself.
     let mut closing: Option<Closing> = None;
+    let flush_waited = Cell::new(false);
     loop {
         let now = Instant::now();
         let deadline = match closing {
@@ -596,8 +597,12 @@ pub async fn drive<C, E>(
             // What hyper's poll buffered goes out in one write after it.
             r = poll_fn(|cx| {
                 let r = conn.as_mut().poll(cx);
-                if flush.after_poll(cx) {
-                    state.write_blocked.set(true);
+                // Blocked while the socket refuses the buffer; cleared
+                // here too, since hyper may not write again to clear it.
+                let waiting = flush.after_poll(cx);
+                if waiting || flush_waited.get() {
+                    state.write_blocked.set(waiting);
+                    flush_waited.set(waiting);
                 }
                 r
             }) => Woke::Done(r),
