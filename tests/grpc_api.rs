@@ -317,3 +317,57 @@ async fn an_undecodable_message_is_an_error_and_the_server_stays_healthy() {
     assert_eq!(decode_i32(&ok.raw_output_contents[0])[0], 3);
     server.shutdown().unwrap();
 }
+
+/// Many calls in flight on one HTTP/2 connection, with answers of every
+/// size around the write path's thresholds: h2 chains DATA of 256 bytes or
+/// more, the connection buffers writes under 8 KiB and writes larger ones
+/// through (`transport::Coalesced`). Every answer must be its own request's.
+#[tokio::test]
+async fn concurrent_calls_on_one_connection_get_their_own_answers() {
+    let repo = common::TempRepo::new(
+        "grpc-coalesce",
+        &[(
+            "echo",
+            r#"
+name: "echo"
+backend: "identity"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+"#
+            .to_string(),
+        )],
+    );
+    let mut opts = shardserve::server::ServerOptions::for_tests(&repo.root);
+    opts.cores = Some(1);
+    let server = common::start_with(opts);
+    let c = client(server.grpc_addr()).await;
+    // 4 bytes to 40 KiB of answer, 200 calls at once.
+    let sizes = [
+        1usize, 16, 63, 64, 65, 250, 1000, 2047, 2048, 2049, 4096, 10_000,
+    ];
+    let calls = (0..200).map(|i| {
+        let mut c = c.clone();
+        let n = sizes[i % sizes.len()];
+        async move {
+            let values: Vec<i32> = (0..n as i32).map(|v| v * 1000 + i as i32).collect();
+            let request = ModelInferRequest {
+                model_name: "echo".into(),
+                id: format!("call-{i}"),
+                inputs: vec![InferInputTensor {
+                    name: "INPUT0".into(),
+                    datatype: "INT32".into(),
+                    shape: vec![n as i64],
+                    ..Default::default()
+                }],
+                raw_input_contents: vec![int32_bytes(values.iter().copied())],
+                ..Default::default()
+            };
+            let r = c.model_infer(request).await.expect("answer").into_inner();
+            assert_eq!(r.id, format!("call-{i}"));
+            assert_eq!(decode_i32(&r.raw_output_contents[0]), values, "call {i}");
+        }
+    });
+    futures::future::join_all(calls).await;
+    server.shutdown().unwrap();
+}
