@@ -317,6 +317,7 @@ impl InferStream {
         };
         let now = self.in_flight.push(sequence, first, answer);
         self.ready.extend(now);
+        self.in_flight.settle(cx, &mut self.ready);
     }
 
     /// Graceful shutdown: read nothing more, answer what is in flight (the

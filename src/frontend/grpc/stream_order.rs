@@ -96,6 +96,19 @@ where
 
     /// The next response ready to send. `Ready(None)`: nothing is in
     /// flight (the last answers ended with no more items).
+    /// Polls the answers the set has not polled yet (those just pushed),
+    /// moving what is ready to `out`. An answer's first poll, made before
+    /// `push`, registered the caller's wake-up, not the set's: until the
+    /// set polls it, it waits in the set's queue in push order, so answers
+    /// completing before then would leave in push order, not completion
+    /// order (a sequence's END and the backlogged START it let in, run
+    /// back to back, went out START first). Call after each `push`.
+    pub fn settle(&mut self, cx: &mut Context<'_>, out: &mut VecDeque<T>) {
+        while let Poll::Ready(Some(item)) = self.poll_next(cx) {
+            out.push_back(item);
+        }
+    }
+
     pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
         loop {
             match self.in_flight.poll_next_unpin(cx) {
@@ -181,6 +194,25 @@ mod tests {
         }
         assert_eq!(drain(&mut set), vec![1, 2, 3]);
         assert_eq!(set.len(), 0);
+    }
+
+    #[test]
+    fn answers_settled_after_push_leave_in_completion_order() {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut set = OrderedAnswers::new();
+        let mut out = VecDeque::new();
+        let (first_tx, first) = answer(1);
+        let (second_tx, second) = answer(2);
+        set.push(Some("a"), None, first);
+        set.settle(&mut cx, &mut out);
+        set.push(Some("b"), None, second);
+        set.settle(&mut cx, &mut out);
+        assert!(out.is_empty());
+        // Both complete before the set is polled again, the later-pushed
+        // one first.
+        second_tx.send(()).expect("receiver alive");
+        first_tx.send(()).expect("receiver alive");
+        assert_eq!(drain(&mut set), vec![2, 1]);
     }
 
     #[test]
