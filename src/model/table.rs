@@ -96,6 +96,14 @@ pub struct ModelVersion {
 }
 
 impl ModelVersion {
+    /// Every scheduler of this version: the owner's alone, or the spread.
+    pub fn schedulers(&self) -> &[Target] {
+        match self.spread.as_slice() {
+            [] => std::slice::from_ref(&self.scheduler),
+            spread => spread,
+        }
+    }
+
     /// The scheduler a request received on `shard` goes to: the owner's,
     /// or for a spread version the one on `shard` itself, else the one the
     /// spread list assigns to `shard` (always the same, so the receiving

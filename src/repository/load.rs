@@ -640,48 +640,39 @@ fn load_version(
             .with_context(|| format!("starting the compute thread of instance {name}"))?,
         });
     }
-    if model.spread.is_empty() {
-        let (installed, ack) = oneshot::channel();
-        send(
-            target.shard,
-            ShardControl::Run(host::install_task(
-                target.key,
-                model.clone(),
-                executors,
-                done_bell,
-                limits,
-                installed,
-            )),
-        )?;
-        // The table that names this scheduler is published only once its
-        // owner has it, so no request can reach a shard before it.
-        futures::executor::block_on(ack).context("a shard stopped before installing a model")?;
-        return Ok(model);
-    }
-    // Instance i goes to the i-th spread shard, round-robin; each shard's
-    // scheduler is the default one over its own inline instances (no rate
-    // limiter: `spread_width` refuses those).
-    let width = model.spread.len();
-    let mut shares: Vec<Vec<InstanceExecutor>> = (0..width).map(|_| Vec::new()).collect();
+    // One scheduler per target: the owner's with every instance (and the
+    // rate limiter's grant), or instance i on the i-th spread shard, each
+    // the default scheduler over its own inline instances (`spread_width`
+    // refuses rate-limited models).
+    let targets = model.schedulers();
+    let mut shares: Vec<Vec<InstanceExecutor>> = targets.iter().map(|_| Vec::new()).collect();
     for (index, executor) in executors.into_iter().enumerate() {
-        shares[index % width].push(executor);
+        shares[index % targets.len()].push(executor);
     }
-    let mut acks = Vec::with_capacity(width);
-    for (to, share) in model.spread.iter().zip(shares) {
+    let mut limits = limits;
+    let mut acks = Vec::with_capacity(targets.len());
+    for (i, (to, share)) in targets.iter().zip(shares).enumerate() {
         let (installed, ack) = oneshot::channel();
+        // The owner's keeps the bell its workers and the limiter ring.
+        let bell = match i {
+            0 => done_bell.clone(),
+            _ => Arc::new(futures::task::AtomicWaker::new()),
+        };
         send(
             to.shard,
             ShardControl::Run(host::install_task(
                 to.key,
                 model.clone(),
                 share,
-                Arc::new(futures::task::AtomicWaker::new()),
-                None,
+                bell,
+                limits.take(),
                 installed,
             )),
         )?;
         acks.push(ack);
     }
+    // The table that names these schedulers is published only once their
+    // shards have them, so no request can reach a shard before them.
     for ack in acks {
         futures::executor::block_on(ack).context("a shard stopped before installing a model")?;
     }

@@ -1099,11 +1099,7 @@ impl Manager {
     fn retire(&self, entry: &ModelEntry) {
         for v in entry.versions.values() {
             if let Some(loaded) = &v.loaded {
-                let targets = match loaded.spread.as_slice() {
-                    [] => std::slice::from_ref(&loaded.scheduler),
-                    spread => spread,
-                };
-                for target in targets {
+                for target in loaded.schedulers() {
                     if let Err(e) = self.send(
                         target.shard,
                         ShardControl::Run(crate::scheduler::host::remove_task(target.key)),

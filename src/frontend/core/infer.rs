@@ -378,9 +378,9 @@ impl ThreadEntry {
     /// version spread over several), else the next shard round-robin (an
     /// ensemble runs on the shard that receives it).
     fn shard_for(&self, model: &ModelVersion) -> usize {
-        let owner = match model.spread.len() {
-            0 => model.scheduler.shard,
-            n => model.spread[self.next.fetch_add(1, Ordering::Relaxed) % n].shard,
+        let owner = match model.schedulers() {
+            [one] => one.shard,
+            many => many[self.next.fetch_add(1, Ordering::Relaxed) % many.len()].shard,
         };
         match owner {
             s if model.ensemble.is_none() && s < self.lanes.len() => s,
