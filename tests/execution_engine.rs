@@ -679,22 +679,6 @@ fn a_malformed_timeout_parameter_is_a_clear_error() {
     server.shutdown().expect("shutdown");
 }
 
-/// An inline model (the identity without a delay) of `instances`
-/// instances under the default scheduler.
-fn inline_model(name: &str, instances: u32, extra: &str) -> String {
-    format!(
-        r#"
-name: "{name}"
-backend: "identity"
-max_batch_size: 4
-input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] }} ]
-instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
-{extra}
-"#
-    )
-}
-
 /// Sends `n` requests one after the other, each on its own connection
 /// (so the kernel spreads them over the shards), checking every answer.
 fn each_on_a_new_connection(addr: SocketAddr, model: &str, n: usize) {
@@ -707,21 +691,24 @@ fn each_on_a_new_connection(addr: SocketAddr, model: &str, n: usize) {
 
 #[test]
 fn inline_instances_spread_over_shards_and_serve_requests_where_they_arrive() {
+    // No delay: the identity runs inline, two instances each.
     let repo = TempRepo::new(
         "spread",
         &[
-            ("spread", inline_model("spread", 2, "")),
+            ("spread", slow_model("spread", 0, 4, 2, "")),
             (
                 "owned",
-                inline_model(
+                slow_model(
                     "owned",
+                    0,
+                    4,
                     2,
                     r#"parameters { key: "shardserve_instance_placement" value: { string_value: "owner" } }"#,
                 ),
             ),
             (
                 "batched",
-                inline_model("batched", 2, "dynamic_batching { }"),
+                slow_model("batched", 0, 4, 2, "dynamic_batching { }"),
             ),
         ],
     );
@@ -776,8 +763,10 @@ fn inline_instances_spread_over_shards_and_serve_requests_where_they_arrive() {
     // A placement this server does not know fails the load, saying why.
     std::fs::write(
         repo.root.join("spread").join("config.pbtxt"),
-        inline_model(
+        slow_model(
             "spread",
+            0,
+            4,
             2,
             r#"parameters { key: "shardserve_instance_placement" value: { string_value: "everywhere" } }"#,
         ),
