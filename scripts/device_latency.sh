@@ -230,6 +230,22 @@ for n in 1 2 4 8 16; do
 done >"$out/scaling.txt" 2>&1
 }
 
+# load_on_8 PORT LABEL REPO FLAGS...: a server of REPO on CPUs 0-7 with
+# FLAGS, loaded by simple_load, then stopped.
+load_on_8() {
+  local port=$1 label=$2 repo=$3; shift 3
+  taskset -c 0-7 "$bin/shardserve" --model-repository "$repo" --host 127.0.0.1 \
+    --http-port $port --grpc-port $((port + 1)) --metrics-port $((port + 2)) "$@" \
+    >"$work/load8-server.log" 2>&1 &
+  pid=$!
+  if ready $port; then
+    simple_load $port "$label"
+  else
+    tail -n 5 "$work/load8-server.log"
+  fi
+  stop
+}
+
 # 4b. (section "owner") `simple` at 8 shards as in 4, then with its owner
 # shard taking no connections (a profile with accept = shards 1-7,
 # compute = shard 0): whether the owner's own connections or its share of
@@ -241,13 +257,7 @@ port=19200
 for setup in default owner-apart; do
   port=$((port + 10))
   flags=(--cores 8); [ $setup = owner-apart ] && flags=(--tuning-profile "$work/owner.toml")
-  taskset -c 0-7 "$bin/shardserve" --model-repository "$repo" --host 127.0.0.1 \
-    --http-port $port --grpc-port $((port + 1)) --metrics-port $((port + 2)) "${flags[@]}" \
-    >"$work/owner-server.log" 2>&1 &
-  pid=$!
-  ready $port || { tail -n 5 "$work/owner-server.log"; stop; continue; }
-  simple_load $port "shards=8 $setup"
-  stop
+  load_on_8 $port "shards=8 $setup" "$repo" "${flags[@]}"
 done >"$out/owner.txt" 2>&1
 }
 
@@ -262,13 +272,7 @@ for placement in spread owner; do
   repo=$work/spread-$placement; mkdir -p "$repo"; cp -r models/simple "$repo/"
   sed -i 's/count: 1/count: 8/' "$repo/simple/config.pbtxt"
   [ $placement = owner ] && echo 'parameters { key: "shardserve_instance_placement" value: { string_value: "owner" } }' >>"$repo/simple/config.pbtxt"
-  taskset -c 0-7 "$bin/shardserve" --model-repository "$repo" --host 127.0.0.1 \
-    --http-port $port --grpc-port $((port + 1)) --metrics-port $((port + 2)) --cores 8 \
-    >"$work/spread-server.log" 2>&1 &
-  pid=$!
-  ready $port || { tail -n 5 "$work/spread-server.log"; stop; continue; }
-  simple_load $port "shards=8 count=8 $placement"
-  stop
+  load_on_8 $port "shards=8 count=8 $placement" "$repo" --cores 8
 done >"$out/spread.txt" 2>&1
 }
 
