@@ -1,6 +1,7 @@
 //! gRPC (`inference.GRPCInferenceService`, `grpc.health.v1`).
 pub mod codec;
 mod compression;
+mod conn_streams;
 mod health;
 mod raw_tail;
 mod repository_service;

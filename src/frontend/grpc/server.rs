@@ -11,10 +11,11 @@ use monoio::{
     },
     net::TcpListener,
 };
-use monoio_compat::hyper::{MonoioExecutor, MonoioIo, MonoioTimer};
+use monoio_compat::hyper::{MonoioIo, MonoioTimer};
 use tower_service::Service;
 
 use super::{
+    conn_streams::{StreamExec, WithStreams},
     health::HealthService,
     raw_tail::{with_raw_tail, RawTail},
     service::InferenceService,
@@ -40,7 +41,7 @@ use crate::{
 
 type GrpcResponse = http::Response<TrackedBody<SizeLimitStatus>>;
 // Not `Send`: the connection's state is shard-local, and hyper's HTTP/2
-// server on `MonoioExecutor` spawns locally.
+// server runs its streams on the connection's own task (`conn_streams`).
 type GrpcFuture = Pin<Box<dyn Future<Output = Result<GrpcResponse, Infallible>>>>;
 
 /// Dispatches by service path to the inference or health service;
@@ -230,14 +231,15 @@ async fn serve_http2<T>(
 ) where
     T: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    let mut builder = http2::Builder::new(MonoioExecutor);
+    let exec = StreamExec::default();
+    let mut builder = http2::Builder::new(exec.clone());
     builder
         .timer(MonoioTimer)
         .max_concurrent_streams(1024)
         // Keepalive is the frame watch's (`transport::H2Watch`): hyper's
         // would ping without gRPC's limits.
         .keep_alive_interval(None);
-    let conn = builder.serve_connection(MonoioIo::new(io), router);
+    let conn = WithStreams::new(builder.serve_connection(MonoioIo::new(io), router), exec);
     let policy = move |s: &ConnState, now: Instant| {
         if s.started() == 0 && s.bytes_read() < HANDSHAKE_BYTES {
             let by = s.born() + limits.grpc_handshake_timeout;
@@ -302,7 +304,7 @@ async fn serve_http2<T>(
         state,
         "grpc",
         policy,
-        |c: Pin<&mut _>| http2::Connection::graceful_shutdown(c),
+        |c: Pin<&mut WithStreams<_>>| http2::Connection::graceful_shutdown(c.get_mut().conn()),
         flusher,
     )
     .await;
