@@ -2,7 +2,8 @@
 # The shard's CPU per request (issue 26): one-shard servers on SERVER_CPU,
 # shardserve-bench at CONCURRENCY on CLIENT_CPU, MODEL over HTTP JSON, HTTP
 # binary and gRPC (one connection, as perf_analyzer's default). For each
-# binary (A B A B ... over ROUNDS) and protocol: infer/s, p50, and the
+# binary (A B A B ... over ROUNDS) and protocol (`stream` is gRPC's
+# ModelStreamInfer, one stream per outstanding request): infer/s, p50, and the
 # shard thread's task-clock per request (perf stat on that thread for 3 s
 # inside the bench's measurement; the model's compute worker, if any, is
 # not counted). Loopback only, bounded in time (every step under
@@ -10,7 +11,7 @@
 # in target/release (the .venv's library is used if set up).
 #
 # Usage: scripts/bench_shard_cpu.sh BIN_A [BIN_B]
-#   env: MODEL=simple CONCURRENCY=64 ROUNDS=1 PROTOS="json binary grpc"
+#   env: MODEL=simple CONCURRENCY=64 ROUNDS=1 PROTOS="json binary grpc" (or stream)
 #        SERVER_CPU=0 CLIENT_CPU=1 PORT=18900
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +57,8 @@ for r in $(seq 1 "$rounds"); do
         json) args=(-i http -u 127.0.0.1:$port --input-tensor-format json --output-tensor-format json) ;;
         binary) args=(-i http -u 127.0.0.1:$port) ;;
         grpc) args=(-i grpc -u 127.0.0.1:$((port + 1))) ;;
+        stream) args=(-i grpc -u 127.0.0.1:$((port + 1)) --streaming) ;;
+        *) echo "unknown protocol $proto (json binary grpc stream)" >&2; exit 2 ;;
       esac
       timeout 60 taskset -c "$ccpu" "$bench" -m "$model" "${args[@]}" --concurrency-range "$conc" \
         -p 5000 --max-trials 1 --no-progress >"$work/bench.txt" 2>&1 &
