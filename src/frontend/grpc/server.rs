@@ -63,6 +63,9 @@ struct GrpcRouter {
     /// `--grpc-restricted-protocol`, shared by the shard's connections;
     /// `None` when nothing is restricted.
     restricted: Option<Rc<Restrictions>>,
+    /// The executor of this connection's streams, told which of them run
+    /// apart.
+    streams: StreamExec,
 }
 
 impl hyper::service::Service<http::Request<Incoming>> for GrpcRouter {
@@ -79,6 +82,7 @@ impl hyper::service::Service<http::Request<Incoming>> for GrpcRouter {
         let active = ActiveRequest::begin(&self.conn);
         let path = req.uri().path();
         let unary = !is_streaming(path);
+        self.streams.next_apart(!unary);
         let fut: Pin<
             Box<dyn Future<Output = Result<http::Response<tonic::body::Body>, Infallible>> + Send>,
         > = if let Some(refused) = self
@@ -160,6 +164,7 @@ pub async fn serve(listener: TcpListener, shard: Rc<Shard>) {
             health: health.clone(),
             conn: slot.state().clone(),
             restricted: restricted.clone(),
+            streams: StreamExec::default(),
         };
         monoio::spawn(serve_connection(stream, slot, gauge, router, tls.clone()));
     })
@@ -231,7 +236,7 @@ async fn serve_http2<T>(
 ) where
     T: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    let exec = StreamExec::default();
+    let exec = router.streams.clone();
     let mut builder = http2::Builder::new(exec.clone());
     builder
         .timer(MonoioTimer)
