@@ -12,19 +12,22 @@
 //! the connection is polled again while either asked for it, so an answer
 //! computed inline is written in the same poll that read its request.
 //!
-//! Fairness: monoio runs a task that was woken during its own poll again at
-//! the front of its queue. h2 wakes the connection whenever a stream hands
-//! it a frame, so polling both with the task's waker kept a busy streaming
-//! connection at the front, round after round, while the shard's other
-//! connections waited (a unary c=1 call beside a c=64 `ModelStreamInfer`
-//! load: p50 54-71 → 470-630 µs on the VM). Streaming calls therefore still
-//! get a task each ([`StreamExec::next_apart`]), and the connection and
-//! its unary streams are polled with a waker
-//! ([`Absorb`]) that only notes wakes from inside the poll (the loop
-//! answers them) and passes every other wake on. Work still asked for after
-//! the last pass is queued behind the shard's other tasks, through a
-//! spawned one-shot task, since a wake from inside would jump the queue.
-//!
+//! Fairness, measured with a unary c=1 call beside a c=64
+//! `ModelStreamInfer` load of `simple` on one VM core (p50 54-71 µs with a
+//! task per stream):
+//! * monoio runs a task woken during its own poll again at the front of
+//!   its queue, and h2 wakes the connection whenever a stream hands it a
+//!   frame: polled with the task's waker, a busy connection stayed at the
+//!   front round after round (neighbour p50 470-630 µs). So the connection
+//!   and its streams are polled with a waker ([`Absorb`]) that only notes
+//!   wakes from inside the poll (the loop answers them) and passes every
+//!   other wake on; work still asked for after the last pass is queued
+//!   behind the shard's other tasks through a spawned one-shot task.
+//! * Even so, 64 streams' messages handled in one poll held the neighbour
+//!   back for that long (p50 324 µs). Streaming calls therefore keep a task
+//!   each ([`StreamExec::next_apart`]); unary calls, one message each, run
+//!   inside.
+
 //! The streams end with the connection: once hyper's connection future is
 //! done, h2 has closed or reset every stream, and what is left of a stream
 //! future is dropped (which cancels its request, as a reset does).
