@@ -3,22 +3,25 @@
 # at concurrency 1 on its own connection waits while another client loads
 # the same one-shard server. The load is `simple` at concurrency 64 over
 # gRPC, `--streaming` (ModelStreamInfer) unless LOAD_ARGS says otherwise
-# (LOAD_ARGS="" for unary). Server on SERVER_CPU, both generators on
-# CLIENT_CPU (the load at nice 19, so the neighbour's generator gets the
-# core when its answer arrives). Binaries alternated over ROUNDS. Loopback
-# only, bounded in time (every step under `timeout`).
+# (LOAD_ARGS="" for unary). Server on SERVER_CPU, the neighbour's
+# generator on CLIENT_CPU, the load's on LOAD_CPU (default CLIENT_CPU: on
+# 2 cores they share it, the load at nice 19 so the neighbour's generator
+# gets the core when its answer arrives). Binaries alternated over ROUNDS.
+# Loopback only, bounded in time (every step under `timeout`).
 #
 # Usage: scripts/bench_neighbour.sh BIN_A [BIN_B ...]
-#   env: ROUNDS=2 LOAD_ARGS=--streaming SERVER_CPU=0 CLIENT_CPU=1 PORT=20100
+#   env: ROUNDS=2 LOAD_ARGS=--streaming SERVER_CPU=0 CLIENT_CPU=1 LOAD_CPU=CLIENT_CPU
+#        PORT=20100
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
-[ $# -ge 1 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,14p' "$0" >&2; exit 2; }
 rounds=${ROUNDS:-2}
 load_args=${LOAD_ARGS---streaming}
 scpu=${SERVER_CPU:-0}
 ccpu=${CLIENT_CPU:-1}
+lcpu=${LOAD_CPU:-$ccpu}
 port=${PORT:-20100}
 bench=target/release/shardserve-bench
 work=$(mktemp -d)
@@ -34,7 +37,7 @@ for r in $(seq 1 "$rounds"); do
     spid=$!
     ss_wait_ready $port || { tail -n 5 "$work/server.log"; exit 1; }
     # shellcheck disable=SC2086 # LOAD_ARGS is a list of flags
-    timeout 30 nice -n 19 taskset -c "$ccpu" "$bench" -m simple -i grpc -u 127.0.0.1:$((port + 1)) \
+    timeout 30 nice -n 19 taskset -c "$lcpu" "$bench" -m simple -i grpc -u 127.0.0.1:$((port + 1)) \
       $load_args --concurrency-range 64 -p 4000 --max-trials 1 --no-progress >"$work/load.txt" 2>&1 &
     lpid=$!
     sleep 0.5
