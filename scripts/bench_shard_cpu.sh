@@ -50,8 +50,7 @@ for r in $(seq 1 "$rounds"); do
       >"$work/server.log" 2>&1 &
     spid=$!
     ss_wait_ready $port || { tail -n 5 "$work/server.log"; exit 1; }
-    tid=$(for t in /proc/$spid/task/*; do echo "$(basename "$t") $(cat "$t/comm")"; done |
-      awk '$2 == "shard-0" {print $1}')
+    tid=$(ss_thread_id $spid shard-0)
     for proto in $protos; do
       case $proto in
         json) args=(-i http -u 127.0.0.1:$port --input-tensor-format json --output-tensor-format json) ;;

@@ -32,8 +32,7 @@ taskset -c "$scpu" "$bin" --model-repository "$work/repo" --host 127.0.0.1 --htt
   --grpc-port $((port + 1)) --metrics-port $((port + 2)) --cores 1 "$@" >"$work/server.log" 2>&1 &
 spid=$!
 ss_wait_ready $port || { tail -n 5 "$work/server.log"; exit 1; }
-tid=$(for t in /proc/$spid/task/*; do echo "$(basename "$t") $(cat "$t/comm")"; done |
-  awk '$2 == "shard-0" {print $1}')
+tid=$(ss_thread_id $spid shard-0)
 target=$port
 [ "$proto" = grpc ] && target=$((port + 1))
 timeout 60 taskset -c "$ccpu" target/release/shardserve-bench -m simple -u 127.0.0.1:$target \

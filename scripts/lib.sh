@@ -40,6 +40,16 @@ print(c, s, sw)
 PY
 }
 
+# ss_thread_id PID NAME: the thread id of PID's thread named NAME
+# (e.g. shard-0); empty if there is none.
+ss_thread_id() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    [ "$(cat "$t/comm" 2>/dev/null)" = "$2" ] && { basename "$t"; return 0; }
+  done
+  return 0
+}
+
 # ss_shard_ticks PID: one "thread-name ticks" line per shard-* thread of
 # PID (utime+stime in CLK_TCK), for per-shard busy shares around a run.
 ss_shard_ticks() {

@@ -27,7 +27,7 @@
 //!   back for that long (p50 324 µs). Streaming calls therefore keep a task
 //!   each ([`StreamExec::next_apart`]); unary calls, one message each, run
 //!   inside.
-
+//!
 //! The streams end with the connection: once hyper's connection future is
 //! done, h2 has closed or reset every stream, and what is left of a stream
 //! future is dropped (which cancels its request, as a reset does).

@@ -94,8 +94,6 @@ where
         first
     }
 
-    /// The next response ready to send. `Ready(None)`: nothing is in
-    /// flight (the last answers ended with no more items).
     /// Polls the answers the set has not polled yet (those just pushed),
     /// moving what is ready to `out`. An answer's first poll, made before
     /// `push`, registered the caller's wake-up, not the set's: until the
@@ -109,6 +107,8 @@ where
         }
     }
 
+    /// The next response ready to send. `Ready(None)`: nothing is in
+    /// flight (the last answers ended with no more items).
     pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
         loop {
             match self.in_flight.poll_next_unpin(cx) {
