@@ -163,7 +163,11 @@ impl<C: Future> WithStreams<C> {
         }
         let started = std::mem::take(&mut *self.exec.started.borrow_mut());
         self.running.extend(started);
+        #[cfg(test)]
+        tests::INSIDE.set(true);
         while let Poll::Ready(Some(())) = self.running.poll_next_unpin(&mut cx) {}
+        #[cfg(test)]
+        tests::INSIDE.set(false);
         Poll::Pending
     }
 }
@@ -207,6 +211,11 @@ mod tests {
     use super::*;
     use hyper::rt::Executor;
     use std::cell::Cell;
+
+    thread_local! {
+        /// Set while [`WithStreams::pass`] polls its streams.
+        pub(super) static INSIDE: Cell<bool> = const { Cell::new(false) };
+    }
 
     /// A stand-in for h2's shared state: streams hand it frames and wake
     /// the connection, which "writes" them on its next poll.
@@ -356,6 +365,92 @@ mod tests {
                 );
                 monoio::time::sleep(std::time::Duration::from_millis(1)).await;
                 assert_eq!(ran.get(), 11);
+            });
+    }
+
+    /// Marks `/apart` calls apart, and notes for each call whether its
+    /// response future ran inside the connection's poll.
+    #[derive(Clone)]
+    struct Probe {
+        exec: StreamExec,
+        seen: Rc<RefCell<Vec<(String, bool)>>>,
+    }
+
+    impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Probe {
+        type Response = http::Response<http_body_util::Empty<bytes::Bytes>>;
+        type Error = std::convert::Infallible;
+        type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>>>>;
+
+        fn call(&self, req: http::Request<hyper::body::Incoming>) -> Self::Future {
+            let path = req.uri().path().to_string();
+            self.exec.next_apart(path == "/apart");
+            let seen = self.seen.clone();
+            Box::pin(async move {
+                seen.borrow_mut().push((path, INSIDE.get()));
+                Ok(http::Response::new(http_body_util::Empty::new()))
+            })
+        }
+    }
+
+    /// `next_apart` relies on hyper's HTTP/2 server calling the service
+    /// and then, at once, handing that same stream to the executor (not a
+    /// documented contract): with a real hyper client and server, each
+    /// marked call must run as a task and each other call inside the
+    /// connection's poll, one at a time and several accepted together.
+    #[test]
+    fn hyper_hands_over_each_stream_right_after_its_service_call() {
+        use monoio::io::IntoPollIo;
+        use monoio_compat::hyper::{MonoioExecutor, MonoioIo};
+        monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()
+            .expect("runtime")
+            .block_on(async {
+                let (server, client) = monoio::net::UnixStream::pair().expect("socket pair");
+                let exec = StreamExec::default();
+                let seen = Rc::new(RefCell::new(Vec::new()));
+                let probe = Probe {
+                    exec: exec.clone(),
+                    seen: seen.clone(),
+                };
+                let io = MonoioIo::new(server.into_poll_io().expect("poll io"));
+                let conn = hyper::server::conn::http2::Builder::new(exec.clone())
+                    .timer(monoio_compat::hyper::MonoioTimer)
+                    .serve_connection(io, probe);
+                monoio::spawn(WithStreams::new(conn, exec));
+                let io = MonoioIo::new(client.into_poll_io().expect("poll io"));
+                let (send, conn) = hyper::client::conn::http2::handshake(MonoioExecutor, io)
+                    .await
+                    .expect("handshake");
+                monoio::spawn(conn);
+                let call = |path: &'static str| {
+                    let mut send = send.clone();
+                    async move {
+                        let req = http::Request::post(format!("http://probe{path}"))
+                            .body(http_body_util::Empty::<bytes::Bytes>::new())
+                            .expect("request");
+                        let resp = send.send_request(req).await.expect("response");
+                        assert_eq!(resp.status(), http::StatusCode::OK);
+                    }
+                };
+                let order = [
+                    "/apart", "/inline", "/apart", "/apart", "/inline", "/inline",
+                ];
+                for path in order {
+                    call(path).await;
+                }
+                let mut expected: Vec<(String, bool)> = order
+                    .iter()
+                    .map(|p| (p.to_string(), *p == "/inline"))
+                    .collect();
+                assert_eq!(*seen.borrow(), expected, "one call at a time");
+                // Sent together: hyper accepts them in one poll.
+                seen.borrow_mut().clear();
+                futures::future::join_all(order.map(call)).await;
+                let mut got = seen.borrow().clone();
+                got.sort();
+                expected.sort();
+                assert_eq!(got, expected, "calls accepted together");
             });
     }
 }
