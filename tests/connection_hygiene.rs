@@ -417,6 +417,57 @@ fn stalled_body_gets_408_and_the_connection_closes() {
     server.shutdown().expect("shutdown");
 }
 
+/// A body that never stalls long enough for the between-chunks timeout
+/// still meets the total one: a byte every 200 ms against 1 s between
+/// chunks and 2 s in all (chunks that are already there when the read
+/// looks are taken without a timer; the deadline must hold regardless).
+#[test]
+fn trickled_body_meets_the_total_timeout() {
+    let mut opts = options();
+    opts.http_body_timeout = Duration::from_secs(1);
+    opts.http_body_total_timeout = Duration::from_secs(2);
+    let server = start_with(opts);
+    let addr = server.http_addr();
+    let mut s = connect(addr);
+    let t = Instant::now();
+    s.write_all(
+        b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
+    )
+    .expect("write");
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("read timeout");
+    let mut first = [0u8; 1];
+    let mut reply = Vec::new();
+    // Trickle until the server answers (or 6 s, well past the deadline).
+    while t.elapsed() < Duration::from_secs(6) {
+        if s.write_all(b" ").is_err() {
+            break;
+        }
+        match s.read(&mut first) {
+            Ok(0) => break,
+            Ok(_) => {
+                reply.push(first[0]);
+                break;
+            }
+            Err(_) => continue,
+        }
+    }
+    let elapsed = t.elapsed();
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("read timeout");
+    let (rest, _) = read_until_closed(&mut s);
+    reply.extend(rest);
+    let reply = String::from_utf8_lossy(&reply);
+    println!("trickled body answered after {elapsed:?}");
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(reply.contains("--http-body-total-timeout-secs"), "{reply}");
+    assert!(
+        elapsed >= Duration::from_millis(1900) && elapsed < Duration::from_secs(5),
+        "{elapsed:?}"
+    );
+    server.shutdown().expect("shutdown");
+}
+
 #[test]
 fn header_timeout_answers_408_and_idle_connections_close() {
     let mut opts = options();

@@ -8,7 +8,8 @@
 //! scheduler key when the outcome is recorded.
 
 use std::{
-    pin::pin,
+    future::Future,
+    pin::{pin, Pin},
     time::{Duration, Instant},
 };
 
@@ -31,7 +32,7 @@ use crate::{
     metrics::FailureReason,
     model::{validate_request, ModelVersion},
     scheduler::host::Dispatch,
-    shard,
+    shard::{self, Target},
     trace::Event,
     types::{InferError, InferRequest, InferResponse, InferResult},
 };
@@ -46,12 +47,16 @@ const RING_FULL_RETRY: Duration = Duration::from_micros(50);
 /// as cancelled. A decoupled model is refused with Triton's error: its
 /// responses only travel on a stream (`infer_stream`).
 pub async fn infer(request: InferRequest) -> InferResult<InferResponse> {
+    let (mut submitted, pending) = queue(request, None)?;
+    if let Some(wait) = room(pending, &mut submitted.outcome) {
+        wait.await?;
+    }
     let Submitted {
         answer: rx,
         mut outcome,
         timeout,
         cache_miss,
-    } = submit(request, None).await?;
+    } = submitted;
     let answer = match timeout {
         None => rx.await,
         Some(t) => match select(rx, pin!(MonoioTimer.sleep(t))).await {
@@ -90,14 +95,41 @@ pub(super) struct Submitted {
 /// is the channel of a decoupled request's responses: a decoupled model
 /// needs one, any other model must not get one.
 pub(super) async fn submit(
-    mut request: InferRequest,
+    request: InferRequest,
     responses: Option<ResponseTx>,
 ) -> InferResult<Submitted> {
+    let (mut submitted, pending) = queue(request, responses)?;
+    if let Some(wait) = room(pending, &mut submitted.outcome) {
+        wait.await?;
+    }
+    Ok(submitted)
+}
+
+/// The wait for room in a ring that refused the dispatch, if it did.
+/// Boxed, and `pending` consumed before any await: a job and a timer held
+/// in the awaiting futures made every request's futures larger (`infer`'s
+/// was 1,264 bytes, moved at each level of the call).
+fn room(
+    pending: Dispatch,
+    outcome: &mut Outcome,
+) -> Option<Pin<Box<impl Future<Output = InferResult<()>> + '_>>> {
+    match pending {
+        Dispatch::Queued => None,
+        Dispatch::RingFull(target, job) => Some(Box::pin(wait_for_room(target, job, outcome))),
+    }
+}
+
+/// `submit`'s work up to the dispatch, which a full ring may have refused
+/// (then the job comes back in the `Dispatch`).
+fn queue(
+    mut request: InferRequest,
+    responses: Option<ResponseTx>,
+) -> InferResult<(Submitted, Dispatch)> {
     let received = Instant::now();
     request.trace.stamp(Event::RequestStart);
     let (tx, rx) = oneshot::channel();
     let streaming = responses.is_some();
-    let (mut pending, target, timeout, cache_miss) = shard::with_current(|s| {
+    let (pending, target, timeout, cache_miss) = shard::with_current(|s| {
         s.with_table(|table| {
             let model = table.resolve(&request.model_name, &request.model_version)?;
             request.trace.identify(model.version, &request.id);
@@ -156,14 +188,25 @@ pub(super) async fn submit(
         })
     })
     .ok_or_else(not_on_shard)??;
-    let mut outcome = Outcome {
+    let outcome = Outcome {
         key: target.key,
         received,
         recorded: false,
     };
+    let submitted = Submitted {
+        answer: rx,
+        outcome,
+        timeout,
+        cache_miss,
+    };
+    Ok((submitted, pending))
+}
 
-    let patience = received + RING_FULL_PATIENCE;
-    while let Dispatch::RingFull(target, job) = pending {
+/// Retries a dispatch refused by a full ring until it is queued, or
+/// refuses the request once the ring stayed full for `RING_FULL_PATIENCE`.
+async fn wait_for_room(mut target: Target, mut job: Job, outcome: &mut Outcome) -> InferResult<()> {
+    let patience = outcome.received + RING_FULL_PATIENCE;
+    loop {
         if Instant::now() >= patience {
             let e = InferError::unavailable(format!(
                 "server overloaded: the ring to shard {} stayed full for {:?}; retry later",
@@ -173,14 +216,11 @@ pub(super) async fn submit(
             return Err(e);
         }
         MonoioTimer.sleep(RING_FULL_RETRY).await;
-        pending = super::host::dispatch(target, job).ok_or_else(not_on_shard)?;
+        match super::host::dispatch(target, job).ok_or_else(not_on_shard)? {
+            Dispatch::RingFull(t, j) => (target, job) = (t, j),
+            _ => return Ok(()),
+        }
     }
-    Ok(Submitted {
-        answer: rx,
-        outcome,
-        timeout,
-        cache_miss,
-    })
 }
 
 /// A decoupled model answers only on a stream; the unary paths get

@@ -23,6 +23,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use futures::FutureExt;
 use http::StatusCode;
 use http_body::Body;
 use http_body_util::BodyExt;
@@ -205,9 +206,27 @@ where
     let limits = transport.limits;
     let total_deadline = Instant::now() + limits.http_body_total_timeout;
     loop {
-        let stall_deadline = (Instant::now() + limits.http_body_timeout).min(total_deadline);
-        let frame = match monoio::time::timeout_at(stall_deadline.into(), body.frame()).await {
-            Err(_elapsed) => {
+        // A frame already here (a small body comes in the read that brought
+        // its headers) needs no timer: arming and dropping one per request
+        // cost a timer-wheel entry, two clock reads, and a 1.4 KB larger
+        // future for every HTTP request. A body that trickles in is
+        // pending here and meets both deadlines below.
+        let ready = body.frame().now_or_never();
+        let frame = match ready {
+            Some(frame) => Ok(frame),
+            None => {
+                let stall_deadline =
+                    (Instant::now() + limits.http_body_timeout).min(total_deadline);
+                Box::pin(monoio::time::timeout_at(
+                    stall_deadline.into(),
+                    body.frame(),
+                ))
+                .await
+                .map_err(|elapsed| (elapsed, stall_deadline))
+            }
+        };
+        let frame = match frame {
+            Err((_elapsed, stall_deadline)) => {
                 let (what, secs, flag) = if stall_deadline >= total_deadline {
                     (
                         "in total",
