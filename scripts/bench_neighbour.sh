@@ -6,12 +6,15 @@
 # (LOAD_ARGS="" for unary). Server on SERVER_CPU, the neighbour's
 # generator on CLIENT_CPU, the load's on LOAD_CPU (default CLIENT_CPU: on
 # 2 cores they share it, the load at nice 19 so the neighbour's generator
-# gets the core when its answer arrives). Binaries alternated over ROUNDS.
+# gets the core when its answer arrives). NEIGHBOUR_MODEL (default
+# `simple`) is the neighbour's model: another model (say `simple_int8`)
+# keeps it out of the load's model queue, so only the connections' share
+# of the shard is measured. Binaries alternated over ROUNDS.
 # Loopback only, bounded in time (every step under `timeout`).
 #
 # Usage: scripts/bench_neighbour.sh BIN_A [BIN_B ...]
 #   env: ROUNDS=2 LOAD_ARGS=--streaming SERVER_CPU=0 CLIENT_CPU=1 LOAD_CPU=CLIENT_CPU
-#        PORT=20100
+#        PORT=20100 NEIGHBOUR_MODEL=simple
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -23,6 +26,7 @@ scpu=${SERVER_CPU:-0}
 ccpu=${CLIENT_CPU:-1}
 lcpu=${LOAD_CPU:-$ccpu}
 port=${PORT:-20100}
+nmodel=${NEIGHBOUR_MODEL:-simple}
 bench=target/release/shardserve-bench
 work=$(mktemp -d)
 spid=
@@ -33,7 +37,7 @@ for r in $(seq 1 "$rounds"); do
     port=$((port + 3))
     taskset -c "$scpu" "$bin" --model-repository models --host 127.0.0.1 --http-port $port \
       --grpc-port $((port + 1)) --metrics-port $((port + 2)) --model-control-mode explicit \
-      --load-model simple --cores 1 >"$work/server.log" 2>&1 &
+      --load-model simple --load-model "$nmodel" --cores 1 >"$work/server.log" 2>&1 &
     spid=$!
     ss_wait_ready $port || { tail -n 5 "$work/server.log"; exit 1; }
     # shellcheck disable=SC2086 # LOAD_ARGS is a list of flags
@@ -41,7 +45,7 @@ for r in $(seq 1 "$rounds"); do
       $load_args --concurrency-range 64 -p 4000 --max-trials 1 --no-progress >"$work/load.txt" 2>&1 &
     lpid=$!
     sleep 0.5
-    timeout 30 taskset -c "$ccpu" "$bench" -m simple -i grpc -u 127.0.0.1:$((port + 1)) \
+    timeout 30 taskset -c "$ccpu" "$bench" -m "$nmodel" -i grpc -u 127.0.0.1:$((port + 1)) \
       --concurrency-range 1 -p 2000 --max-trials 1 --no-progress >"$work/neighbour.txt" 2>&1 || true
     wait $lpid || true
     load=$(grep -A1 Concurrency "$work/load.txt" | tail -n 1 | awk '{print $2}')

@@ -23,10 +23,19 @@
 //!   wakes from inside the poll (the loop answers them) and passes every
 //!   other wake on; work still asked for after the last pass is queued
 //!   behind the shard's other tasks through a spawned one-shot task.
-//! * Even so, 64 streams' messages handled in one poll held the neighbour
-//!   back for that long (p50 324 µs). Streaming calls therefore keep a task
-//!   each ([`StreamExec::next_apart`]); unary calls, one message each, run
-//!   inside.
+//! * Even so, with streaming calls inside too, the neighbour waited far
+//!   longer (p50 324-344 µs, though `ModelStreamInfer` served 183-196k/s
+//!   against 146k/s). Not because one poll ran long: capping the streams
+//!   polled per task poll at 16 or 4 left it at 328-418 µs. Most of it is
+//!   monoio's io_uring driver: the poll of its internal epoll instance,
+//!   which brings the readiness of every socket (poll-io), is armed only
+//!   when the runtime parks, and a connection that is always queued again
+//!   keeps the shard from parking, so the other sockets wait for the queue
+//!   to drain. With `--io-driver epoll` (whose busy path is an
+//!   `epoll_wait(0)` per round) the same build gave 134-147 µs, against
+//!   65-70 µs with a task per streaming call. Streaming calls therefore
+//!   keep a task each ([`StreamExec::next_apart`]), and unary calls, one
+//!   message each, run inside.
 //!
 //! The streams end with the connection: once hyper's connection future is
 //! done, h2 has closed or reset every stream, and what is left of a stream
@@ -69,11 +78,9 @@ pub struct StreamExec {
 impl StreamExec {
     /// Whether the stream hyper hands over next (the one whose service
     /// call is being made: hyper calls the service, then at once hands the
-    /// stream to this executor) runs as a task of its own. Streaming calls
-    /// do: one long call's many messages, run inside the connection's poll,
-    /// held the shard's other connections back (a unary c=1 call beside a
-    /// c=64 `ModelStreamInfer` load of `simple` on one VM core: p50 54 µs
-    /// with stream tasks, 324 µs inside the connection's poll).
+    /// stream to this executor; `tests` pins that order) runs as a task of
+    /// its own. Streaming calls do: inside the connection's poll they held
+    /// the shard's other connections back (see the module's text).
     pub fn next_apart(&self, apart: bool) {
         self.apart.set(apart);
     }
