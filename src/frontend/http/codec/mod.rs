@@ -152,6 +152,77 @@ impl<'de> Visitor<'de> for ParamsVisitor {
     }
 }
 
+/// An input's `parameters`, of which the server reads only the binary
+/// chunk's size and the shared-memory fields: those are kept, every other
+/// one is checked to be a scalar (as [`JsonParams`] does, with the same
+/// error) and dropped. Names are borrowed from the body where they have no
+/// escapes, so an input's parameters cost no allocation unless they name a
+/// shared-memory region.
+#[derive(Default)]
+struct InputParams {
+    binary_data_size: Option<ParamValue>,
+    /// The `shared_memory_*` fields, as [`crate::shm::shm_ref`] reads them.
+    shared_memory: Parameters,
+}
+
+impl<'de> Deserialize<'de> for InputParams {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(InputParamsVisitor)
+    }
+}
+
+struct InputParamsVisitor;
+
+impl<'de> Visitor<'de> for InputParamsVisitor {
+    type Value = InputParams;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a parameters object")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<InputParams, E> {
+        Ok(InputParams::default())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<InputParams, A::Error> {
+        let mut out = InputParams::default();
+        while let Some(ParamName(name)) = map.next_key()? {
+            let value = map
+                .next_value::<ScalarParam>()
+                .map_err(|e| A::Error::custom(format!("parameter '{}': {e}", clip(&name))))?;
+            // A repeated name: the last one counts, as in a map.
+            if name == BINARY_DATA_SIZE {
+                out.binary_data_size = Some(value.0);
+            } else if name.starts_with("shared_memory_") {
+                out.shared_memory.insert(name.into_owned(), value.0);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A parameter's name, borrowed from the body unless it has escapes.
+struct ParamName<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for ParamName<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct NameVisitor;
+        impl<'de> Visitor<'de> for NameVisitor {
+            type Value = ParamName<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a parameter name")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<ParamName<'de>, E> {
+                Ok(ParamName(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ParamName<'de>, E> {
+                Ok(ParamName(std::borrow::Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(NameVisitor)
+    }
+}
+
 /// A parameter value as JSON text, for error messages.
 fn show_param(v: &ParamValue) -> String {
     match v {

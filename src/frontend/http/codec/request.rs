@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{
-    json_data, show_param, JsonParams, BINARY_DATA, BINARY_DATA_OUTPUT, BINARY_DATA_SIZE,
-    CLASSIFICATION, SHARED_MEMORY_REGION,
+    json_data, show_param, InputParams, JsonParams, BINARY_DATA, BINARY_DATA_OUTPUT,
+    BINARY_DATA_SIZE, CLASSIFICATION, SHARED_MEMORY_REGION,
 };
 use crate::{
     model::IoSpec,
@@ -39,10 +39,12 @@ struct RequestJson<'a> {
 #[derive(Deserialize)]
 struct InputJson<'a> {
     name: String,
-    datatype: String,
+    /// Borrowed: it is only parsed into a `DataType`.
+    #[serde(borrow)]
+    datatype: std::borrow::Cow<'a, str>,
     shape: Vec<i64>,
     #[serde(default)]
-    parameters: JsonParams,
+    parameters: InputParams,
     /// Left as text until the shape has been checked.
     #[serde(default, borrow)]
     data: Option<&'a RawValue>,
@@ -302,9 +304,9 @@ fn check_input<'a>(
         ))
     })?;
 
-    let params = &input.parameters.0;
-    let binary_size = params.get(BINARY_DATA_SIZE);
-    let shm = params.contains_key(SHARED_MEMORY_REGION);
+    let params = &input.parameters;
+    let binary_size = params.binary_data_size.as_ref();
+    let shm = params.shared_memory.contains_key(SHARED_MEMORY_REGION);
     let has_data = input.data.is_some();
     if usize::from(has_data) + usize::from(binary_size.is_some()) + usize::from(shm) != 1 {
         let mut set = String::new();
@@ -328,7 +330,15 @@ fn check_input<'a>(
              'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But{but}"
         )));
     }
-    let shm_ref = crate::shm::shm_ref(params, &format!("input '{name}' for model '{model}'"))?;
+    // The context string is only built for an input that names a region.
+    let shm_ref = if shm {
+        crate::shm::shm_ref(
+            &params.shared_memory,
+            &format!("input '{name}' for model '{model}'"),
+        )?
+    } else {
+        None
+    };
     if let Some(io) = io {
         io.check_input(model, &input.name, datatype, shape, batch)?;
     }
@@ -1098,6 +1108,36 @@ mod tests {
     fn rejects_non_scalar_request_parameter() {
         let r = decode_json(json!({"parameters": {"p": [1]}, "inputs": []}));
         assert!(err_of(r).contains("parameter 'p'"));
+    }
+
+    #[test]
+    fn input_parameters_are_checked_read_and_the_rest_dropped() {
+        // Not a scalar: refused, naming the parameter.
+        let r = decode_json(
+            json!({"inputs": [{"name": "X", "datatype": "INT32", "shape": [1],
+            "data": [1], "parameters": {"p": {"q": 1}}}]}),
+        );
+        assert!(err_of(r).contains("parameter 'p'"));
+        // Unknown scalars are accepted.
+        let r = decode_json(
+            json!({"inputs": [{"name": "X", "datatype": "INT32", "shape": [1],
+            "data": [1], "parameters": {"p": "x", "q": 2}}]}),
+        );
+        assert_eq!(r.unwrap().inputs[0].data.len(), 4);
+        // A name with an escape, and a repeated name (the last counts).
+        let header = r#"{"inputs":[{"name":"A","datatype":"INT32","shape":[1],
+            "parameters":{"binary_data_size":99,"binary_data_size":4}}]}"#;
+        let mut body = header.as_bytes().to_vec();
+        body.extend_from_slice(&7i32.to_le_bytes());
+        let r = decode_infer_request(Bytes::from(body), Some(header.len()), "m", "").unwrap();
+        assert_eq!(r.inputs[0].data.as_ref(), &7i32.to_le_bytes());
+        assert_eq!(r.inputs[0].datatype, DataType::Int32);
+        // `null` parameters are none.
+        let r = decode_json(
+            json!({"inputs": [{"name": "X", "datatype": "INT32", "shape": [1],
+            "data": [1], "parameters": null}]}),
+        );
+        assert!(r.is_ok());
     }
 
     #[test]
