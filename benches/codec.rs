@@ -10,7 +10,7 @@ use serde_json::json;
 use shardserve::{
     frontend::{
         grpc::codec::decode_model_infer_request,
-        http::codec::{decode_infer_request, encode_infer_response},
+        http::codec::{decode_infer_request, encode_infer_response, AnswerForm},
     },
     proto::inference::{model_infer_request::InferInputTensor, ModelInferRequest},
     types::{DataType, InferResponse, ParamValue, Parameters, RequestedOutput, Tensor},
@@ -133,14 +133,16 @@ fn codec(c: &mut Criterion) {
             parameters: Parameters::new(),
         },
     ];
+    let json_form = AnswerForm::of(&json_outputs, &Parameters::new());
     g.bench_function("http_encode_json_simple", |b| {
-        b.iter(|| encode_infer_response(black_box(&resp), &json_outputs, &Parameters::new()))
+        b.iter(|| encode_infer_response(black_box(&resp), &json_form))
     });
 
     let mut binary_params = Parameters::new();
     binary_params.insert("binary_data_output".into(), ParamValue::Bool(true));
+    let binary_form = AnswerForm::of(&[], &binary_params);
     g.bench_function("http_encode_binary_simple", |b| {
-        b.iter(|| encode_infer_response(black_box(&resp), &[], &binary_params))
+        b.iter(|| encode_infer_response(black_box(&resp), &binary_form))
     });
 
     let large = large_json_request();

@@ -207,11 +207,9 @@ fn check_input(
     Ok(())
 }
 
-/// True when the client asked for `output` in a region.
-pub fn output_in_shm(requested: &[RequestedOutput], output: &str) -> bool {
-    requested
-        .iter()
-        .any(|r| r.name == output && r.parameters.contains_key(REGION))
+/// True when a requested output's parameters name a region to write it in.
+pub fn names_region(output_parameters: &Parameters) -> bool {
+    output_parameters.contains_key(REGION)
 }
 
 /// One output to be written into a region.

@@ -8,7 +8,10 @@ use http_body_util::Full;
 use hyper::{body::Incoming, Request, Response};
 
 use super::{
-    codec::{decode_body, decode_request_body, decodes_inline, encode_infer_response, error_body},
+    codec::{
+        decode_body, decode_request_body, decodes_inline, encode_infer_response, error_body,
+        AnswerForm,
+    },
     server::HttpResponse,
     status::status_for,
 };
@@ -27,7 +30,7 @@ use crate::{
     scheduler,
     shard::{self, InFlight},
     trace::Event,
-    types::{InferError, InferResponse, InferResult, Parameters, RequestedOutput},
+    types::{InferError, InferResponse, InferResult},
 };
 
 const HEADER_LENGTH: &str = "inference-header-content-length";
@@ -242,9 +245,9 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
     let mut trace = core::trace(model);
     trace.stamp(Event::HttpRecvStart);
     let limit = with_env(|e| e.limits.http_max_input_size)?;
-    let headers = req.headers().clone();
+    let (http::request::Parts { headers, .. }, body) = req.into_parts();
     let header_length = parse_header_length(&headers)?;
-    let body = match read_body(req.into_body(), limit).await {
+    let body = match read_body(body, limit).await {
         Ok(body) => body,
         Err(e) => return Ok(body_error_response(&e)),
     };
@@ -292,21 +295,14 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
         return Err(e);
     }
     request.trace = trace;
-    let requested = request.outputs.clone();
-    let parameters = request.parameters.clone();
+    let form = AnswerForm::of(&request.outputs, &request.parameters);
     let mut response = core::infer(request, core::Protocol::Http).await?;
     let mut trace = response.trace.take();
     let accept = headers
         .get(header::ACCEPT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let wire = encode_answer(
-        response,
-        requested,
-        parameters,
-        choose_response_encoding(accept),
-    )
-    .await?;
+    let wire = encode_answer(response, form, choose_response_encoding(accept)).await?;
     let content_type = if wire.json_header_length.is_some() {
         "application/octet-stream"
     } else {
@@ -342,14 +338,13 @@ struct WireAnswer {
 /// after all when the pool is full, since the answer is already computed.
 async fn encode_answer(
     response: InferResponse,
-    requested: Vec<RequestedOutput>,
-    parameters: Parameters,
+    form: AnswerForm,
     compression: Option<&'static str>,
 ) -> InferResult<WireAnswer> {
     let large = response.outputs.iter().map(|t| t.data.len()).sum::<usize>()
         > crate::offload::BODY_THRESHOLD;
     let encode = move || -> InferResult<WireAnswer> {
-        let encoded = encode_infer_response(&response, &requested, &parameters)?;
+        let encoded = encode_infer_response(&response, &form)?;
         let (body, encoding) =
             match compression.and_then(|c| Some((compress(c, &encoded.body)?, c))) {
                 Some((compressed, c)) => (compressed, Some(c)),

@@ -22,7 +22,7 @@ use serde::{
 };
 
 pub use request::{decode_infer_request, decode_infer_request_for};
-pub use response::{encode_infer_response, EncodedResponse};
+pub use response::{encode_infer_response, AnswerForm, EncodedResponse};
 
 use crate::{
     frontend::http::compression::decompress,

@@ -45,23 +45,64 @@ struct BinaryParams {
     binary_data_size: usize,
 }
 
-/// Triton's rule: an output's own `binary_data` parameter decides; without
-/// one, the request's `binary_data_output` does; by default JSON.
-fn wants_binary(
-    name: &str,
-    requested: &[RequestedOutput],
-    request_parameters: &Parameters,
-) -> bool {
-    let own = requested
-        .iter()
-        .find(|r| r.name == name)
-        .and_then(|r| r.parameters.get(BINARY_DATA));
-    match own {
-        Some(ParamValue::Bool(b)) => *b,
-        _ => matches!(
-            request_parameters.get(BINARY_DATA_OUTPUT),
-            Some(ParamValue::Bool(true))
-        ),
+/// How the outputs are to be answered: read from the request before the
+/// request is handed to the scheduler (which takes it), so its requested
+/// outputs and parameters need not be cloned for the encoder.
+#[derive(Debug, Default)]
+pub struct AnswerForm {
+    /// The requested outputs that say something about their own form.
+    /// Names are unique: a request naming an output twice is refused
+    /// before it is answered.
+    named: Vec<(String, OwnForm)>,
+    /// The request's `binary_data_output`.
+    binary_by_default: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct OwnForm {
+    /// The output's own `binary_data`, when a boolean.
+    binary: Option<bool>,
+    /// Written into a shared-memory region the request named.
+    in_shm: bool,
+}
+
+impl AnswerForm {
+    pub fn of(requested: &[RequestedOutput], request_parameters: &Parameters) -> Self {
+        let named = requested
+            .iter()
+            .filter_map(|r| {
+                let binary = match r.parameters.get(BINARY_DATA) {
+                    Some(ParamValue::Bool(b)) => Some(*b),
+                    _ => None,
+                };
+                let in_shm = crate::shm::names_region(&r.parameters);
+                (binary.is_some() || in_shm).then(|| (r.name.clone(), OwnForm { binary, in_shm }))
+            })
+            .collect();
+        Self {
+            named,
+            binary_by_default: matches!(
+                request_parameters.get(BINARY_DATA_OUTPUT),
+                Some(ParamValue::Bool(true))
+            ),
+        }
+    }
+
+    fn own(&self, name: &str) -> Option<OwnForm> {
+        self.named.iter().find(|(n, _)| n == name).map(|(_, f)| *f)
+    }
+
+    /// Triton's rule: an output's own `binary_data` parameter decides;
+    /// without one, the request's `binary_data_output` does; by default
+    /// JSON.
+    fn binary(&self, name: &str) -> bool {
+        self.own(name)
+            .and_then(|f| f.binary)
+            .unwrap_or(self.binary_by_default)
+    }
+
+    fn in_shm(&self, name: &str) -> bool {
+        self.own(name).is_some_and(|f| f.in_shm)
     }
 }
 
@@ -87,15 +128,14 @@ fn check_output(t: &Tensor) -> Result<(), InferError> {
 /// requested outputs and parameters, which pick JSON or binary per output.
 pub fn encode_infer_response(
     resp: &InferResponse,
-    requested: &[RequestedOutput],
-    request_parameters: &Parameters,
+    form: &AnswerForm,
 ) -> Result<EncodedResponse, InferError> {
     let mut binary: Vec<&Bytes> = Vec::new();
     let mut outputs = Vec::with_capacity(resp.outputs.len());
     // A rough size so typical responses serialize without regrowing.
     let mut estimate = 128usize;
     for t in &resp.outputs {
-        if crate::shm::output_in_shm(requested, &t.name) {
+        if form.in_shm(&t.name) {
             // Written into the client's region: datatype and shape only.
             outputs.push(OutputJson {
                 name: &t.name,
@@ -107,7 +147,7 @@ pub fn encode_infer_response(
             continue;
         }
         check_output(t)?;
-        let is_binary = wants_binary(&t.name, requested, request_parameters);
+        let is_binary = form.binary(&t.name);
         estimate = estimate.saturating_add(64 + t.name.len());
         let (parameters, data) = if is_binary {
             binary.push(&t.data);
@@ -216,8 +256,7 @@ mod tests {
     fn pure_json_response_shape() {
         let e = encode_infer_response(
             &response(vec![int32("OUTPUT0", &[1, -2])]),
-            &[],
-            &Parameters::new(),
+            &AnswerForm::of(&[], &Parameters::new()),
         )
         .unwrap();
         assert_eq!(e.json_header_length, None);
@@ -234,7 +273,8 @@ mod tests {
         r.id = "abc".into();
         r.parameters
             .insert("triton_final_response".into(), ParamValue::Bool(true));
-        let v = json_of(&encode_infer_response(&r, &[], &Parameters::new()).unwrap());
+        let v =
+            json_of(&encode_infer_response(&r, &AnswerForm::of(&[], &Parameters::new())).unwrap());
         assert_eq!(v["id"], "abc");
         assert_eq!(v["parameters"], json!({"triton_final_response": true}));
     }
@@ -244,8 +284,10 @@ mod tests {
         let r = response(vec![int32("A", &[1, 2]), int32("B", &[3, 4])]);
         let e = encode_infer_response(
             &r,
-            &[requested("A", None), requested("B", Some(true))],
-            &Parameters::new(),
+            &AnswerForm::of(
+                &[requested("A", None), requested("B", Some(true))],
+                &Parameters::new(),
+            ),
         )
         .unwrap();
         let n = e.json_header_length.unwrap();
@@ -262,7 +304,8 @@ mod tests {
     #[test]
     fn request_level_binary_data_output_applies_to_all() {
         let r = response(vec![int32("A", &[1]), int32("B", &[2])]);
-        let e = encode_infer_response(&r, &[], &binary_output_param(true)).unwrap();
+        let e =
+            encode_infer_response(&r, &AnswerForm::of(&[], &binary_output_param(true))).unwrap();
         let n = e.json_header_length.unwrap();
         assert_eq!(&e.body[n..], &[1, 0, 0, 0, 2, 0, 0, 0]);
     }
@@ -272,8 +315,7 @@ mod tests {
         let r = response(vec![int32("A", &[1]), int32("B", &[2])]);
         let e = encode_infer_response(
             &r,
-            &[requested("A", Some(false))],
-            &binary_output_param(true),
+            &AnswerForm::of(&[requested("A", Some(false))], &binary_output_param(true)),
         )
         .unwrap();
         let v = json_of(&e);
@@ -290,7 +332,7 @@ mod tests {
             requested("A", Some(true)),
             requested("B", Some(false)),
         ];
-        let e = encode_infer_response(&r, &req, &Parameters::new()).unwrap();
+        let e = encode_infer_response(&r, &AnswerForm::of(&req, &Parameters::new())).unwrap();
         let n = e.json_header_length.unwrap();
         assert_eq!(&e.body[n..], &[1, 0, 0, 0, 3, 0, 0, 0]);
     }
@@ -303,8 +345,10 @@ mod tests {
             vec![2],
             encode_bytes_elements(["x", "yz"]),
         );
-        let v =
-            json_of(&encode_infer_response(&response(vec![t]), &[], &Parameters::new()).unwrap());
+        let v = json_of(
+            &encode_infer_response(&response(vec![t]), &AnswerForm::of(&[], &Parameters::new()))
+                .unwrap(),
+        );
         assert_eq!(v["outputs"][0]["data"], json!(["x", "yz"]));
     }
 
@@ -314,8 +358,7 @@ mod tests {
         let t = Tensor::new("S", DataType::Bytes, vec![1], raw.clone());
         let e = encode_infer_response(
             &response(vec![t]),
-            &[requested("S", Some(true))],
-            &Parameters::new(),
+            &AnswerForm::of(&[requested("S", Some(true))], &Parameters::new()),
         )
         .unwrap();
         assert_eq!(&e.body[e.json_header_length.unwrap()..], &raw[..]);
@@ -328,8 +371,10 @@ mod tests {
             .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
             .collect();
         let t = Tensor::new("H", DataType::Fp16, vec![2], Bytes::from(data));
-        let v =
-            json_of(&encode_infer_response(&response(vec![t]), &[], &Parameters::new()).unwrap());
+        let v = json_of(
+            &encode_infer_response(&response(vec![t]), &AnswerForm::of(&[], &Parameters::new()))
+                .unwrap(),
+        );
         assert_eq!(v["outputs"][0]["data"], json!([1.5, -0.25]));
     }
 
@@ -337,7 +382,9 @@ mod tests {
     fn output_data_not_matching_shape_is_internal_error() {
         let mut t = int32("A", &[1, 2]);
         t.shape = vec![3];
-        let err = encode_infer_response(&response(vec![t]), &[], &Parameters::new()).unwrap_err();
+        let err =
+            encode_infer_response(&response(vec![t]), &AnswerForm::of(&[], &Parameters::new()))
+                .unwrap_err();
         assert_eq!(err.kind, ErrorKind::Internal);
     }
 
@@ -349,7 +396,9 @@ mod tests {
             vec![1],
             Bytes::from_static(&[1, 2, 3]),
         );
-        let err = encode_infer_response(&response(vec![t]), &[], &Parameters::new()).unwrap_err();
+        let err =
+            encode_infer_response(&response(vec![t]), &AnswerForm::of(&[], &Parameters::new()))
+                .unwrap_err();
         assert_eq!(err.kind, ErrorKind::Internal);
     }
 }
