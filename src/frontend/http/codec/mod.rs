@@ -12,7 +12,7 @@ mod json_data;
 mod request;
 mod response;
 
-use std::{fmt, sync::Arc};
+use std::{borrow::Cow, fmt, sync::Arc};
 
 use bytes::Bytes;
 use serde::{
@@ -27,7 +27,7 @@ pub use response::{encode_infer_response, AnswerForm, EncodedResponse};
 use crate::{
     frontend::http::compression::decompress,
     model::{IoSpec, ModelVersion},
-    offload,
+    offload, shm,
     types::{clip, clip_to, InferRequest, InferResult, ParamValue, Parameters, MESSAGE_BYTES},
 };
 
@@ -120,89 +120,84 @@ pub fn error_body(message: &str) -> Bytes {
 #[derive(Default)]
 struct JsonParams(Parameters);
 
-impl<'de> Deserialize<'de> for JsonParams {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(ParamsVisitor)
-    }
-}
-
-struct ParamsVisitor;
-
-impl<'de> Visitor<'de> for ParamsVisitor {
-    type Value = JsonParams;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a parameters object")
-    }
-
-    /// `"parameters": null` reads as no parameters.
-    fn visit_unit<E: de::Error>(self) -> Result<JsonParams, E> {
-        Ok(JsonParams::default())
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<JsonParams, A::Error> {
-        let mut out = Parameters::new();
-        while let Some(name) = map.next_key::<String>()? {
-            let value = map
-                .next_value::<ScalarParam>()
-                .map_err(|e| A::Error::custom(format!("parameter '{}': {e}", clip(&name))))?;
-            out.insert(name, value.0);
-        }
-        Ok(JsonParams(out))
+impl ParamSink for JsonParams {
+    fn keep(&mut self, name: Cow<'_, str>, value: ParamValue) {
+        self.0.insert(name.into_owned(), value);
     }
 }
 
 /// An input's `parameters`, of which the server reads only the binary
 /// chunk's size and the shared-memory fields: those are kept, every other
-/// one is checked to be a scalar (as [`JsonParams`] does, with the same
+/// one is checked to be a scalar (as in [`JsonParams`], with the same
 /// error) and dropped. Names are borrowed from the body where they have no
 /// escapes, so an input's parameters cost no allocation unless they name a
 /// shared-memory region.
 #[derive(Default)]
 struct InputParams {
     binary_data_size: Option<ParamValue>,
-    /// The `shared_memory_*` fields, as [`crate::shm::shm_ref`] reads them.
+    /// The shared-memory fields, as [`crate::shm::shm_ref`] reads them.
     shared_memory: Parameters,
+}
+
+impl ParamSink for InputParams {
+    fn keep(&mut self, name: Cow<'_, str>, value: ParamValue) {
+        // A repeated name: the last one counts, as in a map.
+        if name == BINARY_DATA_SIZE {
+            self.binary_data_size = Some(value);
+        } else if matches!(&*name, shm::REGION | shm::OFFSET | shm::BYTE_SIZE) {
+            self.shared_memory.insert(name.into_owned(), value);
+        }
+    }
+}
+
+/// What a `parameters` object is read into, one checked scalar at a time.
+trait ParamSink: Default {
+    fn keep(&mut self, name: Cow<'_, str>, value: ParamValue);
+}
+
+impl<'de> Deserialize<'de> for JsonParams {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ParamsVisitor::<Self>(std::marker::PhantomData))
+    }
 }
 
 impl<'de> Deserialize<'de> for InputParams {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(InputParamsVisitor)
+        d.deserialize_any(ParamsVisitor::<Self>(std::marker::PhantomData))
     }
 }
 
-struct InputParamsVisitor;
+/// Reads a `parameters` object into any [`ParamSink`]: an object of
+/// scalars, or `null` for none; a non-scalar is an error that names the
+/// parameter.
+struct ParamsVisitor<S>(std::marker::PhantomData<S>);
 
-impl<'de> Visitor<'de> for InputParamsVisitor {
-    type Value = InputParams;
+impl<'de, S: ParamSink> Visitor<'de> for ParamsVisitor<S> {
+    type Value = S;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a parameters object")
     }
 
-    fn visit_unit<E: de::Error>(self) -> Result<InputParams, E> {
-        Ok(InputParams::default())
+    /// `"parameters": null` reads as no parameters.
+    fn visit_unit<E: de::Error>(self) -> Result<S, E> {
+        Ok(S::default())
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<InputParams, A::Error> {
-        let mut out = InputParams::default();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<S, A::Error> {
+        let mut out = S::default();
         while let Some(ParamName(name)) = map.next_key()? {
             let value = map
                 .next_value::<ScalarParam>()
                 .map_err(|e| A::Error::custom(format!("parameter '{}': {e}", clip(&name))))?;
-            // A repeated name: the last one counts, as in a map.
-            if name == BINARY_DATA_SIZE {
-                out.binary_data_size = Some(value.0);
-            } else if name.starts_with("shared_memory_") {
-                out.shared_memory.insert(name.into_owned(), value.0);
-            }
+            out.keep(name, value.0);
         }
         Ok(out)
     }
 }
 
 /// A parameter's name, borrowed from the body unless it has escapes.
-struct ParamName<'de>(std::borrow::Cow<'de, str>);
+struct ParamName<'de>(Cow<'de, str>);
 
 impl<'de> Deserialize<'de> for ParamName<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -213,10 +208,10 @@ impl<'de> Deserialize<'de> for ParamName<'de> {
                 f.write_str("a parameter name")
             }
             fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<ParamName<'de>, E> {
-                Ok(ParamName(std::borrow::Cow::Borrowed(v)))
+                Ok(ParamName(Cow::Borrowed(v)))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<ParamName<'de>, E> {
-                Ok(ParamName(std::borrow::Cow::Owned(v.to_owned())))
+                Ok(ParamName(Cow::Owned(v.to_owned())))
             }
         }
         d.deserialize_str(NameVisitor)

@@ -306,7 +306,7 @@ fn check_input<'a>(
 
     let params = &input.parameters;
     let binary_size = params.binary_data_size.as_ref();
-    let shm = params.shared_memory.contains_key(SHARED_MEMORY_REGION);
+    let shm = crate::shm::names_region(&params.shared_memory);
     let has_data = input.data.is_some();
     if usize::from(has_data) + usize::from(binary_size.is_some()) + usize::from(shm) != 1 {
         let mut set = String::new();
