@@ -47,6 +47,8 @@ const RING_FULL_RETRY: Duration = Duration::from_micros(50);
 /// as cancelled. A decoupled model is refused with Triton's error: its
 /// responses only travel on a stream (`infer_stream`).
 pub async fn infer(request: InferRequest) -> InferResult<InferResponse> {
+    // `submit`'s two steps, not an await of it: its future inside this one
+    // made this one 784 bytes instead of 376.
     let (mut submitted, pending) = queue(request, None)?;
     if let Some(wait) = room(pending, &mut submitted.outcome) {
         wait.await?;
