@@ -371,3 +371,138 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
     futures::future::join_all(calls).await;
     server.shutdown().unwrap();
 }
+
+/// One `ModelInfer` call over HTTP/2 with the body given as frames: the
+/// grpc-status and grpc-message, from the head (trailers-only) or the
+/// trailers, and the answer's message when there is one.
+async fn raw_model_infer(
+    addr: std::net::SocketAddr,
+    encoding: Option<&str>,
+    frames: Vec<Vec<u8>>,
+    trailers: Option<http::HeaderMap>,
+) -> (String, String, Option<bytes::Bytes>) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let mut req = http::Request::post(format!(
+        "http://{addr}/inference.GRPCInferenceService/ModelInfer"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers");
+    if let Some(e) = encoding {
+        req = req.header("grpc-encoding", e);
+    }
+    let (answer, mut stream) = send.send_request(req.body(()).unwrap(), false).unwrap();
+    let last = frames.len();
+    for (i, f) in frames.into_iter().enumerate() {
+        stream
+            .send_data(f.into(), i + 1 == last && trailers.is_none())
+            .unwrap();
+    }
+    match trailers {
+        Some(t) => stream.send_trailers(t).unwrap(),
+        None if last == 0 => stream.send_data(bytes::Bytes::new(), true).unwrap(),
+        None => {}
+    }
+    let answer = answer.await.unwrap();
+    let status_of = |h: &http::HeaderMap| {
+        h.get("grpc-status").map(|s| {
+            let msg = h
+                .get("grpc-message")
+                .map(|m| m.to_str().unwrap().to_owned())
+                .unwrap_or_default();
+            (s.to_str().unwrap().to_owned(), msg)
+        })
+    };
+    if let Some((code, msg)) = status_of(answer.headers()) {
+        return (code, msg, None);
+    }
+    let mut body = answer.into_body();
+    let mut data = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        data.extend_from_slice(&chunk);
+    }
+    let trailers = body.trailers().await.unwrap().unwrap_or_default();
+    let (code, msg) = status_of(&trailers).expect("a grpc-status in the trailers");
+    let message = (data.len() >= 5).then(|| bytes::Bytes::from(data[5..].to_vec()));
+    (code, msg, message)
+}
+
+fn grpc_framed(message: &[u8]) -> Vec<u8> {
+    let mut out = vec![0u8];
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(message);
+    out
+}
+
+/// Uncompressed `ModelInfer` calls are served without tonic's codec
+/// (`grpc::unary_infer`); a call that names `grpc-encoding` still goes
+/// through tonic, which takes an uncompressed message (flag 0) all the
+/// same. So each body below is sent both ways, and both answers must be
+/// the same: the framing faults keep tonic's statuses and wording, the
+/// size refusal is RESOURCE_EXHAUSTED either way, and a good call answers
+/// the same message however its body was cut into frames.
+#[tokio::test]
+async fn model_infer_answers_the_same_with_and_without_tonics_codec() {
+    use prost::Message;
+    let mut opts = shardserve::server::ServerOptions::for_tests(common::repo_path("models"));
+    opts.cores = Some(1);
+    opts.grpc_max_message_size = 64 << 10;
+    let server = common::start_with(opts);
+    let addr = server.grpc_addr();
+    let good = grpc_framed(&simple_request(5).encode_to_vec());
+    let mut two = good.clone();
+    two.extend(grpc_framed(&simple_request(9).encode_to_vec()));
+    let mut oversized = vec![0u8];
+    oversized.extend_from_slice(&(1u32 << 20).to_be_bytes());
+    let mut bad_flag = good.clone();
+    bad_flag[0] = 7;
+    let cases: Vec<(&str, Vec<Vec<u8>>)> = vec![
+        ("whole", vec![good.clone()]),
+        ("byte by byte", good.iter().map(|b| vec![*b]).collect()),
+        ("header split", vec![good[..3].to_vec(), good[3..].to_vec()]),
+        ("two messages", vec![two]),
+        ("no message", vec![]),
+        ("cut in the header", vec![good[..4].to_vec()]),
+        ("cut in the message", vec![good[..good.len() - 1].to_vec()]),
+        ("over the limit", vec![oversized]),
+        ("invalid flag", vec![bad_flag]),
+        ("not protobuf", vec![grpc_framed(&[0xff; 8])]),
+    ];
+    for (what, frames) in cases {
+        let direct = raw_model_infer(addr, None, frames.clone(), None).await;
+        let tonic = raw_model_infer(addr, Some("gzip"), frames, None).await;
+        assert_eq!(direct, tonic, "{what}");
+        match what {
+            "over the limit" => {
+                assert_eq!(direct.0, "8", "{what}: {direct:?}");
+                assert!(direct.1.contains("max-message-size"), "{direct:?}");
+            }
+            "whole" | "byte by byte" | "header split" | "two messages" => {
+                assert_eq!(direct.0, "0", "{what}: {direct:?}");
+                let answer = shardserve::proto::inference::ModelInferResponse::decode(
+                    direct.2.clone().unwrap(),
+                )
+                .unwrap();
+                assert_eq!(decode_i32(&answer.raw_output_contents[0])[0], 5, "{what}");
+            }
+            _ => assert_eq!(direct.0, "13", "{what}: {direct:?}"),
+        }
+    }
+    // A compressed-flag without grpc-encoding is tonic's INTERNAL too.
+    let mut flagged = good.clone();
+    flagged[0] = 1;
+    let (code, msg, _) = raw_model_infer(addr, None, vec![flagged], None).await;
+    assert_eq!(code, "13");
+    assert!(msg.contains("grpc-encoding"), "{msg}");
+    // Request trailers join the metadata; the call is answered as usual.
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("x-trailer", http::HeaderValue::from_static("1"));
+    let direct = raw_model_infer(addr, None, vec![good.clone()], Some(trailers.clone())).await;
+    let tonic = raw_model_infer(addr, Some("gzip"), vec![good], Some(trailers)).await;
+    assert_eq!(direct, tonic);
+    assert_eq!(direct.0, "0");
+    server.shutdown().unwrap();
+}

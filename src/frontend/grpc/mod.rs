@@ -12,5 +12,6 @@ mod size_limit;
 mod status;
 mod stream;
 mod stream_order;
+mod unary_infer;
 
 pub use server::serve;

@@ -20,6 +20,7 @@ use super::{
     raw_tail::{with_raw_tail, RawTail},
     service::InferenceService,
     size_limit::{self, SizeLimitStatus},
+    unary_infer::{self, DirectInfer},
 };
 use crate::{
     frontend::{
@@ -58,6 +59,9 @@ type GrpcFuture = Pin<Box<dyn Future<Output = Result<GrpcResponse, Infallible>>>
 #[derive(Clone)]
 struct GrpcRouter {
     inference: GrpcInferenceServiceServer<InferenceService>,
+    /// `ModelInfer` without tonic's codec where nothing is compressed;
+    /// `None` when responses may be.
+    direct_infer: Option<DirectInfer>,
     health: HealthServer<HealthService>,
     conn: Rc<ConnState>,
     /// `--grpc-restricted-protocol`, shared by the shard's connections;
@@ -93,6 +97,11 @@ impl hyper::service::Service<http::Request<Incoming>> for GrpcRouter {
             // Before the service, so a refused stream is not opened either.
             let status = tonic::Status::unavailable(refused.message());
             Box::pin(async move { Ok(status.into_http()) })
+        } else if let Some(direct) = self
+            .direct_infer
+            .filter(|_| path == unary_infer::PATH && DirectInfer::takes(req.headers()))
+        {
+            Box::pin(direct.call(req.map(PacedBody::new)))
         } else if path.starts_with("/inference.GRPCInferenceService/") {
             Box::pin(self.inference.clone().call(req.map(PacedBody::new)))
         } else if path.starts_with("/grpc.health.v1.Health/") {
@@ -149,6 +158,7 @@ pub async fn serve(listener: TcpListener, shard: Rc<Shard>) {
             .max_encoding_message_size(max),
         compress,
     );
+    let direct_infer = DirectInfer::new(max, compress);
     let health = HealthServer::new(HealthService);
     // One copy per shard: connections share it by `Rc`, so a call writes
     // no reference count another shard writes.
@@ -161,6 +171,7 @@ pub async fn serve(listener: TcpListener, shard: Rc<Shard>) {
         let gauge = ConnectionGauge::open(&gauge_shard);
         let router = GrpcRouter {
             inference: inference.clone(),
+            direct_infer,
             health: health.clone(),
             conn: slot.state().clone(),
             restricted: restricted.clone(),

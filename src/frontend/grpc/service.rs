@@ -220,30 +220,8 @@ impl GrpcInferenceService for InferenceService {
         &self,
         req: Request<ModelInferRequest>,
     ) -> Result<Response<ModelInferResponse>, Status> {
-        let mut trace = core::trace(&req.get_ref().model_name);
-        if trace.is_traced() {
-            if let Some(at) = req.extensions().get::<crate::trace::HeadersAt>() {
-                trace.stamp_at(Event::GrpcWaitreadStart, at.0);
-            }
-            trace.stamp(Event::GrpcWaitreadEnd);
-        }
-        let forwarded = forwarded_metadata(req.metadata());
-        let mut request = decode_infer_request(req.into_inner())
-            .await
-            .map_err(to_status)?;
-        if let Some(forwarded) = forwarded {
-            merge_forwarded(&mut request, forwarded).map_err(to_status)?;
-        }
-        request.trace = trace;
-        let mut response = core::infer(request, core::Protocol::Grpc)
-            .await
-            .map_err(to_status)?;
-        let mut trace = response.trace.take();
-        // The send is the hand-over of the response to the gRPC library.
-        trace.stamp(Event::GrpcSendStart);
-        let mut encoded = encode_model_infer_response(response);
-        let tail = take_raw_tail(&mut encoded);
-        trace.stamp(Event::GrpcSendEnd);
+        let (metadata, extensions, message) = req.into_parts();
+        let (encoded, tail) = model_infer_call(&metadata, &extensions, message).await?;
         let mut response = Response::new(encoded);
         if let Some(tail) = tail {
             response.extensions_mut().insert(tail);
@@ -353,6 +331,39 @@ impl GrpcInferenceService for InferenceService {
 /// `--grpc-header-forward-pattern`: the call's matching metadata as
 /// request parameters, read once per call (a stream's requests share
 /// them); `None` when the pattern is unset.
+/// One `ModelInfer` call from its decoded message to the message to send
+/// back (and the raw outputs to send after it, see `raw_tail`): the part
+/// tonic's handler and the direct one (`unary_infer`) share.
+pub(super) async fn model_infer_call(
+    metadata: &tonic::metadata::MetadataMap,
+    extensions: &http::Extensions,
+    message: ModelInferRequest,
+) -> Result<(ModelInferResponse, Option<RawTail>), Status> {
+    let mut trace = core::trace(&message.model_name);
+    if trace.is_traced() {
+        if let Some(at) = extensions.get::<crate::trace::HeadersAt>() {
+            trace.stamp_at(Event::GrpcWaitreadStart, at.0);
+        }
+        trace.stamp(Event::GrpcWaitreadEnd);
+    }
+    let forwarded = forwarded_metadata(metadata);
+    let mut request = decode_infer_request(message).await.map_err(to_status)?;
+    if let Some(forwarded) = forwarded {
+        merge_forwarded(&mut request, forwarded).map_err(to_status)?;
+    }
+    request.trace = trace;
+    let mut response = core::infer(request, core::Protocol::Grpc)
+        .await
+        .map_err(to_status)?;
+    let mut trace = response.trace.take();
+    // The send is the hand-over of the response to the gRPC library.
+    trace.stamp(Event::GrpcSendStart);
+    let mut encoded = encode_model_infer_response(response);
+    let tail = take_raw_tail(&mut encoded);
+    trace.stamp(Event::GrpcSendEnd);
+    Ok((encoded, tail))
+}
+
 pub(super) fn forwarded_metadata(
     metadata: &tonic::metadata::MetadataMap,
 ) -> Option<Result<crate::types::Parameters, InferError>> {

@@ -1,0 +1,471 @@
+//! `ModelInfer` served straight from hyper, without tonic's server codec.
+//!
+//! tonic's generic unary path costs per call: a `Streaming` decoder with
+//! its own buffer the body is copied into, the request and response
+//! wrapped and unwrapped through its `Request`/`Response` types, an
+//! encoder stream with a buffer of its own and a body built from it, and
+//! two boxed futures. For `simple` over one connection at concurrency 64
+//! that was about 0.8 µs of the shard's 6.4 µs per call (measured on the
+//! 2-core VM with `scripts/bench_shard_cpu.sh`, see CHANGELOG). Here the
+//! message is sliced out of the body's own frame when it arrives whole,
+//! decoded, handed to the handler tonic's path also runs
+//! (`service::model_infer_call`), and the answer goes out as one data
+//! frame and the trailers.
+//!
+//! Only for what needs none of tonic's negotiation: a request without
+//! `grpc-encoding` (or `identity`) on a server that does not compress
+//! responses. Everything else, and every other method, stays on tonic.
+//! What a client sees is tonic's: the same statuses and messages for bad
+//! framing (so `size_limit` rewrites the size refusal as before), the
+//! first message of a body used and later ones read and dropped, and
+//! request trailers merged into the metadata.
+
+use std::{convert::Infallible, error::Error as StdError, pin::pin};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::{header, HeaderMap, HeaderValue};
+use http_body::Body;
+use http_body_util::BodyExt;
+use prost::Message;
+use tonic::{metadata::MetadataMap, Code, Status};
+
+use super::{raw_tail::with_raw_tail, service::model_infer_call};
+use crate::proto::inference::ModelInferRequest;
+
+/// The method's path.
+pub(super) const PATH: &str = "/inference.GRPCInferenceService/ModelInfer";
+
+/// gRPC's message header: compressed flag and length.
+const HEADER_LEN: usize = 5;
+
+/// The server's message limits, as tonic's inference service has them.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct DirectInfer {
+    max_decode: usize,
+    max_encode: usize,
+}
+
+impl DirectInfer {
+    /// `None` where responses may be compressed: tonic negotiates that.
+    pub(super) fn new(max_message_size: usize, compress_responses: bool) -> Option<Self> {
+        (!compress_responses).then_some(Self {
+            max_decode: max_message_size,
+            max_encode: max_message_size,
+        })
+    }
+
+    /// Whether a call with these headers is served here: its messages are
+    /// not compressed.
+    pub(super) fn takes(headers: &HeaderMap) -> bool {
+        headers
+            .get("grpc-encoding")
+            .is_none_or(|v| v.as_bytes() == b"identity")
+    }
+
+    /// Serves one call; every failure is a gRPC status (trailers-only).
+    pub(super) async fn call<B>(
+        self,
+        req: http::Request<B>,
+    ) -> Result<http::Response<tonic::body::Body>, Infallible>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        Ok(self.answer(req).await.unwrap_or_else(Status::into_http))
+    }
+
+    async fn answer<B>(
+        self,
+        req: http::Request<B>,
+    ) -> Result<http::Response<tonic::body::Body>, Status>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        let (parts, body) = req.into_parts();
+        let mut headers = parts.headers;
+        let message = read_first_message(body, self.max_decode, &mut headers).await?;
+        // tonic_prost's mapping of a decode error.
+        let message =
+            ModelInferRequest::decode(message).map_err(|e| Status::internal(e.to_string()))?;
+        let metadata = MetadataMap::from_headers(headers);
+        let (answer, tail) = model_infer_call(&metadata, &parts.extensions, message).await?;
+        let framed = frame(&answer, self.max_encode)?;
+        let body = tonic::body::Body::new(OneMessage {
+            message: Some(framed),
+            trailers: Some(ok_trailers()),
+        });
+        let body = match tail {
+            Some(tail) => with_raw_tail(body, tail),
+            None => body,
+        };
+        let mut response = http::Response::new(body);
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+        Ok(response)
+    }
+}
+
+/// `message` behind its gRPC header, refused past `limit` with tonic's
+/// status (which `size_limit` rewrites as for tonic's own answers).
+fn frame(message: &impl Message, limit: usize) -> Result<Bytes, Status> {
+    let len = message.encoded_len();
+    if len > limit {
+        return Err(Status::out_of_range(format!(
+            "Error, encoded message length too large: found {len} bytes, the limit is: {limit} bytes"
+        )));
+    }
+    let len32 = u32::try_from(len).map_err(|_| {
+        Status::resource_exhausted(format!(
+            "Cannot return body with more than 4GB of data but got {len} bytes"
+        ))
+    })?;
+    let mut out = BytesMut::with_capacity(HEADER_LEN + len);
+    out.put_u8(0);
+    out.put_u32(len32);
+    message
+        .encode(&mut out)
+        .map_err(|e| Status::internal(format!("Error encoding: {e}")))?;
+    Ok(out.freeze())
+}
+
+fn ok_trailers() -> HeaderMap {
+    let mut trailers = HeaderMap::with_capacity(1);
+    trailers.insert(Status::GRPC_STATUS, HeaderValue::from_static("0"));
+    trailers
+}
+
+/// The body's first gRPC message; later ones are read and dropped, the
+/// body's trailers are added to `headers` (tonic merges them into the
+/// request's metadata).
+async fn read_first_message<B>(
+    body: B,
+    limit: usize,
+    headers: &mut HeaderMap,
+) -> Result<Bytes, Status>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<Box<dyn StdError + Send + Sync>>,
+{
+    let mut body = pin!(body);
+    let mut reader = MessageReader::new(limit);
+    while let Some(frame) = body.frame().await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(e) => {
+                let status = Status::from_error(e.into());
+                // tonic ends a request stream the client cancelled as if
+                // it had ended there.
+                if status.code() == Code::Cancelled {
+                    break;
+                }
+                return Err(status);
+            }
+        };
+        match frame.into_data() {
+            Ok(data) => reader.push(data)?,
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    headers.extend(trailers);
+                }
+            }
+        }
+    }
+    reader.finish()
+}
+
+/// Splits a request body into gRPC messages as its frames arrive, keeping
+/// the first. A message that arrives within one frame is a slice of it.
+#[derive(Debug)]
+struct MessageReader {
+    limit: usize,
+    /// A header, or the first message, begun in an earlier frame.
+    partial: BytesMut,
+    /// Length of the first message once its header is read.
+    reading: Option<usize>,
+    /// Bytes of a later message still to drop.
+    skipping: usize,
+    first: Option<Bytes>,
+}
+
+impl MessageReader {
+    fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            partial: BytesMut::new(),
+            reading: None,
+            skipping: 0,
+            first: None,
+        }
+    }
+
+    fn push(&mut self, mut data: Bytes) -> Result<(), Status> {
+        loop {
+            if self.skipping > 0 {
+                let n = self.skipping.min(data.len());
+                data.advance(n);
+                self.skipping -= n;
+            }
+            if data.is_empty() {
+                return Ok(());
+            }
+            match self.reading {
+                None => {
+                    let Some(len) = self.header(&mut data)? else {
+                        return Ok(());
+                    };
+                    if self.first.is_some() {
+                        self.skipping = len;
+                    } else {
+                        self.reading = Some(len);
+                        if len == 0 {
+                            self.take_first(Bytes::new());
+                        }
+                    }
+                }
+                Some(len) => {
+                    if self.partial.is_empty() && data.len() >= len {
+                        let message = data.split_to(len);
+                        self.take_first(message);
+                        continue;
+                    }
+                    if self.partial.is_empty() {
+                        // Within the limit: the header was checked.
+                        self.partial.reserve(len);
+                    }
+                    let n = (len - self.partial.len()).min(data.len());
+                    self.partial.extend_from_slice(&data[..n]);
+                    data.advance(n);
+                    if self.partial.len() == len {
+                        let message = self.partial.split().freeze();
+                        self.take_first(message);
+                    }
+                }
+            }
+        }
+    }
+
+    fn take_first(&mut self, message: Bytes) {
+        self.first = Some(message);
+        self.reading = None;
+    }
+
+    /// Reads a message header from `data` (completing one begun in an
+    /// earlier frame): the message's length, checked as tonic checks it.
+    fn header(&mut self, data: &mut Bytes) -> Result<Option<usize>, Status> {
+        let mut head = [0u8; HEADER_LEN];
+        if self.partial.is_empty() && data.len() >= HEADER_LEN {
+            head.copy_from_slice(&data[..HEADER_LEN]);
+            data.advance(HEADER_LEN);
+        } else {
+            let n = (HEADER_LEN - self.partial.len()).min(data.len());
+            self.partial.extend_from_slice(&data[..n]);
+            data.advance(n);
+            if self.partial.len() < HEADER_LEN {
+                return Ok(None);
+            }
+            head.copy_from_slice(&self.partial);
+            self.partial.clear();
+        }
+        match head[0] {
+            0 => {}
+            1 => {
+                return Err(Status::internal(
+                    "protocol error: received message with compressed-flag but no grpc-encoding was specified",
+                ))
+            }
+            f => {
+                return Err(Status::internal(format!(
+                    "protocol error: received message with invalid compression flag: {f} (valid flags are 0 and 1), while sending request"
+                )))
+            }
+        }
+        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        if len > self.limit {
+            return Err(Status::out_of_range(format!(
+                "Error, decoded message length too large: found {len} bytes, the limit is: {} bytes",
+                self.limit
+            )));
+        }
+        Ok(Some(len))
+    }
+
+    fn finish(self) -> Result<Bytes, Status> {
+        if self.reading.is_some() || !self.partial.is_empty() || self.skipping > 0 {
+            return Err(Status::internal("Unexpected EOF decoding stream."));
+        }
+        self.first
+            .ok_or_else(|| Status::internal("Missing request message."))
+    }
+}
+
+/// A unary answer: the framed message, then the trailers.
+struct OneMessage {
+    message: Option<Bytes>,
+    trailers: Option<HeaderMap>,
+}
+
+impl Body for OneMessage {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Status>>> {
+        let frame = match self.message.take() {
+            Some(message) => Some(http_body::Frame::data(message)),
+            None => self.trailers.take().map(http_body::Frame::trailers),
+        };
+        std::task::Poll::Ready(frame.map(Ok))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.message.is_none() && self.trailers.is_none()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        // The trailers follow, so the data's length is not the end.
+        http_body::SizeHint::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framed(flag: u8, message: &[u8]) -> Vec<u8> {
+        let mut out = vec![flag];
+        out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        out.extend_from_slice(message);
+        out
+    }
+
+    /// Feeds `body` to a reader in frames of `chunk` bytes.
+    fn read(body: &[u8], chunk: usize, limit: usize) -> Result<Bytes, Status> {
+        let mut reader = MessageReader::new(limit);
+        for part in body.chunks(chunk.max(1)) {
+            reader.push(Bytes::copy_from_slice(part))?;
+        }
+        reader.finish()
+    }
+
+    #[test]
+    fn a_message_is_read_whatever_the_frames() {
+        let body = framed(0, b"hello, world");
+        for chunk in 1..=body.len() {
+            assert_eq!(
+                read(&body, chunk, 64).unwrap(),
+                &b"hello, world"[..],
+                "chunk {chunk}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_message_within_one_frame_is_not_copied() {
+        let body = Bytes::from(framed(0, b"abcdef"));
+        let mut reader = MessageReader::new(64);
+        reader.push(body.clone()).unwrap();
+        let message = reader.finish().unwrap();
+        assert_eq!(message.as_ptr(), body[HEADER_LEN..].as_ptr());
+    }
+
+    #[test]
+    fn later_messages_are_dropped_and_the_first_kept() {
+        let mut body = framed(0, b"first");
+        body.extend(framed(0, b"second message"));
+        body.extend(framed(0, b""));
+        for chunk in 1..=body.len() {
+            assert_eq!(
+                read(&body, chunk, 64).unwrap(),
+                &b"first"[..],
+                "chunk {chunk}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_empty_message_is_a_message() {
+        assert_eq!(read(&framed(0, b""), 5, 64).unwrap(), Bytes::new());
+    }
+
+    #[test]
+    fn framing_faults_get_tonics_statuses() {
+        let err = |body: &[u8], limit| read(body, 3, limit).unwrap_err();
+        let e = err(&[], 64);
+        assert_eq!(
+            (e.code(), e.message()),
+            (Code::Internal, "Missing request message.")
+        );
+        for cut in [1, 4, 5, 9] {
+            let e = err(&framed(0, b"truncated")[..cut], 64);
+            assert_eq!(
+                (e.code(), e.message()),
+                (Code::Internal, "Unexpected EOF decoding stream."),
+                "cut at {cut}"
+            );
+        }
+        let mut two = framed(0, b"ok");
+        two.extend(&framed(0, b"cut short")[..7]);
+        assert_eq!(err(&two, 64).message(), "Unexpected EOF decoding stream.");
+        let e = err(&framed(1, b"x"), 64);
+        assert_eq!(e.code(), Code::Internal);
+        assert!(
+            e.message().contains("compressed-flag but no grpc-encoding"),
+            "{e:?}"
+        );
+        let e = err(&framed(7, b"x"), 64);
+        assert!(e.message().contains("invalid compression flag: 7"), "{e:?}");
+        let e = err(&framed(0, &[0; 65]), 64);
+        assert_eq!(e.code(), Code::OutOfRange);
+        assert!(e.message().contains("message length too large"), "{e:?}");
+        // A later message is held to the limit as well.
+        let mut body = framed(0, b"ok");
+        body.extend(framed(0, &[0; 65]));
+        assert_eq!(err(&body, 64).code(), Code::OutOfRange);
+    }
+
+    #[test]
+    fn the_size_refusal_comes_before_the_message_is_read() {
+        // Only the header: the refusal needs none of the 1 GiB it announces.
+        let mut reader = MessageReader::new(1 << 20);
+        let mut head = vec![0u8];
+        head.extend_from_slice(&(1u32 << 30).to_be_bytes());
+        assert_eq!(
+            reader.push(Bytes::from(head)).unwrap_err().code(),
+            Code::OutOfRange
+        );
+    }
+
+    #[test]
+    fn only_uncompressed_calls_are_taken() {
+        let mut headers = HeaderMap::new();
+        assert!(DirectInfer::takes(&headers));
+        headers.insert("grpc-encoding", HeaderValue::from_static("identity"));
+        assert!(DirectInfer::takes(&headers));
+        headers.insert("grpc-encoding", HeaderValue::from_static("gzip"));
+        assert!(!DirectInfer::takes(&headers));
+        assert!(DirectInfer::new(1 << 20, true).is_none());
+        assert!(DirectInfer::new(1 << 20, false).is_some());
+    }
+
+    #[test]
+    fn an_answer_is_framed_within_the_limit() {
+        let answer = crate::proto::inference::ModelInferResponse {
+            model_name: "simple".into(),
+            ..Default::default()
+        };
+        let out = frame(&answer, 64).unwrap();
+        assert_eq!(out[0], 0);
+        let len = u32::from_be_bytes([out[1], out[2], out[3], out[4]]) as usize;
+        assert_eq!(len, out.len() - HEADER_LEN);
+        assert_eq!(
+            crate::proto::inference::ModelInferResponse::decode(&out[HEADER_LEN..]).unwrap(),
+            answer
+        );
+        assert_eq!(frame(&answer, 3).unwrap_err().code(), Code::OutOfRange);
+    }
+}
