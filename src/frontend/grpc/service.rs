@@ -39,7 +39,7 @@ use crate::{
     },
     shard,
     trace::Event,
-    types::{clip, InferError, InferRequest},
+    types::{clip, InferError, InferRequest, InferResponse},
 };
 
 /// The longest model name a repository can hold: a model is a directory,
@@ -221,7 +221,12 @@ impl GrpcInferenceService for InferenceService {
         req: Request<ModelInferRequest>,
     ) -> Result<Response<ModelInferResponse>, Status> {
         let (metadata, extensions, message) = req.into_parts();
-        let (encoded, tail) = model_infer_call(&metadata, &extensions, message).await?;
+        let answer = model_infer_call(&metadata, &extensions, message).await?;
+        let (encoded, tail) = sent(answer, |answer| {
+            let mut encoded = encode_model_infer_response(answer);
+            let tail = take_raw_tail(&mut encoded);
+            (encoded, tail)
+        });
         let mut response = Response::new(encoded);
         if let Some(tail) = tail {
             response.extensions_mut().insert(tail);
@@ -331,14 +336,14 @@ impl GrpcInferenceService for InferenceService {
 /// `--grpc-header-forward-pattern`: the call's matching metadata as
 /// request parameters, read once per call (a stream's requests share
 /// them); `None` when the pattern is unset.
-/// One `ModelInfer` call from its decoded message to the message to send
-/// back (and the raw outputs to send after it, see `raw_tail`): the part
-/// tonic's handler and the direct one (`unary_infer`) share.
+/// One `ModelInfer` call from its decoded message to its answer: the part
+/// tonic's handler and the direct one (`unary_infer`) share. Each encodes
+/// the answer its own way, inside [`sent`].
 pub(super) async fn model_infer_call(
     metadata: &tonic::metadata::MetadataMap,
     extensions: &http::Extensions,
     message: ModelInferRequest,
-) -> Result<(ModelInferResponse, Option<RawTail>), Status> {
+) -> Result<InferResponse, Status> {
     let mut trace = core::trace(&message.model_name);
     if trace.is_traced() {
         if let Some(at) = extensions.get::<crate::trace::HeadersAt>() {
@@ -352,16 +357,19 @@ pub(super) async fn model_infer_call(
         merge_forwarded(&mut request, forwarded).map_err(to_status)?;
     }
     request.trace = trace;
-    let mut response = core::infer(request, core::Protocol::Grpc)
+    core::infer(request, core::Protocol::Grpc)
         .await
-        .map_err(to_status)?;
-    let mut trace = response.trace.take();
-    // The send is the hand-over of the response to the gRPC library.
+        .map_err(to_status)
+}
+
+/// Encodes `answer` with `encode` between the trace's send stamps: the
+/// send is the hand-over of the response to the gRPC library.
+pub(super) fn sent<T>(mut answer: InferResponse, encode: impl FnOnce(InferResponse) -> T) -> T {
+    let mut trace = answer.trace.take();
     trace.stamp(Event::GrpcSendStart);
-    let mut encoded = encode_model_infer_response(response);
-    let tail = take_raw_tail(&mut encoded);
+    let out = encode(answer);
     trace.stamp(Event::GrpcSendEnd);
-    Ok((encoded, tail))
+    out
 }
 
 pub(super) fn forwarded_metadata(

@@ -9,8 +9,9 @@
 //! 2-core VM with `scripts/bench_shard_cpu.sh`, see CHANGELOG). Here the
 //! message is sliced out of the body's own frame when it arrives whole,
 //! decoded, handed to the handler tonic's path also runs
-//! (`service::model_infer_call`), and the answer goes out as one data
-//! frame and the trailers.
+//! (`service::model_infer_call`), and the answer is written straight into
+//! its frame (`response_wire`) and goes out as one data frame and the
+//! trailers.
 //!
 //! Only for what needs none of tonic's negotiation: a request without
 //! `grpc-encoding` (or `identity`) on a server that does not compress
@@ -22,21 +23,22 @@
 
 use std::{convert::Infallible, error::Error as StdError, pin::pin};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderValue};
 use http_body::Body;
 use http_body_util::BodyExt;
 use prost::Message;
 use tonic::{metadata::MetadataMap, Code, Status};
 
-use super::{raw_tail::with_raw_tail, service::model_infer_call};
+use super::{
+    raw_tail::with_raw_tail,
+    response_wire::{frame_response, HEADER_LEN},
+    service::{model_infer_call, sent},
+};
 use crate::proto::inference::ModelInferRequest;
 
 /// The method's path.
 pub(super) const PATH: &str = "/inference.GRPCInferenceService/ModelInfer";
-
-/// gRPC's message header: compressed flag and length.
-const HEADER_LEN: usize = 5;
 
 /// The server's message limits, as tonic's inference service has them.
 #[derive(Clone, Copy, Debug)]
@@ -89,8 +91,8 @@ impl DirectInfer {
         let message =
             ModelInferRequest::decode(message).map_err(|e| Status::internal(e.to_string()))?;
         let metadata = MetadataMap::from_headers(headers);
-        let (answer, tail) = model_infer_call(&metadata, &parts.extensions, message).await?;
-        let framed = frame(&answer, self.max_encode)?;
+        let answer = model_infer_call(&metadata, &parts.extensions, message).await?;
+        let (framed, tail) = sent(answer, |answer| frame_response(&answer, self.max_encode))?;
         let body = tonic::body::Body::new(OneMessage {
             message: Some(framed),
             trailers: Some(ok_trailers()),
@@ -106,29 +108,6 @@ impl DirectInfer {
         );
         Ok(response)
     }
-}
-
-/// `message` behind its gRPC header, refused past `limit` with tonic's
-/// status (which `size_limit` rewrites as for tonic's own answers).
-fn frame(message: &impl Message, limit: usize) -> Result<Bytes, Status> {
-    let len = message.encoded_len();
-    if len > limit {
-        return Err(Status::out_of_range(format!(
-            "Error, encoded message length too large: found {len} bytes, the limit is: {limit} bytes"
-        )));
-    }
-    let len32 = u32::try_from(len).map_err(|_| {
-        Status::resource_exhausted(format!(
-            "Cannot return body with more than 4GB of data but got {len} bytes"
-        ))
-    })?;
-    let mut out = BytesMut::with_capacity(HEADER_LEN + len);
-    out.put_u8(0);
-    out.put_u32(len32);
-    message
-        .encode(&mut out)
-        .map_err(|e| Status::internal(format!("Error encoding: {e}")))?;
-    Ok(out.freeze())
 }
 
 fn ok_trailers() -> HeaderMap {
@@ -450,22 +429,5 @@ mod tests {
         assert!(!DirectInfer::takes(&headers));
         assert!(DirectInfer::new(1 << 20, true).is_none());
         assert!(DirectInfer::new(1 << 20, false).is_some());
-    }
-
-    #[test]
-    fn an_answer_is_framed_within_the_limit() {
-        let answer = crate::proto::inference::ModelInferResponse {
-            model_name: "simple".into(),
-            ..Default::default()
-        };
-        let out = frame(&answer, 64).unwrap();
-        assert_eq!(out[0], 0);
-        let len = u32::from_be_bytes([out[1], out[2], out[3], out[4]]) as usize;
-        assert_eq!(len, out.len() - HEADER_LEN);
-        assert_eq!(
-            crate::proto::inference::ModelInferResponse::decode(&out[HEADER_LEN..]).unwrap(),
-            answer
-        );
-        assert_eq!(frame(&answer, 3).unwrap_err().code(), Code::OutOfRange);
     }
 }
