@@ -156,14 +156,22 @@ where
 }
 
 /// Splits a request body into gRPC messages as its frames arrive, keeping
-/// the first. A message that arrives within one frame is a slice of it.
+/// the first. A message that arrives within one frame is a slice of it;
+/// one spread over frames keeps their bytes (not copied) until it is
+/// whole, then is copied once into a buffer of its own length. So memory
+/// grows with what arrived, not with the length a header announces
+/// (tonic reserves that at once).
 #[derive(Debug)]
 struct MessageReader {
     limit: usize,
-    /// A header, or the first message, begun in an earlier frame.
-    partial: BytesMut,
+    /// A message header begun in an earlier frame.
+    head: [u8; HEADER_LEN],
+    head_len: usize,
     /// Length of the first message once its header is read.
     reading: Option<usize>,
+    /// The first message's bytes so far, and their total.
+    parts: Vec<Bytes>,
+    have: usize,
     /// Bytes of a later message still to drop.
     skipping: usize,
     first: Option<Bytes>,
@@ -173,8 +181,11 @@ impl MessageReader {
     fn new(limit: usize) -> Self {
         Self {
             limit,
-            partial: BytesMut::new(),
+            head: [0; HEADER_LEN],
+            head_len: 0,
             reading: None,
+            parts: Vec::new(),
+            have: 0,
             skipping: 0,
             first: None,
         }
@@ -190,38 +201,38 @@ impl MessageReader {
             if data.is_empty() {
                 return Ok(());
             }
-            match self.reading {
-                None => {
-                    let Some(len) = self.header(&mut data)? else {
-                        return Ok(());
-                    };
-                    if self.first.is_some() {
-                        self.skipping = len;
-                    } else {
-                        self.reading = Some(len);
-                        if len == 0 {
-                            self.take_first(Bytes::new());
-                        }
-                    }
+            let Some(len) = self.reading else {
+                let n = (HEADER_LEN - self.head_len).min(data.len());
+                self.head[self.head_len..self.head_len + n].copy_from_slice(&data[..n]);
+                self.head_len += n;
+                data.advance(n);
+                if self.head_len < HEADER_LEN {
+                    return Ok(());
                 }
-                Some(len) => {
-                    if self.partial.is_empty() && data.len() >= len {
-                        let message = data.split_to(len);
-                        self.take_first(message);
-                        continue;
-                    }
-                    if self.partial.is_empty() {
-                        // Within the limit: the header was checked.
-                        self.partial.reserve(len);
-                    }
-                    let n = (len - self.partial.len()).min(data.len());
-                    self.partial.extend_from_slice(&data[..n]);
-                    data.advance(n);
-                    if self.partial.len() == len {
-                        let message = self.partial.split().freeze();
-                        self.take_first(message);
-                    }
+                self.head_len = 0;
+                let len = self.checked_len()?;
+                if self.first.is_some() {
+                    self.skipping = len;
+                } else if len == 0 {
+                    self.first = Some(Bytes::new());
+                } else {
+                    self.reading = Some(len);
                 }
+                continue;
+            };
+            let part = data.split_to((len - self.have).min(data.len()));
+            if self.have == 0 && part.len() == len {
+                self.take_first(part);
+                continue;
+            }
+            self.have += part.len();
+            self.parts.push(part);
+            if self.have == len {
+                let mut whole = BytesMut::with_capacity(len);
+                for part in self.parts.drain(..) {
+                    whole.extend_from_slice(&part);
+                }
+                self.take_first(whole.freeze());
             }
         }
     }
@@ -229,26 +240,12 @@ impl MessageReader {
     fn take_first(&mut self, message: Bytes) {
         self.first = Some(message);
         self.reading = None;
+        self.have = 0;
     }
 
-    /// Reads a message header from `data` (completing one begun in an
-    /// earlier frame): the message's length, checked as tonic checks it.
-    fn header(&mut self, data: &mut Bytes) -> Result<Option<usize>, Status> {
-        let mut head = [0u8; HEADER_LEN];
-        if self.partial.is_empty() && data.len() >= HEADER_LEN {
-            head.copy_from_slice(&data[..HEADER_LEN]);
-            data.advance(HEADER_LEN);
-        } else {
-            let n = (HEADER_LEN - self.partial.len()).min(data.len());
-            self.partial.extend_from_slice(&data[..n]);
-            data.advance(n);
-            if self.partial.len() < HEADER_LEN {
-                return Ok(None);
-            }
-            head.copy_from_slice(&self.partial);
-            self.partial.clear();
-        }
-        match head[0] {
+    /// The length in a complete header, checked as tonic checks it.
+    fn checked_len(&self) -> Result<usize, Status> {
+        match self.head[0] {
             0 => {}
             1 => {
                 return Err(Status::internal(
@@ -261,18 +258,19 @@ impl MessageReader {
                 )))
             }
         }
-        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        let h = &self.head;
+        let len = u32::from_be_bytes([h[1], h[2], h[3], h[4]]) as usize;
         if len > self.limit {
             return Err(Status::out_of_range(format!(
                 "Error, decoded message length too large: found {len} bytes, the limit is: {} bytes",
                 self.limit
             )));
         }
-        Ok(Some(len))
+        Ok(len)
     }
 
     fn finish(self) -> Result<Bytes, Status> {
-        if self.reading.is_some() || !self.partial.is_empty() || self.skipping > 0 {
+        if self.reading.is_some() || self.head_len > 0 || self.skipping > 0 {
             return Err(Status::internal("Unexpected EOF decoding stream."));
         }
         self.first
@@ -350,6 +348,22 @@ mod tests {
         reader.push(body.clone()).unwrap();
         let message = reader.finish().unwrap();
         assert_eq!(message.as_ptr(), body[HEADER_LEN..].as_ptr());
+    }
+
+    #[test]
+    fn a_message_in_pieces_holds_only_what_arrived() {
+        // A header announcing 512 MiB, then ten bytes of it.
+        let mut reader = MessageReader::new(1 << 30);
+        let mut body = vec![0u8];
+        body.extend_from_slice(&(1u32 << 29).to_be_bytes());
+        body.extend_from_slice(b"0123456789");
+        reader.push(Bytes::from(body)).unwrap();
+        assert_eq!(reader.have, 10);
+        assert_eq!(reader.parts.iter().map(Bytes::len).sum::<usize>(), 10);
+        assert_eq!(
+            reader.finish().unwrap_err().message(),
+            "Unexpected EOF decoding stream."
+        );
     }
 
     #[test]
