@@ -333,9 +333,6 @@ impl GrpcInferenceService for InferenceService {
     }
 }
 
-/// `--grpc-header-forward-pattern`: the call's matching metadata as
-/// request parameters, read once per call (a stream's requests share
-/// them); `None` when the pattern is unset.
 /// One `ModelInfer` call from its decoded message to its answer: the part
 /// tonic's handler and the direct one (`unary_infer`) share. Each encodes
 /// the answer its own way, inside [`sent`].
@@ -372,6 +369,9 @@ pub(super) fn sent<T>(mut answer: InferResponse, encode: impl FnOnce(InferRespon
     out
 }
 
+/// `--grpc-header-forward-pattern`: the call's matching metadata as
+/// request parameters, read once per call (a stream's requests share
+/// them); `None` when the pattern is unset.
 pub(super) fn forwarded_metadata(
     metadata: &tonic::metadata::MetadataMap,
 ) -> Option<Result<crate::types::Parameters, InferError>> {
