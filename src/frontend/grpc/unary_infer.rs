@@ -329,16 +329,16 @@ mod tests {
         reader.finish()
     }
 
+    /// Cut into frames of any one size, `body` reads as `expected`.
+    fn reads_at_every_cut(body: &[u8], expected: &[u8]) {
+        for chunk in 1..=body.len() {
+            assert_eq!(read(body, chunk, 64).unwrap(), expected, "chunk {chunk}");
+        }
+    }
+
     #[test]
     fn a_message_is_read_whatever_the_frames() {
-        let body = framed(0, b"hello, world");
-        for chunk in 1..=body.len() {
-            assert_eq!(
-                read(&body, chunk, 64).unwrap(),
-                &b"hello, world"[..],
-                "chunk {chunk}"
-            );
-        }
+        reads_at_every_cut(&framed(0, b"hello, world"), b"hello, world");
     }
 
     #[test]
@@ -371,13 +371,7 @@ mod tests {
         let mut body = framed(0, b"first");
         body.extend(framed(0, b"second message"));
         body.extend(framed(0, b""));
-        for chunk in 1..=body.len() {
-            assert_eq!(
-                read(&body, chunk, 64).unwrap(),
-                &b"first"[..],
-                "chunk {chunk}"
-            );
-        }
+        reads_at_every_cut(&body, b"first");
     }
 
     #[test]
