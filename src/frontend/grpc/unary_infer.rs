@@ -155,12 +155,17 @@ where
     reader.finish()
 }
 
+/// Frames smaller than this are copied together while a message is read.
+const SMALL_PART: usize = 4096;
+
 /// Splits a request body into gRPC messages as its frames arrive, keeping
 /// the first. A message that arrives within one frame is a slice of it;
-/// one spread over frames keeps their bytes (not copied) until it is
-/// whole, then is copied once into a buffer of its own length. So memory
-/// grows with what arrived, not with the length a header announces
-/// (tonic reserves that at once).
+/// one spread over frames keeps their bytes until it is whole, then is
+/// copied once into a buffer of its own length. So memory grows with what
+/// arrived, not with the length a header announces (tonic reserves that
+/// at once). Frames under [`SMALL_PART`] are copied together as they
+/// come: kept as handles, a message sent a byte a frame would cost a
+/// handle (32 bytes) and a pinned read buffer per byte.
 #[derive(Debug)]
 struct MessageReader {
     limit: usize,
@@ -169,8 +174,11 @@ struct MessageReader {
     head_len: usize,
     /// Length of the first message once its header is read.
     reading: Option<usize>,
-    /// The first message's bytes so far, and their total.
+    /// The first message's bytes so far: frames of [`SMALL_PART`] or
+    /// more as they came, smaller ones gathered in `small` (which comes
+    /// after `parts`), and their total.
     parts: Vec<Bytes>,
+    small: BytesMut,
     have: usize,
     /// Bytes of a later message still to drop.
     skipping: usize,
@@ -185,6 +193,7 @@ impl MessageReader {
             head_len: 0,
             reading: None,
             parts: Vec::new(),
+            small: BytesMut::new(),
             have: 0,
             skipping: 0,
             first: None,
@@ -226,12 +235,24 @@ impl MessageReader {
                 continue;
             }
             self.have += part.len();
-            self.parts.push(part);
+            if part.len() < SMALL_PART {
+                self.small.extend_from_slice(&part);
+                if self.small.len() >= SMALL_PART {
+                    self.parts.push(self.small.split().freeze());
+                }
+            } else {
+                if !self.small.is_empty() {
+                    self.parts.push(self.small.split().freeze());
+                }
+                self.parts.push(part);
+            }
             if self.have == len {
                 let mut whole = BytesMut::with_capacity(len);
                 for part in self.parts.drain(..) {
                     whole.extend_from_slice(&part);
                 }
+                whole.extend_from_slice(&self.small);
+                self.small = BytesMut::new();
                 self.take_first(whole.freeze());
             }
         }
@@ -359,11 +380,45 @@ mod tests {
         body.extend_from_slice(b"0123456789");
         reader.push(Bytes::from(body)).unwrap();
         assert_eq!(reader.have, 10);
-        assert_eq!(reader.parts.iter().map(Bytes::len).sum::<usize>(), 10);
+        assert_eq!(reader.small.len(), 10);
+        assert!(reader.parts.is_empty());
         assert_eq!(
             reader.finish().unwrap_err().message(),
             "Unexpected EOF decoding stream."
         );
+    }
+
+    #[test]
+    fn small_frames_are_gathered_not_kept_one_by_one() {
+        let message: Vec<u8> = (0..20_000u32).map(|i| i as u8).collect();
+        let body = framed(0, &message);
+        let mut reader = MessageReader::new(1 << 20);
+        reader
+            .push(Bytes::copy_from_slice(&body[..HEADER_LEN]))
+            .unwrap();
+        for (i, byte) in body[HEADER_LEN..].iter().enumerate() {
+            reader.push(Bytes::copy_from_slice(&[*byte])).unwrap();
+            if i + 1 < message.len() {
+                assert!(reader.parts.len() <= (i + 1) / SMALL_PART, "byte {i}");
+            }
+        }
+        assert_eq!(reader.finish().unwrap(), message);
+        // Large frames between small ones keep their place.
+        let mut reader = MessageReader::new(1 << 20);
+        reader
+            .push(Bytes::copy_from_slice(&body[..HEADER_LEN + 3]))
+            .unwrap();
+        let rest = &body[HEADER_LEN + 3..];
+        reader
+            .push(Bytes::copy_from_slice(&rest[..SMALL_PART]))
+            .unwrap();
+        reader
+            .push(Bytes::copy_from_slice(&rest[SMALL_PART..SMALL_PART + 5]))
+            .unwrap();
+        reader
+            .push(Bytes::copy_from_slice(&rest[SMALL_PART + 5..]))
+            .unwrap();
+        assert_eq!(reader.finish().unwrap(), message);
     }
 
     #[test]
