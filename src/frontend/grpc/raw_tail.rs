@@ -45,11 +45,14 @@ pub struct RawTail(pub Vec<Bytes>);
 impl RawTail {
     /// Bytes the tail adds to the protobuf message.
     pub fn encoded_len(&self) -> usize {
-        self.0
-            .iter()
-            .map(|b| 1 + prost::length_delimiter_len(b.len()) + b.len())
-            .sum()
+        self.0.iter().map(|b| raw_output_field_len(b.len())).sum()
     }
+}
+
+/// Bytes one `raw_output_contents` entry of `len` bytes takes in the
+/// message: its key, its length and the bytes.
+pub fn raw_output_field_len(len: usize) -> usize {
+    1 + prost::length_delimiter_len(len) + len
 }
 
 /// Wraps tonic's response body so that `tail` follows the message.

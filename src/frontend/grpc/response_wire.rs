@@ -13,7 +13,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
 use tonic::Status;
 
-use super::raw_tail::{RawTail, MIN_TAIL_BYTES};
+use super::raw_tail::{raw_output_field_len, RawTail, MIN_TAIL_BYTES};
 use crate::types::{InferResponse, ParamValue, Parameters, Tensor};
 
 /// gRPC's message header: compressed flag and length.
@@ -50,7 +50,7 @@ pub(super) fn frame_response(
     let raw_field: usize = response
         .outputs
         .iter()
-        .map(|t| bytes_field_len(RAW_OUTPUT_CONTENTS, t.data.len()))
+        .map(|t| raw_output_field_len(t.data.len()))
         .sum();
     let head_len = head_len(response);
     let len = head_len + raw_field;

@@ -21,12 +21,13 @@
 //! first message of a body used and later ones read and dropped, and
 //! request trailers merged into the metadata.
 
-use std::{convert::Infallible, error::Error as StdError, pin::pin};
+use std::{convert::Infallible, pin::pin};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderValue};
 use http_body::Body;
 use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use prost::Message;
 use tonic::{metadata::MetadataMap, Code, Status};
 
@@ -35,25 +36,25 @@ use super::{
     response_wire::{frame_response, HEADER_LEN},
     service::{model_infer_call, sent},
 };
-use crate::proto::inference::ModelInferRequest;
+use crate::{frontend::transport::PacedBody, proto::inference::ModelInferRequest};
 
 /// The method's path.
 pub(super) const PATH: &str = "/inference.GRPCInferenceService/ModelInfer";
 
-/// The server's message limits, as tonic's inference service has them.
+/// A call's body as the router hands it over (paced like tonic's).
+type RequestBody = PacedBody<Incoming>;
+
+/// The direct path, with the server's message limit (tonic's inference
+/// service has it for both directions).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct DirectInfer {
-    max_decode: usize,
-    max_encode: usize,
+    max_message_size: usize,
 }
 
 impl DirectInfer {
     /// `None` where responses may be compressed: tonic negotiates that.
     pub(super) fn new(max_message_size: usize, compress_responses: bool) -> Option<Self> {
-        (!compress_responses).then_some(Self {
-            max_decode: max_message_size,
-            max_encode: max_message_size,
-        })
+        (!compress_responses).then_some(Self { max_message_size })
     }
 
     /// Whether a call with these headers is served here: its messages are
@@ -65,34 +66,28 @@ impl DirectInfer {
     }
 
     /// Serves one call; every failure is a gRPC status (trailers-only).
-    pub(super) async fn call<B>(
+    pub(super) async fn call(
         self,
-        req: http::Request<B>,
-    ) -> Result<http::Response<tonic::body::Body>, Infallible>
-    where
-        B: Body<Data = Bytes>,
-        B::Error: Into<Box<dyn StdError + Send + Sync>>,
-    {
+        req: http::Request<RequestBody>,
+    ) -> Result<http::Response<tonic::body::Body>, Infallible> {
         Ok(self.answer(req).await.unwrap_or_else(Status::into_http))
     }
 
-    async fn answer<B>(
+    async fn answer(
         self,
-        req: http::Request<B>,
-    ) -> Result<http::Response<tonic::body::Body>, Status>
-    where
-        B: Body<Data = Bytes>,
-        B::Error: Into<Box<dyn StdError + Send + Sync>>,
-    {
+        req: http::Request<RequestBody>,
+    ) -> Result<http::Response<tonic::body::Body>, Status> {
         let (parts, body) = req.into_parts();
         let mut headers = parts.headers;
-        let message = read_first_message(body, self.max_decode, &mut headers).await?;
+        let message = read_first_message(body, self.max_message_size, &mut headers).await?;
         // tonic_prost's mapping of a decode error.
         let message =
             ModelInferRequest::decode(message).map_err(|e| Status::internal(e.to_string()))?;
         let metadata = MetadataMap::from_headers(headers);
         let answer = model_infer_call(&metadata, &parts.extensions, message).await?;
-        let (framed, tail) = sent(answer, |answer| frame_response(&answer, self.max_encode))?;
+        let (framed, tail) = sent(answer, |answer| {
+            frame_response(&answer, self.max_message_size)
+        })?;
         let body = tonic::body::Body::new(OneMessage {
             message: Some(framed),
             trailers: Some(ok_trailers()),
@@ -119,22 +114,18 @@ fn ok_trailers() -> HeaderMap {
 /// The body's first gRPC message; later ones are read and dropped, the
 /// body's trailers are added to `headers` (tonic merges them into the
 /// request's metadata).
-async fn read_first_message<B>(
-    body: B,
+async fn read_first_message(
+    body: RequestBody,
     limit: usize,
     headers: &mut HeaderMap,
-) -> Result<Bytes, Status>
-where
-    B: Body<Data = Bytes>,
-    B::Error: Into<Box<dyn StdError + Send + Sync>>,
-{
+) -> Result<Bytes, Status> {
     let mut body = pin!(body);
     let mut reader = MessageReader::new(limit);
     while let Some(frame) = body.frame().await {
         let frame = match frame {
             Ok(frame) => frame,
             Err(e) => {
-                let status = Status::from_error(e.into());
+                let status = Status::from_error(Box::new(e));
                 // tonic ends a request stream the client cancelled as if
                 // it had ended there.
                 if status.code() == Code::Cancelled {
