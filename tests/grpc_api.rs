@@ -405,6 +405,12 @@ async fn raw_model_infer(
         None => {}
     }
     let answer = answer.await.unwrap();
+    // Triton's gRPC answers carry no `date` (hyper would add one).
+    assert!(
+        answer.headers().get("date").is_none(),
+        "{:?}",
+        answer.headers()
+    );
     let status_of = |h: &http::HeaderMap| {
         h.get("grpc-status").map(|s| {
             let msg = h

@@ -87,49 +87,69 @@ impl hyper::service::Service<http::Request<Incoming>> for GrpcRouter {
         let path = req.uri().path();
         let unary = !is_streaming(path);
         self.streams.next_apart(!unary);
-        let fut: Pin<
-            Box<dyn Future<Output = Result<http::Response<tonic::body::Body>, Infallible>> + Send>,
-        > = if let Some(refused) = self
+        let answer = Answer {
+            in_flight,
+            unary,
+            active,
+        };
+        if let Some(refused) = self
             .restricted
             .as_deref()
             .and_then(|r| r.refuses(restricted::grpc_category(path)?, req.headers()))
         {
             // Before the service, so a refused stream is not opened either.
             let status = tonic::Status::unavailable(refused.message());
-            Box::pin(async move { Ok(status.into_http()) })
+            answer.boxed(async move { Ok(status.into_http()) })
         } else if let Some(direct) = self
             .direct_infer
             .filter(|_| path == unary_infer::PATH && DirectInfer::takes(req.headers()))
         {
-            Box::pin(direct.call(req.map(PacedBody::new)))
+            answer.boxed(direct.call(req.map(PacedBody::new)))
         } else if path.starts_with("/inference.GRPCInferenceService/") {
-            Box::pin(self.inference.clone().call(req.map(PacedBody::new)))
+            answer.boxed(self.inference.clone().call(req.map(PacedBody::new)))
         } else if path.starts_with("/grpc.health.v1.Health/") {
-            Box::pin(self.health.clone().call(req))
+            answer.boxed(self.health.clone().call(req))
         } else {
             let status = tonic::Status::unimplemented(format!("unknown gRPC method {path}"));
-            Box::pin(async move { Ok(status.into_http()) })
-        };
+            answer.boxed(async move { Ok(status.into_http()) })
+        }
+    }
+}
+
+/// What every call's answer is wrapped in on its way to hyper.
+struct Answer {
+    /// A unary answer stays in flight until hyper has handed its last
+    /// frame to h2: ending it when the service returned re-armed the
+    /// shard's spinner, whose round then ran before the connection task
+    /// that writes the answer (a `sched_yield` and an `epoll_wait` inside
+    /// most c=1 round trips). A stream's body lives as long as the call,
+    /// which must not hold the spinner off or keep a drain waiting: a
+    /// stream is in flight until its service answered with the head.
+    in_flight: InFlight,
+    unary: bool,
+    active: ActiveRequest,
+}
+
+impl Answer {
+    /// One box per call, the service's future in it: generic over the
+    /// service rather than boxing its future and then this one around it
+    /// (the direct `ModelInfer` future is 2.5 KB, copied into each box).
+    fn boxed<F>(self, service: F) -> GrpcFuture
+    where
+        F: Future<Output = Result<http::Response<tonic::body::Body>, Infallible>> + 'static,
+    {
         Box::pin(async move {
-            let out = fut.await;
-            // A unary answer stays in flight until hyper has handed its last
-            // frame to h2: ending it here re-armed the shard's spinner,
-            // whose round then ran before the connection task that writes
-            // the answer (a `sched_yield` and an `epoll_wait` inside most
-            // c=1 round trips). A stream's body lives as long as the call,
-            // which must not hold the spinner off or keep a drain waiting.
-            let in_flight = unary.then_some(in_flight);
-            out.map(|mut resp| {
-                size_limit::rewrite(resp.headers_mut());
-                let tail = resp.extensions_mut().remove::<RawTail>();
-                resp.map(|body| {
-                    let body = match tail {
-                        Some(tail) => with_raw_tail(body, tail),
-                        None => body,
-                    };
-                    TrackedBody::new(SizeLimitStatus::new(body), active).holding(in_flight)
-                })
-            })
+            let Ok(mut resp) = service.await;
+            let in_flight = self.unary.then_some(self.in_flight);
+            size_limit::rewrite(resp.headers_mut());
+            let tail = resp.extensions_mut().remove::<RawTail>();
+            Ok(resp.map(|body| {
+                let body = match tail {
+                    Some(tail) => with_raw_tail(body, tail),
+                    None => body,
+                };
+                TrackedBody::new(SizeLimitStatus::new(body), self.active).holding(in_flight)
+            }))
         })
     }
 }
@@ -252,6 +272,9 @@ async fn serve_http2<T>(
     builder
         .timer(MonoioTimer)
         .max_concurrent_streams(1024)
+        // gRPC servers send no `date` (Triton's does not); hyper's costs a
+        // clock read and a header to encode on every answer.
+        .auto_date_header(false)
         // Keepalive is the frame watch's (`transport::H2Watch`): hyper's
         // would ping without gRPC's limits.
         .keep_alive_interval(None);

@@ -36,7 +36,9 @@ use super::{
     response_wire::{frame_response, HEADER_LEN},
     service::{model_infer_call, sent},
 };
-use crate::{frontend::transport::PacedBody, proto::inference::ModelInferRequest};
+use crate::{
+    frontend::transport::PacedBody, proto::inference::ModelInferRequest, types::InferResponse,
+};
 
 /// The method's path.
 pub(super) const PATH: &str = "/inference.GRPCInferenceService/ModelInfer";
@@ -66,25 +68,35 @@ impl DirectInfer {
     }
 
     /// Serves one call; every failure is a gRPC status (trailers-only).
+    ///
+    /// One future for the whole call, the handler's awaited inside it:
+    /// each nested async fn is built and then moved into its caller's
+    /// state, and this one is copied into the router's box.
     pub(super) async fn call(
         self,
         req: http::Request<RequestBody>,
     ) -> Result<http::Response<tonic::body::Body>, Infallible> {
-        Ok(self.answer(req).await.unwrap_or_else(Status::into_http))
-    }
-
-    async fn answer(
-        self,
-        req: http::Request<RequestBody>,
-    ) -> Result<http::Response<tonic::body::Body>, Status> {
         let (parts, body) = req.into_parts();
         let mut headers = parts.headers;
-        let message = read_first_message(body, self.max_message_size, &mut headers).await?;
-        // tonic_prost's mapping of a decode error.
-        let message =
-            ModelInferRequest::decode(message).map_err(|e| Status::internal(e.to_string()))?;
-        let metadata = MetadataMap::from_headers(headers);
-        let answer = model_infer_call(&metadata, &parts.extensions, message).await?;
+        let answer = match read_first_message(body, self.max_message_size, &mut headers).await {
+            // tonic_prost's mapping of a decode error.
+            Ok(message) => match ModelInferRequest::decode(message) {
+                Ok(message) => {
+                    let metadata = MetadataMap::from_headers(headers);
+                    model_infer_call(&metadata, &parts.extensions, message).await
+                }
+                Err(e) => Err(Status::internal(e.to_string())),
+            },
+            Err(status) => Err(status),
+        };
+        Ok(answer
+            .and_then(|answer| self.respond(answer))
+            .unwrap_or_else(Status::into_http))
+    }
+
+    /// The answer as its HTTP/2 response: one data frame (and a raw tail
+    /// where outputs are large), then the trailers.
+    fn respond(self, answer: InferResponse) -> Result<http::Response<tonic::body::Body>, Status> {
         let (framed, tail) = sent(answer, |answer| {
             frame_response(&answer, self.max_message_size)
         })?;
