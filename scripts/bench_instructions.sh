@@ -57,7 +57,7 @@ for f in sorted(glob.glob(d + "/cg.*.1-*")):
     total = re.search(r"^summary: (\d+)", text, re.M)
     if not total or int(total.group(1)) < 1_000_000:
         continue
-    if "shard_thread::run" in text:
+    if "shard_thread" in text:
         who = "shard"
     elif "compute/worker.rs" in text or "compute::worker" in text:
         who = "compute"

@@ -264,7 +264,7 @@ fn decode_input(
 
 /// Checks a raw input against its shape: exact byte size for fixed-size
 /// types, framing and element count for BYTES.
-fn check_raw(dt: DataType, data: &[u8], count: usize) -> Result<(), String> {
+pub(super) fn check_raw(dt: DataType, data: &[u8], count: usize) -> Result<(), String> {
     match dt.element_size() {
         Some(size) => match count.checked_mul(size) {
             Some(n) if n == data.len() => Ok(()),

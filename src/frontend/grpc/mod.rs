@@ -5,6 +5,7 @@ mod conn_streams;
 mod health;
 mod raw_tail;
 mod repository_service;
+mod request_wire;
 mod response_wire;
 mod server;
 mod service;

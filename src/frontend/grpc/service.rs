@@ -52,7 +52,7 @@ fn check_name_length(name: &str) -> Result<(), Status> {
     check_model_name(name).map_err(to_status)
 }
 
-fn check_model_name(name: &str) -> Result<(), InferError> {
+pub(super) fn check_model_name(name: &str) -> Result<(), InferError> {
     if name.len() <= MAX_MODEL_NAME {
         return Ok(());
     }
@@ -221,7 +221,7 @@ impl GrpcInferenceService for InferenceService {
         req: Request<ModelInferRequest>,
     ) -> Result<Response<ModelInferResponse>, Status> {
         let (metadata, extensions, message) = req.into_parts();
-        let answer = model_infer_call(&metadata, &extensions, message).await?;
+        let answer = model_infer_call(&metadata, &extensions, InferMessage::Proto(message)).await?;
         let (encoded, tail) = sent(answer, |answer| {
             let mut encoded = encode_model_infer_response(answer);
             let tail = take_raw_tail(&mut encoded);
@@ -333,15 +333,31 @@ impl GrpcInferenceService for InferenceService {
     }
 }
 
+/// A `ModelInfer` message as a handler has it: prost's, or already the
+/// request (`request_wire` read a plain message on the direct path).
+pub(super) enum InferMessage {
+    Proto(ModelInferRequest),
+    Plain(InferRequest),
+}
+
+impl InferMessage {
+    fn model_name(&self) -> &str {
+        match self {
+            Self::Proto(m) => &m.model_name,
+            Self::Plain(r) => &r.model_name,
+        }
+    }
+}
+
 /// One `ModelInfer` call from its decoded message to its answer: the part
 /// tonic's handler and the direct one (`unary_infer`) share. Each encodes
 /// the answer its own way, inside [`sent`].
 pub(super) async fn model_infer_call(
     metadata: &tonic::metadata::MetadataMap,
     extensions: &http::Extensions,
-    message: ModelInferRequest,
+    message: InferMessage,
 ) -> Result<InferResponse, Status> {
-    let mut trace = core::trace(&message.model_name);
+    let mut trace = core::trace(message.model_name());
     if trace.is_traced() {
         if let Some(at) = extensions.get::<crate::trace::HeadersAt>() {
             trace.stamp_at(Event::GrpcWaitreadStart, at.0);
@@ -349,7 +365,10 @@ pub(super) async fn model_infer_call(
         trace.stamp(Event::GrpcWaitreadEnd);
     }
     let forwarded = forwarded_metadata(metadata);
-    let mut request = decode_infer_request(message).await.map_err(to_status)?;
+    let mut request = match message {
+        InferMessage::Proto(m) => decode_infer_request(m).await.map_err(to_status)?,
+        InferMessage::Plain(r) => r,
+    };
     if let Some(forwarded) = forwarded {
         merge_forwarded(&mut request, forwarded).map_err(to_status)?;
     }

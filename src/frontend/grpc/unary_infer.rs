@@ -33,8 +33,9 @@ use tonic::{metadata::MetadataMap, Code, Status};
 
 use super::{
     raw_tail::with_raw_tail,
+    request_wire::decode_plain,
     response_wire::{frame_response, HEADER_LEN},
-    service::{model_infer_call, sent},
+    service::{model_infer_call, sent, InferMessage},
 };
 use crate::{
     frontend::transport::PacedBody, proto::inference::ModelInferRequest, types::InferResponse,
@@ -79,13 +80,12 @@ impl DirectInfer {
         let (parts, body) = req.into_parts();
         let mut headers = parts.headers;
         let answer = match read_first_message(body, self.max_message_size, &mut headers).await {
-            // tonic_prost's mapping of a decode error.
-            Ok(message) => match ModelInferRequest::decode(message) {
+            Ok(message) => match decode(message) {
                 Ok(message) => {
                     let metadata = MetadataMap::from_headers(headers);
                     model_infer_call(&metadata, &parts.extensions, message).await
                 }
-                Err(e) => Err(Status::internal(e.to_string())),
+                Err(status) => Err(status),
             },
             Err(status) => Err(status),
         };
@@ -115,6 +115,18 @@ impl DirectInfer {
         );
         Ok(response)
     }
+}
+
+/// The message as the handler takes it: read straight into the request
+/// where it is plain, else through prost (with tonic_prost's mapping of a
+/// decode error) and the conversion tonic's path runs.
+fn decode(message: Bytes) -> Result<InferMessage, Status> {
+    if let Some(request) = decode_plain(&message) {
+        return Ok(InferMessage::Plain(request));
+    }
+    ModelInferRequest::decode(message)
+        .map(InferMessage::Proto)
+        .map_err(|e| Status::internal(e.to_string()))
 }
 
 fn ok_trailers() -> HeaderMap {

@@ -1,0 +1,203 @@
+//! A `ModelInferRequest` read straight from its wire bytes into an
+//! [`InferRequest`], for the plain shape nearly every client sends: names,
+//! datatypes and shapes, one raw content per input, requested outputs by
+//! name, and no parameters, typed contents or shared memory anywhere.
+//!
+//! prost's decode and the conversion after it were about 13 % of the
+//! shard's instructions for `simple` over gRPC (callgrind,
+//! `scripts/bench_instructions.sh`): a generic merge per field, a
+//! `Vec<InferInputTensor>` and a `String` per datatype that the conversion
+//! drops again. Here each field is read once into what the request keeps.
+//!
+//! Anything else, and anything this reader is not sure of (a field it does
+//! not take, a bad varint or length, invalid UTF-8, a datatype, shape or
+//! raw size the conversion would refuse), answers `None` and the caller
+//! decodes the same bytes with prost and converts as before. So every
+//! error, and every request with more than the plain fields, keeps its
+//! exact text and path; the unit tests hold this reader to prost plus the
+//! conversion on generated and on damaged messages.
+
+use bytes::Bytes;
+
+use super::codec::check_raw;
+use crate::types::{element_count, DataType, InferRequest, RequestedOutput, Tensor};
+
+/// Protobuf wire types this reader meets.
+const VARINT: u64 = 0;
+const LEN: u64 = 2;
+
+/// The request, when `message` holds only the plain fields and the
+/// conversion would take it as it is; `None` sends the caller to prost.
+pub(super) fn decode_plain(message: &Bytes) -> Option<InferRequest> {
+    let mut r = Reader::new(message);
+    let mut model_name = String::new();
+    let mut model_version = String::new();
+    let mut id = String::new();
+    let mut inputs: Vec<PlainInput> = Vec::new();
+    let mut outputs = Vec::new();
+    let mut raw: Vec<Bytes> = Vec::new();
+    while !r.done() {
+        let (field, wire) = r.key()?;
+        if wire != LEN {
+            return None;
+        }
+        let (start, end) = r.len_delimited()?;
+        let body = &message[start..end];
+        match field {
+            // Singular strings: the last occurrence wins, as in prost.
+            1 => model_name = utf8(body)?,
+            2 => model_version = utf8(body)?,
+            3 => id = utf8(body)?,
+            5 => inputs.push(PlainInput::read(body)?),
+            6 => outputs.push(RequestedOutput {
+                name: output_name(body)?,
+                parameters: Default::default(),
+            }),
+            7 => raw.push(message.slice(start..end)),
+            _ => return None,
+        }
+    }
+    if super::service::check_model_name(&model_name).is_err()
+        || raw.is_empty()
+        || raw.len() != inputs.len()
+    {
+        return None;
+    }
+    let mut tensors = Vec::with_capacity(inputs.len());
+    for (input, data) in inputs.into_iter().zip(raw) {
+        let datatype = DataType::from_wire(input.datatype)?;
+        if input.shape.iter().any(|&d| d < 0) {
+            return None;
+        }
+        let count = element_count(&input.shape)?;
+        check_raw(datatype, &data, count).ok()?;
+        tensors.push(Tensor {
+            name: input.name,
+            datatype,
+            shape: input.shape,
+            data,
+        });
+    }
+    Some(InferRequest {
+        model_name,
+        model_version,
+        id,
+        inputs: tensors,
+        outputs,
+        parameters: Default::default(),
+        trace: Default::default(),
+    })
+}
+
+/// An input's plain fields; its datatype stays borrowed from the message.
+struct PlainInput<'a> {
+    name: String,
+    datatype: &'a str,
+    shape: Vec<i64>,
+}
+
+impl<'a> PlainInput<'a> {
+    fn read(body: &'a [u8]) -> Option<Self> {
+        let mut r = Reader::new(body);
+        let mut name = String::new();
+        let mut datatype = "";
+        let mut shape = Vec::new();
+        while !r.done() {
+            match r.key()? {
+                (1, LEN) => name = utf8(r.bytes()?)?,
+                (2, LEN) => datatype = std::str::from_utf8(r.bytes()?).ok()?,
+                // Repeated int64, packed or not; occurrences append.
+                (3, LEN) => {
+                    let mut packed = Reader::new(r.bytes()?);
+                    while !packed.done() {
+                        shape.push(packed.varint()? as i64);
+                    }
+                }
+                (3, VARINT) => shape.push(r.varint()? as i64),
+                _ => return None,
+            }
+        }
+        Some(Self {
+            name,
+            datatype,
+            shape,
+        })
+    }
+}
+
+/// A requested output with a name only.
+fn output_name(body: &[u8]) -> Option<String> {
+    let mut r = Reader::new(body);
+    let mut name = String::new();
+    while !r.done() {
+        match r.key()? {
+            (1, LEN) => name = utf8(r.bytes()?)?,
+            _ => return None,
+        }
+    }
+    Some(name)
+}
+
+fn utf8(bytes: &[u8]) -> Option<String> {
+    std::str::from_utf8(bytes).ok().map(str::to_owned)
+}
+
+/// A cursor over protobuf bytes; every read checks its bounds.
+struct Reader<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        Self { buf, at: 0 }
+    }
+
+    fn done(&self) -> bool {
+        self.at >= self.buf.len()
+    }
+
+    /// A base-128 varint of at most ten bytes, the tenth at most 1 (what
+    /// prost accepts).
+    fn varint(&mut self) -> Option<u64> {
+        let mut value = 0u64;
+        for i in 0..10 {
+            let byte = *self.buf.get(self.at)?;
+            self.at += 1;
+            if i == 9 && byte > 1 {
+                return None;
+            }
+            value |= u64::from(byte & 0x7f) << (7 * i);
+            if byte < 0x80 {
+                return Some(value);
+            }
+        }
+        None
+    }
+
+    /// A field's number and wire type; field 0 is invalid.
+    fn key(&mut self) -> Option<(u64, u64)> {
+        let key = self.varint()?;
+        if key > u64::from(u32::MAX) || key >> 3 == 0 {
+            return None;
+        }
+        Some((key >> 3, key & 7))
+    }
+
+    /// The bounds of a length-delimited field's bytes, stepped over.
+    fn len_delimited(&mut self) -> Option<(usize, usize)> {
+        let len = usize::try_from(self.varint()?).ok()?;
+        let start = self.at;
+        let end = start.checked_add(len).filter(|&e| e <= self.buf.len())?;
+        self.at = end;
+        Some((start, end))
+    }
+
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let (start, end) = self.len_delimited()?;
+        Some(&self.buf[start..end])
+    }
+}
+
+#[cfg(test)]
+mod tests;
