@@ -27,10 +27,7 @@ port=${PORT:-18500}
 protos=${PROTOS:-grpc binary}
 python=${PYTHON:-.venv/bin/python}
 bench=target/release/shardserve-bench
-if [ -z "${SHARDSERVE_ORT_LIB:-}" ]; then
-  lib=$(ls .venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* 2>/dev/null | head -n 1 || true)
-  [ -n "$lib" ] && export SHARDSERVE_ORT_LIB=$PWD/$lib
-fi
+ss_export_ort_lib
 work=$(mktemp -d)
 spid=
 trap '[ -n "$spid" ] && kill "$spid" 2>/dev/null; rm -rf "$work"' EXIT

@@ -18,6 +18,8 @@
 #   Needs valgrind (apt-get install valgrind); not part of scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 command -v valgrind >/dev/null && command -v callgrind_control >/dev/null || {
   echo "valgrind is required (apt-get install valgrind)" >&2
   exit 1
@@ -33,10 +35,7 @@ scpu=${SERVER_CPU:-0}
 ccpu=${CLIENT_CPU:-1}
 port=${PORT:-18800}
 bench=target/release/shardserve-bench
-if [ -z "${SHARDSERVE_ORT_LIB:-}" ]; then
-  lib=$(ls .venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* 2>/dev/null | head -n 1 || true)
-  [ -n "$lib" ] && export SHARDSERVE_ORT_LIB=$PWD/$lib
-fi
+ss_export_ort_lib
 work=$(mktemp -d)
 spid=
 trap '[ -n "$spid" ] && kill "$spid" 2>/dev/null; rm -rf "$work"' EXIT
@@ -79,10 +78,8 @@ for round in $(seq 1 "$rounds"); do
         --grpc-port $((port + 1)) --metrics-port $((port + 2)) --cores 1 --io-driver epoll \
         >"$work/server.log" 2>&1 &
       spid=$!
-      for _ in $(seq 1 180); do
-        curl -sf "127.0.0.1:$port/v2/health/ready" >/dev/null && break
-        sleep 1
-      done
+      # Up to 180 s: start-up under callgrind is slow.
+      ss_wait_ready "$port" 1800 || { echo "server did not become ready:"; cat "$work/server.log"; exit 1; }
       case $proto in
         json) args=(-i http -u 127.0.0.1:$port --input-tensor-format json --output-tensor-format json) ;;
         binary) args=(-i http -u 127.0.0.1:$port) ;;

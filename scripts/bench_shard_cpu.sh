@@ -26,10 +26,7 @@ scpu=${SERVER_CPU:-0}
 ccpu=${CLIENT_CPU:-1}
 port=${PORT:-18900}
 bench=target/release/shardserve-bench
-if [ -z "${SHARDSERVE_ORT_LIB:-}" ]; then
-  lib=$(ls .venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* 2>/dev/null | head -n 1 || true)
-  [ -n "$lib" ] && export SHARDSERVE_ORT_LIB=$PWD/$lib
-fi
+ss_export_ort_lib
 command -v perf >/dev/null || { echo "perf is required" >&2; exit 1; }
 work=$(mktemp -d)
 spid=

@@ -1,6 +1,18 @@
 # Helpers shared by the bench and device scripts: `source scripts/lib.sh`.
 # Nothing here runs on its own.
 
+# ss_export_ort_lib: points SHARDSERVE_ORT_LIB at the .venv's ONNX Runtime
+# when it is unset, so binaries copied out of target/release load ONNX models.
+ss_export_ort_lib() {
+  [ -n "${SHARDSERVE_ORT_LIB:-}" ] && return 0
+  local lib
+  lib=$(ls .venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* 2>/dev/null | head -n 1 || true)
+  if [ -n "$lib" ]; then
+    SHARDSERVE_ORT_LIB=$PWD/$lib
+    export SHARDSERVE_ORT_LIB
+  fi
+}
+
 # ss_wait_ready PORT [TRIES=300]: polls /v2/health/ready on 127.0.0.1:PORT
 # every 0.1 s; status 1 once TRIES polls have failed.
 ss_wait_ready() {

@@ -196,6 +196,17 @@ fn repeated_fields_behave_as_in_prost() {
     assert_eq!(decode_plain(&bytes).unwrap().inputs[0].shape, vec![2, 3]);
 }
 
+/// Requested outputs by name only.
+fn requested(names: Vec<String>) -> Vec<InferRequestedOutputTensor> {
+    names
+        .into_iter()
+        .map(|name| InferRequestedOutputTensor {
+            name,
+            ..Default::default()
+        })
+        .collect()
+}
+
 fn datatype() -> impl Strategy<Value = String> {
     prop::sample::select(vec![
         "BOOL", "INT8", "INT32", "INT64", "UINT16", "FP16", "FP32", "FP64", "BYTES", "BF16",
@@ -255,13 +266,7 @@ fn request() -> impl Strategy<Value = ModelInferRequest> {
                     HashMap::new()
                 },
                 inputs,
-                outputs: outputs
-                    .into_iter()
-                    .map(|name| InferRequestedOutputTensor {
-                        name,
-                        ..Default::default()
-                    })
-                    .collect(),
+                outputs: requested(outputs),
                 raw_input_contents: raw.into_iter().map(Bytes::from).collect(),
             },
         )
@@ -293,13 +298,7 @@ fn plain_request() -> impl Strategy<Value = ModelInferRequest> {
                 model_name,
                 model_version,
                 id,
-                outputs: outputs
-                    .into_iter()
-                    .map(|name| InferRequestedOutputTensor {
-                        name,
-                        ..Default::default()
-                    })
-                    .collect(),
+                outputs: requested(outputs),
                 inputs: inputs
                     .into_iter()
                     .map(|(name, (dt, _), shape)| input(&name, dt, shape))
