@@ -1,17 +1,20 @@
-//! The answers in flight on one `ModelStreamInfer` call, yielded as they
-//! complete, except that the answers of one sequence keep the order their
-//! requests were read in.
+//! The answers in flight on one `ModelStreamInfer` call, yielded in the
+//! order they complete, except that the answers of one sequence keep the
+//! order their requests were read in.
 //!
-//! The sequence batcher runs a sequence's requests one after another, so
-//! their answers complete in order; but a set of streams polled together
-//! (`SelectAll`) yields ready items in the order it queued them for
-//! polling, not in the order they became ready, so two answers of one
-//! sequence that both complete before the call is polled again could go
-//! out swapped. Here only the first unfinished answer of each sequence is
-//! in the polled set; the later ones wait behind it (already dispatched,
-//! so queued at their scheduler in order) and enter the set as it ends.
-//! Answers of different sequences, and requests outside any sequence,
-//! still go out in completion order.
+//! Every answer is in one polled set (`SelectAll`) from the moment it is
+//! dispatched, so the set's queue of woken answers is the order in which
+//! they completed, whenever the call gets to poll it. The answers of a
+//! sequence behind its first unfinished one (its head) are polled too, but
+//! what they yield is held until every earlier answer of the sequence has
+//! ended, then released ahead of anything completed later.
+//!
+//! An answer's end is seen in the same poll as its last response (the
+//! answer is polled once more after each response): otherwise the end of
+//! a sequence's head would be queued behind answers that completed after
+//! the next request of the sequence, and those would overtake it (a
+//! sequence's END and the backlogged START it let in, both complete
+//! before the call is polled, went out START first).
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -20,29 +23,44 @@ use std::{
     task::{Context, Poll},
 };
 
-use futures::{
-    stream::{self, SelectAll},
-    Stream, StreamExt,
-};
+use futures::{stream::SelectAll, Stream, StreamExt};
 
 /// One request's answer: the responses it sends.
 pub type Answer<T> = Pin<Box<dyn Stream<Item = T> + Send>>;
 
 enum Event<K, T> {
+    /// A response of a request outside any sequence.
     Item(T),
-    /// The answer of a request of sequence `K` has no more items.
-    Ended(K),
+    /// What one answer of sequence `key` yielded: a response, its end
+    /// (after that response, or with none), or both.
+    InSequence {
+        key: K,
+        answer: u64,
+        item: Option<T>,
+        ended: bool,
+    },
 }
 
 type Tracked<K, T> = Pin<Box<dyn Stream<Item = Event<K, T>> + Send>>;
 
+/// An answer of a sequence that has not ended or whose responses are
+/// still held behind an earlier answer.
+struct Unfinished<T> {
+    answer: u64,
+    held: VecDeque<T>,
+    ended: bool,
+}
+
 pub struct OrderedAnswers<K, T> {
     in_flight: SelectAll<Tracked<K, T>>,
-    /// Sequences with an answer in `in_flight`, each with the answers of
-    /// its later requests waiting behind it.
-    sequences: HashMap<K, VecDeque<Tracked<K, T>>>,
-    /// Answers held in `sequences`.
-    waiting: usize,
+    /// Each sequence's unfinished answers in read order; the front one's
+    /// responses go out as they come.
+    sequences: HashMap<K, VecDeque<Unfinished<T>>>,
+    /// Responses of answers that just became their sequence's head.
+    released: VecDeque<T>,
+    /// Answers that ended with responses still held.
+    ended_held: usize,
+    next_answer: u64,
 }
 
 impl<K, T> OrderedAnswers<K, T>
@@ -54,13 +72,15 @@ where
         Self {
             in_flight: SelectAll::new(),
             sequences: HashMap::new(),
-            waiting: 0,
+            released: VecDeque::new(),
+            ended_held: 0,
+            next_answer: 0,
         }
     }
 
-    /// Answers not yet finished.
+    /// Answers not yet finished (a released response counts as one).
     pub fn len(&self) -> usize {
-        self.in_flight.len() + self.waiting
+        self.in_flight.len() + self.ended_held + self.released.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -71,27 +91,42 @@ where
     pub fn clear(&mut self) {
         self.in_flight = SelectAll::new();
         self.sequences.clear();
-        self.waiting = 0;
+        self.released.clear();
+        self.ended_held = 0;
     }
 
     /// Adds a dispatched request's answer. `first` is a response its
     /// first poll already produced: it is handed back when it may be sent
-    /// at once, and otherwise kept in front of the rest of the answer,
+    /// at once, and otherwise held in front of the rest of the answer,
     /// behind the earlier answers of its sequence.
     pub fn push(&mut self, sequence: Option<K>, first: Option<T>, answer: Answer<T>) -> Option<T> {
         let Some(key) = sequence else {
             self.in_flight.push(Box::pin(answer.map(Event::Item)));
             return first;
         };
-        if let Some(waiting) = self.sequences.get_mut(&key) {
-            let whole = Box::pin(stream::iter(first).chain(answer));
-            waiting.push_back(in_sequence(whole, key));
-            self.waiting += 1;
-            return None;
-        }
-        self.sequences.insert(key.clone(), VecDeque::new());
-        self.in_flight.push(in_sequence(answer, key));
-        first
+        let id = self.next_answer;
+        self.next_answer += 1;
+        let unfinished = self.sequences.entry(key.clone()).or_default();
+        let head = unfinished.is_empty();
+        let mut held = VecDeque::new();
+        let now = if head {
+            first
+        } else {
+            held.extend(first);
+            None
+        };
+        unfinished.push_back(Unfinished {
+            answer: id,
+            held,
+            ended: false,
+        });
+        self.in_flight.push(Box::pin(InSequence {
+            answer: Some(answer),
+            peeked: None,
+            key,
+            id,
+        }));
+        now
     }
 
     /// Polls the answers the set has not polled yet (those just pushed),
@@ -99,8 +134,7 @@ where
     /// `push`, registered the caller's wake-up, not the set's: until the
     /// set polls it, it waits in the set's queue in push order, so answers
     /// completing before then would leave in push order, not completion
-    /// order (a sequence's END and the backlogged START it let in, run
-    /// back to back, went out START first). Call after each `push`.
+    /// order. Call after each `push`.
     pub fn settle(&mut self, cx: &mut Context<'_>, out: &mut VecDeque<T>) {
         while let Poll::Ready(Some(item)) = self.poll_next(cx) {
             out.push_back(item);
@@ -111,51 +145,140 @@ where
     /// flight (the last answers ended with no more items).
     pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
         loop {
+            if let Some(item) = self.released.pop_front() {
+                return Poll::Ready(Some(item));
+            }
             match self.in_flight.poll_next_unpin(cx) {
                 Poll::Ready(Some(Event::Item(item))) => return Poll::Ready(Some(item)),
-                Poll::Ready(Some(Event::Ended(key))) => self.next_of(&key),
+                Poll::Ready(Some(Event::InSequence {
+                    key,
+                    answer,
+                    item,
+                    ended,
+                })) => {
+                    if let Some(item) = self.in_sequence(&key, answer, item, ended) {
+                        return Poll::Ready(Some(item));
+                    }
+                }
+                // Every answer ended, so every sequence's held responses
+                // were released (checked above).
                 Poll::Ready(None) => return Poll::Ready(None),
-                // Registered the wake-ups of every answer in the set;
-                // waiting answers woke the call when they were dispatched
-                // and are polled once they enter the set.
+                // Registered the wake-ups of every answer in the set.
                 Poll::Pending => return Poll::Pending,
             }
         }
     }
 
-    fn next_of(&mut self, key: &K) {
-        let Some(waiting) = self.sequences.get_mut(key) else {
-            return;
+    /// Takes what an answer of `key` yielded: the response to send now,
+    /// if it is the sequence's head's.
+    fn in_sequence(&mut self, key: &K, answer: u64, item: Option<T>, ended: bool) -> Option<T> {
+        let Some(unfinished) = self.sequences.get_mut(key) else {
+            // Not tracked (cannot happen: cleared answers are dropped).
+            return item;
         };
-        match waiting.pop_front() {
-            Some(next) => {
-                self.waiting -= 1;
-                self.in_flight.push(next);
+        if unfinished.front().is_some_and(|u| u.answer == answer) {
+            if ended {
+                unfinished.pop_front();
+                self.promote(key);
             }
-            None => {
-                self.sequences.remove(key);
+            // The head's response goes before those just released.
+            return match item {
+                Some(item) => Some(item),
+                None => self.released.pop_front(),
+            };
+        }
+        if let Some(u) = unfinished.iter_mut().find(|u| u.answer == answer) {
+            u.held.extend(item);
+            if ended && !u.ended {
+                u.ended = true;
+                self.ended_held += 1;
             }
         }
+        None
+    }
+
+    /// The head of `key` ended: the next answers' held responses are
+    /// released, up to the first one still running (the new head).
+    fn promote(&mut self, key: &K) {
+        let Some(unfinished) = self.sequences.get_mut(key) else {
+            return;
+        };
+        while let Some(next) = unfinished.front_mut() {
+            self.released.extend(next.held.drain(..));
+            if !next.ended {
+                return;
+            }
+            self.ended_held -= 1;
+            unfinished.pop_front();
+        }
+        self.sequences.remove(key);
     }
 }
 
-fn in_sequence<K, T>(answer: Answer<T>, key: K) -> Tracked<K, T>
-where
-    K: Send + 'static,
-    T: Send + 'static,
-{
-    Box::pin(
-        answer
-            .map(Event::Item)
-            .chain(stream::once(std::future::ready(Event::Ended(key)))),
-    )
+/// One answer of a sequence, as events that report its end together with
+/// its last response.
+struct InSequence<K, T> {
+    /// `None` once ended.
+    answer: Option<Answer<T>>,
+    /// A response read while looking for the end, yielded next.
+    peeked: Option<T>,
+    key: K,
+    id: u64,
+}
+
+// Nothing in it is pinned in place (the answer is boxed), whatever K and T.
+impl<K, T> Unpin for InSequence<K, T> {}
+
+impl<K: Clone, T> Stream for InSequence<K, T> {
+    type Item = Event<K, T>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let Some(answer) = &mut this.answer else {
+            return Poll::Ready(None);
+        };
+        let item = match this.peeked.take() {
+            Some(item) => item,
+            None => match answer.as_mut().poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(item)) => item,
+                Poll::Ready(None) => {
+                    this.answer = None;
+                    return Poll::Ready(Some(this.event(None, true)));
+                }
+            },
+        };
+        let ended = match answer.as_mut().poll_next(cx) {
+            Poll::Ready(None) => {
+                this.answer = None;
+                true
+            }
+            Poll::Ready(Some(next)) => {
+                this.peeked = Some(next);
+                false
+            }
+            Poll::Pending => false,
+        };
+        Poll::Ready(Some(this.event(Some(item), ended)))
+    }
+}
+
+impl<K: Clone, T> InSequence<K, T> {
+    fn event(&self, item: Option<T>, ended: bool) -> Event<K, T> {
+        Event::InSequence {
+            key: self.key.clone(),
+            answer: self.id,
+            item,
+            ended,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use std::task::Waker;
 
-    use futures::channel::oneshot;
+    use futures::{channel::oneshot, stream};
 
     use super::*;
 
@@ -251,6 +374,46 @@ mod tests {
         assert_eq!(set.push(Some("c"), Some(7), rest), Some(7));
         a1.send(()).expect("receiver alive");
         assert_eq!(drain(&mut set), vec![1, 2]);
+    }
+
+    #[test]
+    fn a_sequence_end_goes_before_a_later_completion_of_another_sequence() {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut set = OrderedAnswers::new();
+        let mut out = VecDeque::new();
+        // Sequence a: a START and its END; sequence b: a START that ran
+        // after a's END (it took a's slot).
+        let (a1, start_a) = answer(1);
+        let (a2, end_a) = answer(2);
+        let (b1, start_b) = answer(10);
+        for (key, a) in [("a", start_a), ("a", end_a), ("b", start_b)] {
+            assert_eq!(set.push(Some(key), None, a), None);
+            set.settle(&mut cx, &mut out);
+        }
+        assert!(out.is_empty());
+        // All three complete, in this order, before the call is polled.
+        a1.send(()).expect("receiver alive");
+        a2.send(()).expect("receiver alive");
+        b1.send(()).expect("receiver alive");
+        assert_eq!(drain(&mut set), vec![1, 2, 10]);
+        assert!(set.is_empty());
+    }
+
+    #[test]
+    fn held_responses_of_a_later_answer_count_until_released() {
+        let mut set = OrderedAnswers::new();
+        let (a1, first) = answer(1);
+        set.push(Some("a"), None, first);
+        // The second answer streams three responses and ends at once.
+        let many: Answer<u32> = Box::pin(stream::iter([2, 3, 4]));
+        assert_eq!(set.push(Some("a"), None, many), None);
+        assert_eq!(drain(&mut set), Vec::<u32>::new());
+        assert_eq!(set.len(), 2, "one running, one ended but held");
+        a1.send(()).expect("receiver alive");
+        assert_eq!(drain(&mut set), vec![1, 2, 3, 4]);
+        assert!(set.is_empty());
+        let mut cx = Context::from_waker(Waker::noop());
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(None));
     }
 
     #[test]
