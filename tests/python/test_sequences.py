@@ -787,18 +787,21 @@ def test_idle_sequences_are_released(server):
     c = grpcclient.InferenceServerClient(server.grpc_url)
     try:
         ids = {m: (new_id("uint64", m), new_id("string", m)) for m in models}
-        t0 = time.monotonic()
         for m, (a, b) in ids.items():
             assert value_of(c.infer(m, make_inputs(grpcclient, 2), sequence_id=a, sequence_start=True)) == \
                 expected(m, [2, 0], a)[0]
             assert value_of(c.infer(m, make_inputs(grpcclient, 3), sequence_id=b, sequence_start=True)) == \
                 expected(m, [3, 0], b)[0]
-        time.sleep(max(0.0, t0 + 3.0 - time.monotonic()))
+        # Timed from the last touch, not the first: on a busy machine the
+        # loop above may take a while, and every A must be idle 5 s.
+        last_a = time.monotonic()
+        time.sleep(3.0)
+        first_b = time.monotonic()
         for m, (a, b) in ids.items():
             assert value_of(c.infer(m, make_inputs(grpcclient, 4), sequence_id=b)) == expected(m, [3, 4, 0], b)[1]
-        last_b = time.monotonic()
-        time.sleep(max(0.0, t0 + 5.6 - time.monotonic()))
-        assert time.monotonic() - last_b < 5.0, "B's check came too late to prove anything"
+        time.sleep(max(0.0, last_a + 5.6 - time.monotonic()))
+        # Leaves the checks below a second before the first B is 5 s idle.
+        assert time.monotonic() - first_b < 4.0, "B's check came too late to prove anything"
         for m, (a, b) in ids.items():
             with pytest.raises(InferenceServerException) as e:
                 c.infer(m, make_inputs(grpcclient, 1), sequence_id=a, sequence_end=True)
