@@ -15,6 +15,8 @@
 # Usage: scripts/bench_instructions.sh BIN_A [BIN_B]
 #   env: MODEL=simple PROTOS="grpc" (json binary grpc stream) CONCURRENCY=64 ROUNDS=2
 #        WARM=8 WINDOW=8 SERVER_CPU=0 CLIENT_CPU=1 PORT=18800
+#        KEEP=DIR keeps each run's dumps in DIR/<A|B>-<proto>-<round>/ for
+#        callgrind_annotate (where the instructions go, not only how many)
 #   Needs valgrind (apt-get install valgrind); not part of scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -100,6 +102,9 @@ for round in $(seq 1 "$rounds"); do
       kill "$bpid" 2>/dev/null || true; wait "$bpid" 2>/dev/null || true
       kill "$spid" 2>/dev/null || true; wait "$spid" 2>/dev/null || true; spid=
       per_thread "$work" $((c1 - c0)) "$tag round=$round proto=$proto"
+      if [ -n "${KEEP:-}" ]; then
+        mkdir -p "$KEEP/$tag-$proto-$round"; cp "$work"/cg.* "$KEEP/$tag-$proto-$round/"
+      fi
     done
   done
 done

@@ -1,7 +1,9 @@
 //! A `ModelInferRequest` read straight from its wire bytes into an
 //! [`InferRequest`], for the plain shape nearly every client sends: names,
 //! datatypes and shapes, one raw content per input, requested outputs by
-//! name, and no parameters, typed contents or shared memory anywhere.
+//! name, request parameters (a sequence's id and flags, a priority, a
+//! timeout, a stream's final-response flag), and no input or output
+//! parameters, typed contents or shared memory.
 //!
 //! prost's decode and the conversion after it were about 13 % of the
 //! shard's instructions for `simple` over gRPC (callgrind,
@@ -20,10 +22,13 @@
 use bytes::Bytes;
 
 use super::codec::check_raw;
-use crate::types::{element_count, DataType, InferRequest, RequestedOutput, Tensor};
+use crate::types::{
+    element_count, DataType, InferRequest, ParamValue, Parameters, RequestedOutput, Tensor,
+};
 
 /// Protobuf wire types this reader meets.
 const VARINT: u64 = 0;
+const I64: u64 = 1;
 const LEN: u64 = 2;
 
 /// The request, when `message` holds only the plain fields and the
@@ -36,6 +41,7 @@ pub(super) fn decode_plain(message: &Bytes) -> Option<InferRequest> {
     let mut inputs: Vec<PlainInput> = Vec::new();
     let mut outputs = Vec::new();
     let mut raw: Vec<Bytes> = Vec::new();
+    let mut parameters = Parameters::new();
     while !r.done() {
         let (field, wire) = r.key()?;
         if wire != LEN {
@@ -48,6 +54,11 @@ pub(super) fn decode_plain(message: &Bytes) -> Option<InferRequest> {
             1 => model_name = utf8(body)?,
             2 => model_version = utf8(body)?,
             3 => id = utf8(body)?,
+            // Map entries: a later one with the same key replaces it.
+            4 => {
+                let (key, value) = parameter(body)?;
+                parameters.insert(key, value);
+            }
             5 => inputs.push(PlainInput::read(body)?),
             6 => outputs.push(RequestedOutput {
                 name: output_name(body)?,
@@ -84,9 +95,40 @@ pub(super) fn decode_plain(message: &Bytes) -> Option<InferRequest> {
         id,
         inputs: tensors,
         outputs,
-        parameters: Default::default(),
+        parameters,
         trace: Default::default(),
     })
+}
+
+/// One entry of the request's parameter map: its key (prost leaves out an
+/// empty one) and a value of exactly one kind (an entry without a value,
+/// or a value with none or several kinds, goes to prost).
+fn parameter(body: &[u8]) -> Option<(String, ParamValue)> {
+    let mut r = Reader::new(body);
+    let mut key = None;
+    let mut value = None;
+    while !r.done() {
+        match r.key()? {
+            (1, LEN) if key.is_none() => key = Some(utf8(r.bytes()?)?),
+            (2, LEN) if value.is_none() => value = Some(parameter_value(r.bytes()?)?),
+            _ => return None,
+        }
+    }
+    Some((key.unwrap_or_default(), value?))
+}
+
+/// An `InferParameter` holding one of its choices once.
+fn parameter_value(body: &[u8]) -> Option<ParamValue> {
+    let mut r = Reader::new(body);
+    let value = match r.key()? {
+        (1, VARINT) => ParamValue::Bool(r.varint()? != 0),
+        (2, VARINT) => ParamValue::Int(r.varint()? as i64),
+        (3, LEN) => ParamValue::String(utf8(r.bytes()?)?),
+        (4, I64) => ParamValue::Double(f64::from_le_bytes(r.fixed64()?)),
+        (5, VARINT) => ParamValue::Uint(r.varint()?),
+        _ => return None,
+    };
+    r.done().then_some(value)
 }
 
 /// An input's plain fields; its datatype stays borrowed from the message.
@@ -191,6 +233,13 @@ impl<'a> Reader<'a> {
         let end = start.checked_add(len).filter(|&e| e <= self.buf.len())?;
         self.at = end;
         Some((start, end))
+    }
+
+    fn fixed64(&mut self) -> Option<[u8; 8]> {
+        let end = self.at.checked_add(8)?;
+        let bytes = self.buf.get(self.at..end)?.try_into().ok()?;
+        self.at = end;
+        Some(bytes)
     }
 
     fn bytes(&mut self) -> Option<&'a [u8]> {

@@ -93,9 +93,14 @@ fn anything_beyond_the_plain_fields_goes_to_prost() {
     type Change = Box<dyn Fn(&mut ModelInferRequest)>;
     let cases: Vec<(&str, Change)> = vec![
         (
-            "request parameters",
+            "a request parameter without a value",
             Box::new(move |m| {
-                m.parameters = HashMap::from([("priority".into(), param())]);
+                m.parameters = HashMap::from([(
+                    "priority".into(),
+                    InferParameter {
+                        parameter_choice: None,
+                    },
+                )]);
             }),
         ),
         (
@@ -196,6 +201,106 @@ fn repeated_fields_behave_as_in_prost() {
     assert_eq!(decode_plain(&bytes).unwrap().inputs[0].shape, vec![2, 3]);
 }
 
+#[test]
+fn request_parameters_are_read_as_prost_reads_them() {
+    let mut m = simple();
+    m.parameters = HashMap::from([
+        (
+            "sequence_id".into(),
+            choice(ParameterChoice::Uint64Param(u64::MAX)),
+        ),
+        (
+            "sequence_start".into(),
+            choice(ParameterChoice::BoolParam(true)),
+        ),
+        (
+            "sequence_end".into(),
+            choice(ParameterChoice::BoolParam(false)),
+        ),
+        ("priority".into(), choice(ParameterChoice::Int64Param(-3))),
+        ("scale".into(), choice(ParameterChoice::DoubleParam(0.25))),
+        (
+            "tag".into(),
+            choice(ParameterChoice::StringParam("x".into())),
+        ),
+    ]);
+    let bytes = encoded(&m);
+    assert!(agrees(&bytes).unwrap(), "declined request parameters");
+    assert_eq!(decode_plain(&bytes).unwrap().parameters.len(), 6);
+    // A later entry with the same key replaces the earlier one.
+    let mut twice = bytes.to_vec();
+    let mut again = simple();
+    again.parameters = HashMap::from([("priority".into(), choice(ParameterChoice::Int64Param(9)))]);
+    twice.extend_from_slice(&again.encode_to_vec());
+    let twice = Bytes::from(twice);
+    assert!(agrees(&twice).unwrap());
+    // A value with two choices, a key given twice, and an entry with no
+    // value: prost's merge rules and defaults, left to prost.
+    let entry = |body: &[u8]| {
+        let mut m = encoded(&simple()).to_vec();
+        m.push(0x22);
+        m.push(body.len() as u8);
+        m.extend_from_slice(body);
+        Bytes::from(m)
+    };
+    for body in [
+        &[0x0a, 0x01, b'k', 0x12, 0x04, 0x08, 0x01, 0x10, 0x02][..],
+        &[0x0a, 0x01, b'k', 0x0a, 0x01, b'j', 0x12, 0x02, 0x08, 0x01][..],
+        &[0x0a, 0x01, b'k'][..],
+    ] {
+        let bytes = entry(body);
+        assert!(decode_plain(&bytes).is_none(), "taken: {body:?}");
+        assert!(slow(&bytes).is_some(), "prost refuses {body:?} too");
+    }
+    // The same entry, well formed, is taken, and with no key (prost's
+    // encoding of the empty one).
+    assert!(agrees(&entry(&[0x0a, 0x01, b'k', 0x12, 0x02, 0x08, 0x01])).unwrap());
+    assert!(agrees(&entry(&[0x12, 0x02, 0x08, 0x01])).unwrap());
+}
+
+fn choice(c: ParameterChoice) -> InferParameter {
+    InferParameter {
+        parameter_choice: Some(c),
+    }
+}
+
+/// Any parameter value, or none (an entry prost fills in with defaults).
+fn parameter_value() -> impl Strategy<Value = InferParameter> {
+    prop_oneof![
+        any::<bool>().prop_map(ParameterChoice::BoolParam),
+        any::<i64>().prop_map(ParameterChoice::Int64Param),
+        any::<u64>().prop_map(ParameterChoice::Uint64Param),
+        any::<f64>().prop_map(ParameterChoice::DoubleParam),
+        ".{0,6}".prop_map(ParameterChoice::StringParam),
+    ]
+    .prop_map(choice)
+}
+
+fn parameters(with_empty: bool) -> impl Strategy<Value = HashMap<String, InferParameter>> {
+    let value = (parameter_value(), any::<bool>()).prop_map(move |(p, empty)| {
+        if with_empty && empty {
+            InferParameter {
+                parameter_choice: None,
+            }
+        } else {
+            p
+        }
+    });
+    prop::collection::hash_map(
+        prop::sample::select(vec![
+            "sequence_id",
+            "sequence_start",
+            "priority",
+            "timeout",
+            "",
+            "k",
+        ])
+        .prop_map(str::to_owned),
+        value,
+        0..4,
+    )
+}
+
 /// Requested outputs by name only.
 fn requested(names: Vec<String>) -> Vec<InferRequestedOutputTensor> {
     names
@@ -248,23 +353,14 @@ fn request() -> impl Strategy<Value = ModelInferRequest> {
         prop::collection::vec(input, 0..4),
         prop::collection::vec("[A-Z0-9]{0,8}", 0..3),
         prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..4),
-        any::<bool>(),
+        parameters(true),
     )
         .prop_map(
-            |(model_name, model_version, id, inputs, outputs, raw, params)| ModelInferRequest {
+            |(model_name, model_version, id, inputs, outputs, raw, parameters)| ModelInferRequest {
                 model_name,
                 model_version,
                 id,
-                parameters: if params {
-                    HashMap::from([(
-                        "sequence_id".into(),
-                        InferParameter {
-                            parameter_choice: Some(ParameterChoice::Int64Param(1)),
-                        },
-                    )])
-                } else {
-                    HashMap::new()
-                },
+                parameters,
                 inputs,
                 outputs: requested(outputs),
                 raw_input_contents: raw.into_iter().map(Bytes::from).collect(),
@@ -275,7 +371,7 @@ fn request() -> impl Strategy<Value = ModelInferRequest> {
 /// Requests the conversion takes: sizes that fit each shape.
 fn plain_request() -> impl Strategy<Value = ModelInferRequest> {
     (
-        (".{0,12}", "[0-9]{0,2}", ".{0,6}"),
+        (".{0,12}", "[0-9]{0,2}", ".{0,6}", parameters(false)),
         prop::collection::vec("[A-Z0-9]{0,8}", 0..3),
         prop::collection::vec(
             (
@@ -286,27 +382,29 @@ fn plain_request() -> impl Strategy<Value = ModelInferRequest> {
             1..4,
         ),
     )
-        .prop_map(|((model_name, model_version, id), outputs, inputs)| {
-            let raw = inputs
-                .iter()
-                .map(|(_, (_, size), shape)| {
-                    let n: i64 = shape.iter().product();
-                    Bytes::from(vec![7u8; n as usize * size])
-                })
-                .collect();
-            ModelInferRequest {
-                model_name,
-                model_version,
-                id,
-                outputs: requested(outputs),
-                inputs: inputs
-                    .into_iter()
-                    .map(|(name, (dt, _), shape)| input(&name, dt, shape))
-                    .collect(),
-                raw_input_contents: raw,
-                ..Default::default()
-            }
-        })
+        .prop_map(
+            |((model_name, model_version, id, parameters), outputs, inputs)| {
+                let raw = inputs
+                    .iter()
+                    .map(|(_, (_, size), shape)| {
+                        let n: i64 = shape.iter().product();
+                        Bytes::from(vec![7u8; n as usize * size])
+                    })
+                    .collect();
+                ModelInferRequest {
+                    model_name,
+                    model_version,
+                    id,
+                    outputs: requested(outputs),
+                    inputs: inputs
+                        .into_iter()
+                        .map(|(name, (dt, _), shape)| input(&name, dt, shape))
+                        .collect(),
+                    raw_input_contents: raw,
+                    parameters,
+                }
+            },
+        )
 }
 
 proptest! {
