@@ -4,6 +4,7 @@ shared memory (and CUDA shared memory refused as Triton without a GPU
 refuses it), and Triton's own client examples for these, run unchanged."""
 
 import os
+import queue
 import pathlib
 import re
 import subprocess
@@ -123,6 +124,27 @@ def test_grpc_compression(server, algorithm):
     inputs, a, b = simple_inputs(grpcclient)
     r = c.infer("simple", inputs, compression_algorithm=algorithm)
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_grpc_stream_compression(server, algorithm):
+    """The stream's messages are read as bytes by the server's own route
+    (stream_route.rs); tonic still decompresses them first."""
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    got = queue.Queue()
+    inputs, a, b = simple_inputs(grpcclient)
+    try:
+        c.start_stream(callback=lambda result, error: got.put((result, error)),
+                       compression_algorithm=algorithm)
+        for i in range(3):
+            c.async_stream_infer("simple", inputs, request_id=str(i))
+        for _ in range(3):
+            result, error = got.get(timeout=30)
+            assert error is None, error
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    finally:
+        c.stop_stream()
+        c.close()
 
 
 # ---------------------------------------------------------------- shared memory

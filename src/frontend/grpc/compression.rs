@@ -9,9 +9,26 @@
 //! (Python, C++) list gzip and deflate on every call, so compressing by
 //! default cost every response CPU time — 4 MB took ~0.3 s.
 
-use tonic::codec::CompressionEncoding;
+use tonic::codec::{CompressionEncoding, EnabledCompressionEncodings};
 
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
+
+/// The encodings accepted, and offered for responses, when a method is
+/// served with tonic's `Grpc` directly (`stream_route`): the same as
+/// [`with_compression`] gives the generated service.
+pub(super) fn encodings(
+    compress_responses: bool,
+) -> (EnabledCompressionEncodings, EnabledCompressionEncodings) {
+    let mut accept = EnabledCompressionEncodings::default();
+    let mut send = EnabledCompressionEncodings::default();
+    for encoding in [CompressionEncoding::Gzip, CompressionEncoding::Deflate] {
+        accept.enable(encoding);
+        if compress_responses {
+            send.enable(encoding);
+        }
+    }
+    (accept, send)
+}
 
 /// Accepts gzip and deflate on the inference service, and offers them
 /// for responses when `compress_responses`.

@@ -14,6 +14,7 @@ mod size_limit;
 mod status;
 mod stream;
 mod stream_order;
+mod stream_route;
 mod unary_infer;
 
 pub use server::serve;

@@ -20,6 +20,7 @@ use super::{
     raw_tail::{with_raw_tail, RawTail},
     service::InferenceService,
     size_limit::{self, SizeLimitStatus},
+    stream_route::{self, StreamRoute},
     unary_infer::{self, DirectInfer},
 };
 use crate::{
@@ -62,6 +63,8 @@ struct GrpcRouter {
     /// `ModelInfer` without tonic's codec where nothing is compressed;
     /// `None` when responses may be.
     direct_infer: Option<DirectInfer>,
+    /// `ModelStreamInfer` with its request messages as bytes.
+    stream_route: StreamRoute,
     health: HealthServer<HealthService>,
     conn: Rc<ConnState>,
     /// `--grpc-restricted-protocol`, shared by the shard's connections;
@@ -105,6 +108,8 @@ impl hyper::service::Service<http::Request<Incoming>> for GrpcRouter {
             .filter(|_| path == unary_infer::PATH && DirectInfer::takes(req.headers()))
         {
             answer.boxed(direct.call(req.map(PacedBody::new)))
+        } else if path == stream_route::PATH {
+            answer.boxed(self.stream_route.call(req.map(PacedBody::new)))
         } else if path.starts_with("/inference.GRPCInferenceService/") {
             answer.boxed(self.inference.clone().call(req.map(PacedBody::new)))
         } else if path.starts_with("/grpc.health.v1.Health/") {
@@ -156,10 +161,7 @@ impl Answer {
 
 /// The methods whose response body is a stream as long as the call.
 fn is_streaming(path: &str) -> bool {
-    matches!(
-        path,
-        "/inference.GRPCInferenceService/ModelStreamInfer" | "/grpc.health.v1.Health/Watch"
-    )
+    matches!(path, stream_route::PATH | "/grpc.health.v1.Health/Watch")
 }
 
 /// Serves gRPC on this shard until shutdown.
@@ -179,6 +181,7 @@ pub async fn serve(listener: TcpListener, shard: Rc<Shard>) {
         compress,
     );
     let direct_infer = DirectInfer::new(max, compress);
+    let stream_route = StreamRoute::new(max, compress);
     let health = HealthServer::new(HealthService);
     // One copy per shard: connections share it by `Rc`, so a call writes
     // no reference count another shard writes.
@@ -192,6 +195,7 @@ pub async fn serve(listener: TcpListener, shard: Rc<Shard>) {
         let router = GrpcRouter {
             inference: inference.clone(),
             direct_infer,
+            stream_route,
             health: health.clone(),
             conn: slot.state().clone(),
             restricted: restricted.clone(),

@@ -8,7 +8,7 @@ use super::{
     codec::{decode_model_infer_request_for, encode_model_infer_response, typed_contents_size},
     raw_tail::{RawTail, MIN_TAIL_BYTES},
     status::to_status,
-    stream::InferStream,
+    stream::{Inbound, InferStream},
 };
 use crate::{
     frontend::{
@@ -326,8 +326,10 @@ impl GrpcInferenceService for InferenceService {
         req: Request<Streaming<ModelInferRequest>>,
     ) -> Result<Response<BoxStream<ModelStreamInferResponse>>, Status> {
         let forwarded = forwarded_metadata(req.metadata());
+        // Only reached where the router did not take the method itself
+        // (`stream_route`, which reads the messages' bytes).
         Ok(Response::new(Box::pin(InferStream::new(
-            req.into_inner(),
+            Inbound::Proto(req.into_inner()),
             forwarded,
         ))))
     }

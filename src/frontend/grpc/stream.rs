@@ -6,7 +6,10 @@
 //! Triton does. Responses of one request keep their order; requests
 //! interleave.
 //!
-//! Requests are decoded exactly as unary `ModelInfer` does and dispatched
+//! Requests are decoded exactly as unary `ModelInfer` does (a plain
+//! message read straight from its bytes, anything else by prost and the
+//! conversion; the router hands the stream over with its messages as
+//! bytes, `stream_route`) and dispatched
 //! to the front ends' infer path (`frontend::core::infer::infer_stream`)
 //! in the order they arrive (a stateful sequence depends on it): each
 //! request's future is polled once as soon as it is read, which validates
@@ -35,11 +38,14 @@ use std::{
     task::{Context, Poll, Waker},
 };
 
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use prost::Message as _;
 use tonic::{Code, Status, Streaming};
 
 use super::{
     codec::encode_model_infer_response,
+    request_wire::decode_plain,
     service::{decode_infer_request, echoed_model_name},
     stream_order::OrderedAnswers,
 };
@@ -110,6 +116,31 @@ impl SequenceKey {
     }
 }
 
+/// A stream's request messages: as bytes (`stream_route`), or decoded by
+/// tonic's generated service.
+pub enum Inbound {
+    Wire(Streaming<Bytes>),
+    Proto(Streaming<ModelInferRequest>),
+}
+
+enum Message {
+    Wire(Bytes),
+    Proto(ModelInferRequest),
+}
+
+impl Inbound {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, Status>>> {
+        match self {
+            Self::Wire(s) => s
+                .poll_next_unpin(cx)
+                .map(|m| m.map(|m| m.map(Message::Wire))),
+            Self::Proto(s) => s
+                .poll_next_unpin(cx)
+                .map(|m| m.map(|m| m.map(Message::Proto))),
+        }
+    }
+}
+
 /// What a request's response needs from the request once it has been
 /// consumed: who it was for, and whether it asked for the final flag.
 struct Ticket {
@@ -132,6 +163,19 @@ impl Ticket {
             model_version: clip(&msg.model_version).into_owned(),
             id: msg.id.clone(),
             final_flag,
+        }
+    }
+
+    /// [`Ticket::of`] a request read straight from its message.
+    fn of_request(request: &InferRequest) -> Self {
+        Self {
+            model_name: echoed_model_name(&request.model_name),
+            model_version: clip(&request.model_version).into_owned(),
+            id: request.id.clone(),
+            final_flag: matches!(
+                request.parameters.get(ENABLE_EMPTY_FINAL_RESPONSE),
+                Some(ParamValue::Bool(true))
+            ),
         }
     }
 
@@ -195,7 +239,7 @@ fn run(ticket: Ticket, request: InferRequest) -> Answer {
 /// The response stream of one `ModelStreamInfer` call.
 pub struct InferStream {
     /// `None` once the client half-closed or the stream failed.
-    inbound: Option<Streaming<ModelInferRequest>>,
+    inbound: Option<Inbound>,
     /// Why the inbound stream failed: the call's status, sent after the
     /// answers already known.
     failure: Option<Status>,
@@ -216,7 +260,7 @@ pub struct InferStream {
 
 impl InferStream {
     pub fn new(
-        inbound: Streaming<ModelInferRequest>,
+        inbound: Inbound,
         forwarded: Option<Result<crate::types::Parameters, InferError>>,
     ) -> Self {
         Self {
@@ -265,7 +309,7 @@ impl InferStream {
                 return;
             }
             budget -= 1;
-            match inbound.poll_next_unpin(cx) {
+            match inbound.poll_next(cx) {
                 Poll::Pending => return,
                 Poll::Ready(Some(Ok(msg))) => self.accept(msg, cx),
                 Poll::Ready(None) => self.inbound = None,
@@ -274,9 +318,24 @@ impl InferStream {
         }
     }
 
-    /// Starts one request: decoded now if small, else on the offload pool
+    /// Starts one request: read straight from its bytes if plain, else
+    /// decoded by prost and converted now if small, or on the offload pool
     /// (holding back the messages behind it).
-    fn accept(&mut self, msg: ModelInferRequest, cx: &mut Context<'_>) {
+    fn accept(&mut self, msg: Message, cx: &mut Context<'_>) {
+        let msg = match msg {
+            Message::Proto(msg) => msg,
+            Message::Wire(bytes) => {
+                if let Some(request) = decode_plain(&bytes) {
+                    self.dispatch(Ticket::of_request(&request), Ok(request), cx);
+                    return;
+                }
+                match ModelInferRequest::decode(bytes) {
+                    Ok(msg) => msg,
+                    // tonic's codec's status for a message prost refuses.
+                    Err(e) => return self.fail(Status::internal(e.to_string())),
+                }
+            }
+        };
         let ticket = Ticket::of(&msg);
         let mut decoding: Decoding = Box::pin(decode_infer_request(msg));
         match decoding.as_mut().poll(cx) {
