@@ -32,7 +32,7 @@
 
 use std::{
     cell::RefCell,
-    collections::{HashMap, VecDeque},
+    collections::VecDeque,
     future::{poll_fn, Future},
     pin::{pin, Pin},
     task::{Context, Poll, Waker},
@@ -252,7 +252,7 @@ pub struct InferStream {
     ready: VecDeque<ModelStreamInferResponse>,
     /// This stream's place among the shard's open streams woken at
     /// shutdown.
-    watch: Option<u64>,
+    watch: Option<usize>,
     /// `--grpc-header-forward-pattern`: the call's forwarded metadata,
     /// added to each of its requests.
     forwarded: Option<Result<crate::types::Parameters, InferError>>,
@@ -476,12 +476,17 @@ impl Drop for InferStream {
 mod shutdown_watch {
     use super::*;
 
+    /// The shard's open streams by key, a key being an index: a stream
+    /// registers on every read, so this is a slot lookup rather than a
+    /// hashed one (SipHash here was 3 % of a small request's instructions
+    /// on a stream).
     #[derive(Default)]
     struct Watch {
         watcher_started: bool,
         shutting_down: bool,
-        next_key: u64,
-        streams: HashMap<u64, Waker>,
+        streams: Vec<Option<Waker>>,
+        /// Keys whose stream deregistered, for reuse.
+        free: Vec<usize>,
     }
 
     thread_local! {
@@ -490,22 +495,25 @@ mod shutdown_watch {
 
     /// Registers (or refreshes) a stream's waker; true once shutdown has
     /// begun on this shard.
-    pub fn register(key: &mut Option<u64>, waker: &Waker) -> bool {
+    pub fn register(key: &mut Option<usize>, waker: &Waker) -> bool {
         let start = WATCH
             .try_with(|w| {
                 let mut w = w.borrow_mut();
+                let w = &mut *w;
                 if w.shutting_down {
                     return Ok(true);
                 }
                 let k = *key.get_or_insert_with(|| {
-                    w.next_key += 1;
-                    w.next_key
+                    w.free.pop().unwrap_or_else(|| {
+                        w.streams.push(None);
+                        w.streams.len() - 1
+                    })
                 });
-                match w.streams.get_mut(&k) {
-                    Some(old) if old.will_wake(waker) => {}
-                    Some(old) => old.clone_from(waker),
-                    None => {
-                        w.streams.insert(k, waker.clone());
+                if let Some(slot) = w.streams.get_mut(k) {
+                    match slot {
+                        Some(old) if old.will_wake(waker) => {}
+                        Some(old) => old.clone_from(waker),
+                        None => *slot = Some(waker.clone()),
                     }
                 }
                 Err(!std::mem::replace(&mut w.watcher_started, true))
@@ -523,9 +531,15 @@ mod shutdown_watch {
         }
     }
 
-    pub fn deregister(key: &mut Option<u64>) {
+    pub fn deregister(key: &mut Option<usize>) {
         if let Some(k) = key.take() {
-            let _ = WATCH.try_with(|w| w.borrow_mut().streams.remove(&k));
+            let _ = WATCH.try_with(|w| {
+                let mut w = w.borrow_mut();
+                // Gone after shutdown took every waker: nothing to free.
+                if w.streams.get_mut(k).and_then(Option::take).is_some() {
+                    w.free.push(k);
+                }
+            });
         }
     }
 
@@ -540,10 +554,11 @@ mod shutdown_watch {
             .try_with(|w| {
                 let mut w = w.borrow_mut();
                 w.shutting_down = true;
+                w.free.clear();
                 std::mem::take(&mut w.streams)
             })
             .unwrap_or_default();
-        for waker in streams.into_values() {
+        for waker in streams.into_iter().flatten() {
             waker.wake();
         }
     }
