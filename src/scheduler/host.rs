@@ -11,7 +11,6 @@
 
 use std::{
     cell::RefCell,
-    collections::HashMap,
     future::poll_fn,
     rc::Rc,
     sync::Arc,
@@ -25,7 +24,7 @@ use crate::{
     model::ModelVersion,
     shard::{
         ring::{Inbox, Outbox},
-        Shard, ShardId, ShardTask, Target,
+        KeyMap, Shard, ShardId, ShardTask, Target,
     },
     types::{InferError, InferResponse, InferResult},
 };
@@ -55,7 +54,7 @@ pub enum Dispatch {
 pub struct SchedulerHost {
     shard: Rc<Shard>,
     outbox: RefCell<Outbox<ShardMsg>>,
-    schedulers: RefCell<HashMap<u64, Rc<ModelScheduler>>>,
+    schedulers: RefCell<KeyMap<Rc<ModelScheduler>>>,
 }
 
 thread_local! {
@@ -160,7 +159,7 @@ impl SchedulerHost {
         let host = Rc::new(Self {
             shard,
             outbox: RefCell::new(outbox),
-            schedulers: RefCell::new(HashMap::new()),
+            schedulers: RefCell::new(KeyMap::default()),
         });
         HOST.with(|h| *h.borrow_mut() = Some(host.clone()));
         host

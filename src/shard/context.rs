@@ -3,14 +3,13 @@
 
 use std::{
     cell::{Cell, RefCell},
-    collections::HashMap,
     rc::Rc,
     sync::Arc,
 };
 
 use futures::StreamExt;
 
-use super::{Latch, ShardId};
+use super::{KeyMap, Latch, ShardId};
 use crate::{
     metrics::ShardGauges,
     model::{ModelTable, ModelVersion},
@@ -44,7 +43,7 @@ pub struct Shard {
     /// Every loaded model version by scheduler key, refreshed with the
     /// table, so a request can find its model again after an await without
     /// holding (and reference-counting) a shared handle.
-    by_key: RefCell<HashMap<u64, Arc<ModelVersion>>>,
+    by_key: RefCell<KeyMap<Arc<ModelVersion>>>,
     pub shutdown: Latch,
     in_flight: Cell<usize>,
     /// Every shard's gauges (this shard writes only its own).
@@ -80,7 +79,7 @@ impl Shard {
             id,
             count,
             table: RefCell::new(Arc::new(ModelTable::default())),
-            by_key: RefCell::new(HashMap::new()),
+            by_key: RefCell::new(KeyMap::default()),
             shutdown: Latch::default(),
             in_flight: Cell::new(0),
             gauges,
@@ -120,7 +119,7 @@ impl Shard {
     }
 
     fn set_table(&self, table: Arc<ModelTable>) {
-        let mut by_key = HashMap::new();
+        let mut by_key = KeyMap::default();
         for entry in table.models.values() {
             for v in entry.versions.values() {
                 if let Some(m) = &v.loaded {

@@ -6,6 +6,7 @@
 //! to reach another shard is a message.
 
 mod context;
+mod key_map;
 mod latch;
 pub mod ring;
 pub mod spin;
@@ -15,6 +16,7 @@ pub mod uring;
 pub use context::{
     with_current, ConnectionGauge, InFlight, Shard, ShardControl, ShardTask, Target,
 };
+pub use key_map::KeyMap;
 pub use latch::{yield_now, Latch};
 pub use ring::ShardId;
 pub use timer::{sleep_until_coarse, PreciseTimer};
