@@ -7,7 +7,11 @@
 //! they completed, whenever the call gets to poll it. The answers of a
 //! sequence behind its first unfinished one (its head) are polled too, but
 //! what they yield is held until every earlier answer of the sequence has
-//! ended, then released ahead of anything completed later.
+//! ended, then released ahead of anything completed later. Such a later
+//! answer is polled only up to its first response: then the rest of it
+//! waits outside the set, unpolled (so a decoupled model's responses stay
+//! bounded by its channel, not by this call's memory), and re-enters the
+//! set when the answer becomes its sequence's head.
 //!
 //! An answer's end is seen in the same poll as its last response (the
 //! answer is polled once more after each response): otherwise the end of
@@ -32,13 +36,22 @@ enum Event<K, T> {
     /// A response of a request outside any sequence.
     Item(T),
     /// What one answer of sequence `key` yielded: a response, its end
-    /// (after that response, or with none), or both.
+    /// (after that response, or with none), or both; or, for an answer
+    /// pushed behind others, its first response and the rest of it.
     InSequence {
         key: K,
         answer: u64,
         item: Option<T>,
         ended: bool,
+        parked: Option<Parked<T>>,
     },
+}
+
+/// The rest of an answer taken out of the polled set after its first
+/// response, with a response already read from it.
+struct Parked<T> {
+    peeked: Option<T>,
+    rest: Answer<T>,
 }
 
 type Tracked<K, T> = Pin<Box<dyn Stream<Item = Event<K, T>> + Send>>;
@@ -49,6 +62,7 @@ struct Unfinished<T> {
     answer: u64,
     held: VecDeque<T>,
     ended: bool,
+    parked: Option<Parked<T>>,
 }
 
 pub struct OrderedAnswers<K, T> {
@@ -58,8 +72,8 @@ pub struct OrderedAnswers<K, T> {
     sequences: HashMap<K, VecDeque<Unfinished<T>>>,
     /// Responses of answers that just became their sequence's head.
     released: VecDeque<T>,
-    /// Answers that ended with responses still held.
-    ended_held: usize,
+    /// Answers that ended with responses still held, or parked.
+    held_out: usize,
     next_answer: u64,
 }
 
@@ -73,14 +87,14 @@ where
             in_flight: SelectAll::new(),
             sequences: HashMap::new(),
             released: VecDeque::new(),
-            ended_held: 0,
+            held_out: 0,
             next_answer: 0,
         }
     }
 
     /// Answers not yet finished (a released response counts as one).
     pub fn len(&self) -> usize {
-        self.in_flight.len() + self.ended_held + self.released.len()
+        self.in_flight.len() + self.held_out + self.released.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -92,7 +106,7 @@ where
         self.in_flight = SelectAll::new();
         self.sequences.clear();
         self.released.clear();
-        self.ended_held = 0;
+        self.held_out = 0;
     }
 
     /// Adds a dispatched request's answer. `first` is a response its
@@ -119,13 +133,10 @@ where
             answer: id,
             held,
             ended: false,
+            parked: None,
         });
-        self.in_flight.push(Box::pin(InSequence {
-            answer: Some(answer),
-            peeked: None,
-            key,
-            id,
-        }));
+        self.in_flight
+            .push(Box::pin(InSequence::new(key, id, answer, None, !head)));
         now
     }
 
@@ -155,8 +166,9 @@ where
                     answer,
                     item,
                     ended,
+                    parked,
                 })) => {
-                    if let Some(item) = self.in_sequence(&key, answer, item, ended) {
+                    if let Some(item) = self.in_sequence(&key, answer, item, ended, parked) {
                         return Poll::Ready(Some(item));
                     }
                 }
@@ -171,13 +183,23 @@ where
 
     /// Takes what an answer of `key` yielded: the response to send now,
     /// if it is the sequence's head's.
-    fn in_sequence(&mut self, key: &K, answer: u64, item: Option<T>, ended: bool) -> Option<T> {
+    fn in_sequence(
+        &mut self,
+        key: &K,
+        answer: u64,
+        item: Option<T>,
+        ended: bool,
+        parked: Option<Parked<T>>,
+    ) -> Option<T> {
         let Some(unfinished) = self.sequences.get_mut(key) else {
             // Not tracked (cannot happen: cleared answers are dropped).
             return item;
         };
         if unfinished.front().is_some_and(|u| u.answer == answer) {
-            if ended {
+            if let Some(parked) = parked {
+                // It became the head before its first response: back in.
+                self.resume(key.clone(), answer, parked);
+            } else if ended {
                 unfinished.pop_front();
                 self.promote(key);
             }
@@ -189,12 +211,19 @@ where
         }
         if let Some(u) = unfinished.iter_mut().find(|u| u.answer == answer) {
             u.held.extend(item);
-            if ended && !u.ended {
-                u.ended = true;
-                self.ended_held += 1;
+            if (ended || parked.is_some()) && !u.ended && u.parked.is_none() {
+                self.held_out += 1;
             }
+            u.ended |= ended;
+            u.parked = parked;
         }
         None
+    }
+
+    fn resume(&mut self, key: K, answer: u64, parked: Parked<T>) {
+        let Parked { peeked, rest } = parked;
+        self.in_flight
+            .push(Box::pin(InSequence::new(key, answer, rest, peeked, false)));
     }
 
     /// The head of `key` ended: the next answers' held responses are
@@ -205,10 +234,17 @@ where
         };
         while let Some(next) = unfinished.front_mut() {
             self.released.extend(next.held.drain(..));
+            if next.ended || next.parked.is_some() {
+                self.held_out -= 1;
+            }
+            if let Some(parked) = next.parked.take() {
+                let answer = next.answer;
+                self.resume(key.clone(), answer, parked);
+                return;
+            }
             if !next.ended {
                 return;
             }
-            self.ended_held -= 1;
             unfinished.pop_front();
         }
         self.sequences.remove(key);
@@ -218,12 +254,27 @@ where
 /// One answer of a sequence, as events that report its end together with
 /// its last response.
 struct InSequence<K, T> {
-    /// `None` once ended.
+    /// `None` once ended (or parked).
     answer: Option<Answer<T>>,
     /// A response read while looking for the end, yielded next.
     peeked: Option<T>,
     key: K,
     id: u64,
+    /// Pushed behind others: after its first response, hand the rest over
+    /// instead of being polled on.
+    park: bool,
+}
+
+impl<K, T> InSequence<K, T> {
+    fn new(key: K, id: u64, answer: Answer<T>, peeked: Option<T>, park: bool) -> Self {
+        Self {
+            answer: Some(answer),
+            peeked,
+            key,
+            id,
+            park,
+        }
+    }
 }
 
 // Nothing in it is pinned in place (the answer is boxed), whatever K and T.
@@ -244,7 +295,7 @@ impl<K: Clone, T> Stream for InSequence<K, T> {
                 Poll::Ready(Some(item)) => item,
                 Poll::Ready(None) => {
                     this.answer = None;
-                    return Poll::Ready(Some(this.event(None, true)));
+                    return Poll::Ready(Some(this.event(None, true, None)));
                 }
             },
         };
@@ -259,17 +310,26 @@ impl<K: Clone, T> Stream for InSequence<K, T> {
             }
             Poll::Pending => false,
         };
-        Poll::Ready(Some(this.event(Some(item), ended)))
+        let parked = if this.park && !ended {
+            this.answer.take().map(|rest| Parked {
+                peeked: this.peeked.take(),
+                rest,
+            })
+        } else {
+            None
+        };
+        Poll::Ready(Some(this.event(Some(item), ended, parked)))
     }
 }
 
 impl<K: Clone, T> InSequence<K, T> {
-    fn event(&self, item: Option<T>, ended: bool) -> Event<K, T> {
+    fn event(&self, item: Option<T>, ended: bool, parked: Option<Parked<T>>) -> Event<K, T> {
         Event::InSequence {
             key: self.key.clone(),
             answer: self.id,
             item,
             ended,
+            parked,
         }
     }
 }
@@ -414,6 +474,60 @@ mod tests {
         assert!(set.is_empty());
         let mut cx = Context::from_waker(Waker::noop());
         assert_eq!(set.poll_next(&mut cx), Poll::Ready(None));
+    }
+
+    #[test]
+    fn a_later_answer_is_read_only_to_its_first_response_until_it_is_the_head() {
+        use std::sync::{
+            atomic::{AtomicUsize, Ordering},
+            Arc,
+        };
+        let mut set = OrderedAnswers::new();
+        let (a1, first) = answer(1);
+        set.push(Some("a"), None, first);
+        // A decoupled answer behind it with many responses ready.
+        let read = Arc::new(AtomicUsize::new(0));
+        let counter = read.clone();
+        let many: Answer<u32> = Box::pin(stream::iter(100..1100).inspect(move |_| {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }));
+        set.push(Some("a"), None, many);
+        assert_eq!(drain(&mut set), Vec::<u32>::new());
+        // Its first response and the one read looking for its end.
+        assert_eq!(
+            read.load(Ordering::Relaxed),
+            2,
+            "read past its first response"
+        );
+        assert_eq!(set.len(), 2);
+        a1.send(()).expect("receiver alive");
+        let got = drain(&mut set);
+        assert_eq!(got[0], 1);
+        assert_eq!(got[1..], (100..1100).collect::<Vec<_>>()[..]);
+        assert!(set.is_empty());
+    }
+
+    #[test]
+    fn a_parked_answer_that_became_the_head_goes_on() {
+        let mut set = OrderedAnswers::new();
+        let (a1, first) = answer(1);
+        set.push(Some("a"), None, first);
+        // Pushed behind a1, which ends before the second one's first
+        // response: it parks at that response while already the head.
+        let (tx, rx) = oneshot::channel::<()>();
+        let later: Answer<u32> = Box::pin(
+            stream::once(async move {
+                let _ = rx.await;
+                2
+            })
+            .chain(stream::iter([3, 4])),
+        );
+        set.push(Some("a"), None, later);
+        a1.send(()).expect("receiver alive");
+        assert_eq!(drain(&mut set), vec![1]);
+        tx.send(()).expect("receiver alive");
+        assert_eq!(drain(&mut set), vec![2, 3, 4]);
+        assert!(set.is_empty());
     }
 
     #[test]
