@@ -13,6 +13,10 @@ use tonic::codec::{CompressionEncoding, EnabledCompressionEncodings};
 
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
 
+/// What the server accepts, and offers for responses when asked to.
+const ENCODINGS: [CompressionEncoding; 2] =
+    [CompressionEncoding::Gzip, CompressionEncoding::Deflate];
+
 /// The encodings accepted, and offered for responses, when a method is
 /// served with tonic's `Grpc` directly (`stream_route`): the same as
 /// [`with_compression`] gives the generated service.
@@ -21,7 +25,7 @@ pub(super) fn encodings(
 ) -> (EnabledCompressionEncodings, EnabledCompressionEncodings) {
     let mut accept = EnabledCompressionEncodings::default();
     let mut send = EnabledCompressionEncodings::default();
-    for encoding in [CompressionEncoding::Gzip, CompressionEncoding::Deflate] {
+    for encoding in ENCODINGS {
         accept.enable(encoding);
         if compress_responses {
             send.enable(encoding);
@@ -33,20 +37,17 @@ pub(super) fn encodings(
 /// Accepts gzip and deflate on the inference service, and offers them
 /// for responses when `compress_responses`.
 pub(super) fn with_compression<S>(
-    server: GrpcInferenceServiceServer<S>,
+    mut server: GrpcInferenceServiceServer<S>,
     compress_responses: bool,
 ) -> GrpcInferenceServiceServer<S>
 where
     S: crate::proto::inference::grpc_inference_service_server::GrpcInferenceService,
 {
-    let server = server
-        .accept_compressed(CompressionEncoding::Gzip)
-        .accept_compressed(CompressionEncoding::Deflate);
-    if compress_responses {
-        server
-            .send_compressed(CompressionEncoding::Gzip)
-            .send_compressed(CompressionEncoding::Deflate)
-    } else {
-        server
+    for encoding in ENCODINGS {
+        server = server.accept_compressed(encoding);
+        if compress_responses {
+            server = server.send_compressed(encoding);
+        }
     }
+    server
 }
