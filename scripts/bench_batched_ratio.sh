@@ -9,12 +9,16 @@
 # the server (the executions' compute_infer over the inferences), the
 # ratio to ORT alone at batch 64 and 32, and the ceiling: the ratio if the
 # shard cost nothing (ORT alone over the compute worker's CPU alone).
+# PROTOS takes grpc (unary ModelInfer), stream (ModelStreamInfer, as
+# perf_analyzer's --streaming) and binary (HTTP with the binary extension).
+# At CONCURRENCY=64 the batcher forms two batches of 32 in flight; 128
+# keeps batches of 64 (the model's max_batch_size) forming.
 # Alone and served alternate within a round because this VM's speed drifts
 # by 20 % and more between minutes. Loopback only, bounded in time (about
 # ROUNDS * 25 s).
 #
 # Usage: scripts/bench_batched_ratio.sh BIN [ROUNDS=3]
-#   env: SERVER_CPU=0 CLIENT_CPU=1 PORT=18500 PROTOS="grpc binary"
+#   env: SERVER_CPU=0 CLIENT_CPU=1 PORT=18500 PROTOS="grpc binary" CONCURRENCY=64
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -40,14 +44,15 @@ for round in $(seq 1 "$rounds"); do
   for proto in $protos; do
     case $proto in
       grpc) args=(-i grpc -u 127.0.0.1:$((port + 1))) ;;
+      stream) args=(-i grpc --streaming -u 127.0.0.1:$((port + 1))) ;;
       binary) args=(-i http -u 127.0.0.1:$port) ;;
-      *) echo "unknown protocol $proto (grpc binary)" >&2; exit 2 ;;
+      *) echo "unknown protocol $proto (grpc stream binary)" >&2; exit 2 ;;
     esac
     taskset -c "$scpu" "$bin" --model-repository "$work/repo" --host 127.0.0.1 --http-port "$port" \
       --grpc-port $((port + 1)) --metrics-port $((port + 2)) --cores 1 >"$work/server.log" 2>&1 &
     spid=$!
     ss_wait_ready "$port" || { echo "server did not become ready:"; cat "$work/server.log"; exit 1; }
-    timeout 30 taskset -c "$ccpu" "$bench" -m mlp_onnx_dyna "${args[@]}" --concurrency-range 64 \
+    timeout 30 taskset -c "$ccpu" "$bench" -m mlp_onnx_dyna "${args[@]}" --concurrency-range "${CONCURRENCY:-64}" \
       -p 6000 --max-trials 1 >"$work/bench.log" 2>&1 &
     bpid=$!
     sleep 2

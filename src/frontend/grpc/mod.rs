@@ -13,6 +13,7 @@ mod shm_service;
 mod size_limit;
 mod status;
 mod stream;
+mod stream_answer;
 mod stream_order;
 mod stream_route;
 mod unary_infer;

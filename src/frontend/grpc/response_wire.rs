@@ -1,5 +1,6 @@
-//! A `ModelInferResponse` written straight from an [`InferResponse`] into
-//! its gRPC frame, for the direct `ModelInfer` path (`unary_infer`).
+//! A `ModelInferResponse` written straight from an [`InferResponse`]: into
+//! its gRPC frame for the direct `ModelInfer` path (`unary_infer`), and
+//! inside a `ModelStreamInferResponse` for the stream (`stream_answer`).
 //!
 //! The bytes are those prost writes for the message
 //! `codec::encode_model_infer_response` builds (fields in number order,
@@ -8,6 +9,8 @@
 //! a map per answer, each allocated and then freed on the shard.
 //! Large raw outputs are left out of the frame as a [`RawTail`], as
 //! `service::take_raw_tail` does for tonic's path.
+
+use std::borrow::Cow;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
@@ -38,6 +41,106 @@ const STRING_PARAM: u32 = 3;
 const DOUBLE_PARAM: u32 = 4;
 const UINT64_PARAM: u32 = 5;
 
+/// Request parameter: every response of the request carries
+/// [`FINAL_RESPONSE`] (`ModelStreamInfer`).
+pub(super) const ENABLE_EMPTY_FINAL_RESPONSE: &str = "triton_enable_empty_final_response";
+/// Response parameter: whether this is the request's last response.
+pub(super) const FINAL_RESPONSE: &str = "triton_final_response";
+
+/// The fields of one `ModelInferResponse`, borrowed from where they are.
+pub(super) struct ResponseFields<'a> {
+    pub model_name: &'a str,
+    pub model_version: &'a str,
+    pub id: &'a str,
+    pub parameters: &'a Parameters,
+    /// [`FINAL_RESPONSE`] with this value, over an entry of that name in
+    /// `parameters` (as a map insert into prost's message replaces it).
+    pub final_flag: Option<bool>,
+    /// Written as the message's outputs and, in the same order, its raw
+    /// output contents.
+    pub outputs: &'a [Tensor],
+}
+
+impl<'a> ResponseFields<'a> {
+    pub(super) fn of(r: &'a InferResponse, final_flag: Option<bool>) -> Self {
+        Self {
+            model_name: &r.model_name,
+            model_version: &r.model_version,
+            id: &r.id,
+            parameters: &r.parameters,
+            final_flag,
+            outputs: &r.outputs,
+        }
+    }
+
+    /// Everything but the raw outputs.
+    fn head_len(&self) -> usize {
+        str_len(MODEL_NAME, self.model_name)
+            + str_len(MODEL_VERSION, self.model_version)
+            + str_len(ID, self.id)
+            + self
+                .params()
+                .map(|(k, v)| param_field_len(k, &v))
+                .sum::<usize>()
+            + self
+                .outputs
+                .iter()
+                .map(|t| bytes_field_len(OUTPUTS, tensor_len(t)))
+                .sum::<usize>()
+    }
+
+    fn raw_field_len(&self) -> usize {
+        self.outputs
+            .iter()
+            .map(|t| raw_output_field_len(t.data.len()))
+            .sum()
+    }
+
+    /// The message's length on the wire.
+    pub(super) fn encoded_len(&self) -> usize {
+        self.head_len() + self.raw_field_len()
+    }
+
+    /// The parameters as they go out: the final flag last, in place of
+    /// any parameter of its name.
+    fn params(&self) -> impl Iterator<Item = (&str, Cow<'_, ParamValue>)> + '_ {
+        let flag = self.final_flag;
+        self.parameters
+            .iter()
+            .filter(move |(k, _)| flag.is_none() || k.as_str() != FINAL_RESPONSE)
+            .map(|(k, v)| (k.as_str(), Cow::Borrowed(v)))
+            .chain(flag.map(|last| (FINAL_RESPONSE, Cow::Owned(ParamValue::Bool(last)))))
+    }
+
+    fn put_head(&self, out: &mut impl BufMut) {
+        put_str(out, MODEL_NAME, self.model_name);
+        put_str(out, MODEL_VERSION, self.model_version);
+        put_str(out, ID, self.id);
+        for (k, v) in self.params() {
+            put_param_field(out, k, &v);
+        }
+        for t in self.outputs {
+            encode_key(OUTPUTS, WireType::LengthDelimited, out);
+            encode_varint(tensor_len(t) as u64, out);
+            put_tensor(out, t);
+        }
+    }
+
+    fn put_raw(&self, out: &mut impl BufMut) {
+        for t in self.outputs {
+            encode_key(RAW_OUTPUT_CONTENTS, WireType::LengthDelimited, out);
+            encode_varint(t.data.len() as u64, out);
+            out.put_slice(&t.data);
+        }
+    }
+
+    /// The whole message, raw outputs included.
+    pub(super) fn encode(&self, out: &mut impl BufMut) {
+        self.put_head(out);
+        self.put_raw(out);
+    }
+}
+
 /// `response` framed for the wire: the gRPC header and the message, and
 /// the raw outputs to send after it when they are large. Refused past
 /// `limit` (the whole message, raw outputs included) with tonic's status,
@@ -46,14 +149,10 @@ pub(super) fn frame_response(
     response: &InferResponse,
     limit: usize,
 ) -> Result<(Bytes, Option<RawTail>), Status> {
+    let fields = ResponseFields::of(response, None);
     let raw: usize = response.outputs.iter().map(|t| t.data.len()).sum();
-    let raw_field: usize = response
-        .outputs
-        .iter()
-        .map(|t| raw_output_field_len(t.data.len()))
-        .sum();
-    let head_len = head_len(response);
-    let len = head_len + raw_field;
+    let head_len = fields.head_len();
+    let len = head_len + fields.raw_field_len();
     if len > limit {
         return Err(Status::out_of_range(format!(
             "Error, encoded message length too large: found {len} bytes, the limit is: {limit} bytes"
@@ -69,26 +168,22 @@ pub(super) fn frame_response(
     let mut out = BytesMut::with_capacity(HEADER_LEN + framed_len);
     out.put_u8(0);
     out.put_u32(framed_len32);
-    put_head(&mut out, response);
+    fields.put_head(&mut out);
     if tail {
         let raws = response.outputs.iter().map(|t| t.data.clone()).collect();
         return Ok((out.freeze(), Some(RawTail(raws))));
     }
-    for t in &response.outputs {
-        encode_key(RAW_OUTPUT_CONTENTS, WireType::LengthDelimited, &mut out);
-        encode_varint(t.data.len() as u64, &mut out);
-        out.put_slice(&t.data);
-    }
+    fields.put_raw(&mut out);
     debug_assert_eq!(out.len(), HEADER_LEN + framed_len);
     Ok((out.freeze(), None))
 }
 
-fn bytes_field_len(tag: u32, len: usize) -> usize {
+pub(super) fn bytes_field_len(tag: u32, len: usize) -> usize {
     key_len(tag) + encoded_len_varint(len as u64) + len
 }
 
 /// A string field; proto3 leaves an empty one out.
-fn str_len(tag: u32, s: &str) -> usize {
+pub(super) fn str_len(tag: u32, s: &str) -> usize {
     if s.is_empty() {
         0
     } else {
@@ -96,35 +191,11 @@ fn str_len(tag: u32, s: &str) -> usize {
     }
 }
 
-fn put_str(out: &mut BytesMut, tag: u32, s: &str) {
+pub(super) fn put_str(out: &mut impl BufMut, tag: u32, s: &str) {
     if !s.is_empty() {
         encode_key(tag, WireType::LengthDelimited, out);
         encode_varint(s.len() as u64, out);
         out.put_slice(s.as_bytes());
-    }
-}
-
-/// Everything but the raw outputs.
-fn head_len(r: &InferResponse) -> usize {
-    str_len(MODEL_NAME, &r.model_name)
-        + str_len(MODEL_VERSION, &r.model_version)
-        + str_len(ID, &r.id)
-        + params_len(&r.parameters)
-        + r.outputs
-            .iter()
-            .map(|t| bytes_field_len(OUTPUTS, tensor_len(t)))
-            .sum::<usize>()
-}
-
-fn put_head(out: &mut BytesMut, r: &InferResponse) {
-    put_str(out, MODEL_NAME, &r.model_name);
-    put_str(out, MODEL_VERSION, &r.model_version);
-    put_str(out, ID, &r.id);
-    put_params(out, &r.parameters);
-    for t in &r.outputs {
-        encode_key(OUTPUTS, WireType::LengthDelimited, out);
-        encode_varint(tensor_len(t) as u64, out);
-        put_tensor(out, t);
     }
 }
 
@@ -143,7 +214,7 @@ fn shape_len(shape: &[i64]) -> usize {
     shape.iter().map(|&d| encoded_len_varint(d as u64)).sum()
 }
 
-fn put_tensor(out: &mut BytesMut, t: &Tensor) {
+fn put_tensor(out: &mut impl BufMut, t: &Tensor) {
     put_str(out, TENSOR_NAME, &t.name);
     put_str(out, TENSOR_DATATYPE, t.datatype.as_str());
     let n = shape_len(&t.shape);
@@ -157,27 +228,22 @@ fn put_tensor(out: &mut BytesMut, t: &Tensor) {
     }
 }
 
-/// The map field: one entry message (key, `InferParameter`) per parameter.
-fn params_len(params: &Parameters) -> usize {
-    params
-        .iter()
-        .map(|(k, v)| bytes_field_len(PARAMETERS, entry_len(k, v)))
-        .sum()
+/// One entry of the map field: an entry message (key, `InferParameter`).
+fn param_field_len(k: &str, v: &ParamValue) -> usize {
+    bytes_field_len(PARAMETERS, entry_len(k, v))
 }
 
 fn entry_len(k: &str, v: &ParamValue) -> usize {
     str_len(ENTRY_KEY, k) + bytes_field_len(ENTRY_VALUE, param_len(v))
 }
 
-fn put_params(out: &mut BytesMut, params: &Parameters) {
-    for (k, v) in params {
-        encode_key(PARAMETERS, WireType::LengthDelimited, out);
-        encode_varint(entry_len(k, v) as u64, out);
-        put_str(out, ENTRY_KEY, k);
-        encode_key(ENTRY_VALUE, WireType::LengthDelimited, out);
-        encode_varint(param_len(v) as u64, out);
-        put_param(out, v);
-    }
+fn put_param_field(out: &mut impl BufMut, k: &str, v: &ParamValue) {
+    encode_key(PARAMETERS, WireType::LengthDelimited, out);
+    encode_varint(entry_len(k, v) as u64, out);
+    put_str(out, ENTRY_KEY, k);
+    encode_key(ENTRY_VALUE, WireType::LengthDelimited, out);
+    encode_varint(param_len(v) as u64, out);
+    put_param(out, v);
 }
 
 /// An `InferParameter`: its oneof field is written even when it holds the
@@ -192,7 +258,7 @@ fn param_len(v: &ParamValue) -> usize {
     }
 }
 
-fn put_param(out: &mut BytesMut, v: &ParamValue) {
+fn put_param(out: &mut impl BufMut, v: &ParamValue) {
     match v {
         ParamValue::Bool(b) => {
             encode_key(BOOL_PARAM, WireType::Varint, out);

@@ -9,6 +9,7 @@ use super::{
     raw_tail::{RawTail, MIN_TAIL_BYTES},
     status::to_status,
     stream::{Inbound, InferStream},
+    stream_answer::StreamAnswer,
 };
 use crate::{
     frontend::{
@@ -328,9 +329,10 @@ impl GrpcInferenceService for InferenceService {
         let forwarded = forwarded_metadata(req.metadata());
         // Only reached where the router did not take the method itself
         // (`stream_route`, which reads the messages' bytes).
-        Ok(Response::new(Box::pin(InferStream::new(
-            Inbound::Proto(req.into_inner()),
-            forwarded,
+        let answers = InferStream::new(Inbound::Proto(req.into_inner()), forwarded);
+        Ok(Response::new(Box::pin(futures::StreamExt::map(
+            answers,
+            |answer| answer.map(StreamAnswer::into_proto),
         ))))
     }
 }

@@ -44,17 +44,15 @@ use prost::Message as _;
 use tonic::{Code, Status, Streaming};
 
 use super::{
-    codec::encode_model_infer_response,
     request_wire::decode_plain,
+    response_wire::ENABLE_EMPTY_FINAL_RESPONSE,
     service::{decode_infer_request, echoed_model_name},
+    stream_answer::StreamAnswer,
     stream_order::OrderedAnswers,
 };
 use crate::{
     frontend::core::infer as core,
-    proto::inference::{
-        infer_parameter::ParameterChoice, InferParameter, ModelInferRequest, ModelInferResponse,
-        ModelStreamInferResponse,
-    },
+    proto::inference::{infer_parameter::ParameterChoice, ModelInferRequest},
     scheduler::Streamed,
     shard,
     types::{clip, clip_to, InferError, InferRequest, InferResponse, ParamValue, MESSAGE_BYTES},
@@ -69,15 +67,8 @@ pub const MAX_IN_FLIGHT: usize = 1024;
 /// the shard for up to [`MAX_IN_FLIGHT`] decodes).
 const READ_BUDGET: usize = 64;
 
-/// Request parameter: every response carries [`FINAL_RESPONSE`].
-const ENABLE_EMPTY_FINAL_RESPONSE: &str = "triton_enable_empty_final_response";
-/// Response parameter: whether this is the request's last response (always
-/// true for a non-decoupled model: one response per request; for a
-/// decoupled one, true only on the empty final response).
-const FINAL_RESPONSE: &str = "triton_final_response";
-
 /// The stream responses of one request.
-type Answer = Pin<Box<dyn Stream<Item = ModelStreamInferResponse> + Send>>;
+type Answer = Pin<Box<dyn Stream<Item = StreamAnswer> + Send>>;
 type Decoding = Pin<Box<dyn Future<Output = Result<InferRequest, InferError>> + Send>>;
 
 /// The sequence a request belongs to on this stream, as the client named
@@ -182,7 +173,7 @@ impl Ticket {
     /// What one item of a request's response stream sends to the client,
     /// if anything: a decoupled request's final flag only when the request
     /// asked for it.
-    fn respond(&self, item: Result<Streamed, InferError>) -> Option<ModelStreamInferResponse> {
+    fn respond(&self, item: Result<Streamed, InferError>) -> Option<StreamAnswer> {
         match item {
             Ok(Streamed::Response { response, last }) => Some(self.answer(Ok(response), last)),
             Ok(Streamed::Final(response)) => {
@@ -192,36 +183,24 @@ impl Ticket {
         }
     }
 
-    fn answer(
-        &self,
-        result: Result<InferResponse, InferError>,
-        last: bool,
-    ) -> ModelStreamInferResponse {
-        let (error_message, mut response) = match result {
-            Ok(response) => (String::new(), encode_model_infer_response(response)),
-            // Triton sends the failed request's id back so that the client
-            // knows which one failed.
-            Err(e) => (
-                clip_to(&e.message, MESSAGE_BYTES).into_owned(),
-                ModelInferResponse {
-                    model_name: self.model_name.clone(),
-                    model_version: self.model_version.clone(),
-                    id: self.id.clone(),
-                    ..Default::default()
-                },
-            ),
-        };
-        if self.final_flag {
-            response.parameters.insert(
-                FINAL_RESPONSE.to_string(),
-                InferParameter {
-                    parameter_choice: Some(ParameterChoice::BoolParam(last)),
-                },
-            );
-        }
-        ModelStreamInferResponse {
-            error_message,
-            infer_response: Some(response),
+    /// `triton_final_response` is set to `last` where the request asked
+    /// for it: always true for a non-decoupled model (one response per
+    /// request); for a decoupled one, true only on the empty final
+    /// response.
+    fn answer(&self, result: Result<InferResponse, InferError>, last: bool) -> StreamAnswer {
+        let final_flag = self.final_flag.then_some(last);
+        match result {
+            Ok(response) => StreamAnswer::Response {
+                response,
+                final_flag,
+            },
+            Err(e) => StreamAnswer::Failed {
+                message: clip_to(&e.message, MESSAGE_BYTES).into_owned(),
+                model_name: self.model_name.clone(),
+                model_version: self.model_version.clone(),
+                id: self.id.clone(),
+                final_flag,
+            },
         }
     }
 }
@@ -246,10 +225,10 @@ pub struct InferStream {
     /// A request being decoded off the shard; nothing behind it is read
     /// until it has been dispatched.
     decoding: Option<(Ticket, Decoding)>,
-    in_flight: OrderedAnswers<SequenceKey, ModelStreamInferResponse>,
+    in_flight: OrderedAnswers<SequenceKey, StreamAnswer>,
     /// Answers that are already known (failed decoding or validation),
     /// in arrival order.
-    ready: VecDeque<ModelStreamInferResponse>,
+    ready: VecDeque<StreamAnswer>,
     /// This stream's place among the shard's open streams woken at
     /// shutdown.
     watch: Option<usize>,
@@ -418,17 +397,16 @@ impl InferStream {
              requests in flight are cancelled",
             status.message()
         );
-        self.ready.push_back(ModelStreamInferResponse {
-            error_message: clip_to(&message, MESSAGE_BYTES).into_owned(),
-            infer_response: None,
-        });
+        self.ready.push_back(StreamAnswer::Broken(
+            clip_to(&message, MESSAGE_BYTES).into_owned(),
+        ));
         self.inbound = None;
         self.failure = Some(status);
     }
 }
 
 impl Stream for InferStream {
-    type Item = Result<ModelStreamInferResponse, Status>;
+    type Item = Result<StreamAnswer, Status>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();

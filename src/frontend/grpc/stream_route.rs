@@ -4,7 +4,8 @@
 //! request (`request_wire`, as the direct unary path does) and gives
 //! anything else to prost and the conversion, as tonic's codec did. On
 //! `simple` over a stream, prost's decode and the conversion were about
-//! 12 % of the shard's instructions (callgrind).
+//! 12 % of the shard's instructions (callgrind). Answers go out the same
+//! way, written from the response itself (`stream_answer`).
 //!
 //! Everything else is tonic's own call handling, configured as the
 //! generated service is: the same compression (`compression`), the same
@@ -15,18 +16,18 @@ use std::{convert::Infallible, future::Ready};
 use bytes::{Buf, Bytes};
 use hyper::body::Incoming;
 use tonic::{
-    codec::{Codec, DecodeBuf, Decoder, EnabledCompressionEncodings},
+    codec::{Codec, DecodeBuf, Decoder, EnabledCompressionEncodings, EncodeBuf, Encoder},
     server::{Grpc, StreamingService},
     Request, Response, Status, Streaming,
 };
-use tonic_prost::ProstEncoder;
 
 use super::{
     compression,
     service::forwarded_metadata,
     stream::{Inbound, InferStream},
+    stream_answer::StreamAnswer,
 };
-use crate::{frontend::transport::PacedBody, proto::inference::ModelStreamInferResponse};
+use crate::frontend::transport::PacedBody;
 
 pub(super) const PATH: &str = "/inference.GRPCInferenceService/ModelStreamInfer";
 
@@ -62,17 +63,18 @@ impl StreamRoute {
     }
 }
 
-/// Requests in as their message bytes, responses out through prost.
+/// Requests in as their message bytes, answers written straight into
+/// tonic's send buffer.
 struct MessageBytes;
 
 impl Codec for MessageBytes {
-    type Encode = ModelStreamInferResponse;
+    type Encode = StreamAnswer;
     type Decode = Bytes;
-    type Encoder = ProstEncoder<ModelStreamInferResponse>;
+    type Encoder = AnswerWriter;
     type Decoder = WholeMessage;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstEncoder::default()
+        AnswerWriter
     }
 
     fn decoder(&mut self) -> Self::Decoder {
@@ -92,10 +94,25 @@ impl Decoder for WholeMessage {
     }
 }
 
+struct AnswerWriter;
+
+impl Encoder for AnswerWriter {
+    type Item = StreamAnswer;
+    type Error = Status;
+
+    /// tonic frames, compresses and checks the size limit after this, as
+    /// for prost's encoder.
+    fn encode(&mut self, item: StreamAnswer, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.reserve(item.encoded_len());
+        item.encode(dst);
+        Ok(())
+    }
+}
+
 struct OpenStream;
 
 impl StreamingService<Bytes> for OpenStream {
-    type Response = ModelStreamInferResponse;
+    type Response = StreamAnswer;
     type ResponseStream = InferStream;
     type Future = Ready<Result<Response<InferStream>, Status>>;
 
