@@ -12,8 +12,8 @@ use shardserve::proto::{
         grpc_inference_service_client::GrpcInferenceServiceClient,
         model_infer_request::{InferInputTensor, InferRequestedOutputTensor},
         InferTensorContents, ModelConfigRequest, ModelInferRequest, ModelMetadataRequest,
-        ModelReadyRequest, RepositoryIndexRequest, ServerLiveRequest, ServerMetadataRequest,
-        ServerReadyRequest,
+        ModelReadyRequest, ModelStreamInferResponse, RepositoryIndexRequest, ServerLiveRequest,
+        ServerMetadataRequest, ServerReadyRequest,
     },
 };
 use tonic::{transport::Channel, Code};
@@ -381,11 +381,26 @@ async fn raw_model_infer(
     frames: Vec<Vec<u8>>,
     trailers: Option<http::HeaderMap>,
 ) -> (String, String, Option<bytes::Bytes>) {
+    let (code, msg, data) = raw_grpc_call(addr, "ModelInfer", encoding, frames, trailers).await;
+    let message = (data.len() >= 5).then(|| bytes::Bytes::from(data[5..].to_vec()));
+    (code, msg, message)
+}
+
+/// One call of `method` over HTTP/2 with the body given as frames: the
+/// grpc-status and grpc-message, from the head (trailers-only) or the
+/// trailers, and the response body's bytes (framed messages).
+async fn raw_grpc_call(
+    addr: std::net::SocketAddr,
+    method: &str,
+    encoding: Option<&str>,
+    frames: Vec<Vec<u8>>,
+    trailers: Option<http::HeaderMap>,
+) -> (String, String, Vec<u8>) {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut send, conn) = h2::client::handshake(tcp).await.unwrap();
     tokio::spawn(conn);
     let mut req = http::Request::post(format!(
-        "http://{addr}/inference.GRPCInferenceService/ModelInfer"
+        "http://{addr}/inference.GRPCInferenceService/{method}"
     ))
     .header("content-type", "application/grpc")
     .header("te", "trailers");
@@ -421,7 +436,7 @@ async fn raw_model_infer(
         })
     };
     if let Some((code, msg)) = status_of(answer.headers()) {
-        return (code, msg, None);
+        return (code, msg, Vec::new());
     }
     let mut body = answer.into_body();
     let mut data = Vec::new();
@@ -432,8 +447,21 @@ async fn raw_model_infer(
     }
     let trailers = body.trailers().await.unwrap().unwrap_or_default();
     let (code, msg) = status_of(&trailers).expect("a grpc-status in the trailers");
-    let message = (data.len() >= 5).then(|| bytes::Bytes::from(data[5..].to_vec()));
-    (code, msg, message)
+    (code, msg, data)
+}
+
+/// The framed messages of a response body, as `ModelStreamInferResponse`s.
+fn stream_answers(data: &[u8]) -> Vec<ModelStreamInferResponse> {
+    use prost::Message;
+    let mut out = Vec::new();
+    let mut rest = data;
+    while !rest.is_empty() {
+        assert_eq!(rest[0], 0, "an uncompressed message");
+        let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
+        out.push(ModelStreamInferResponse::decode(&rest[5..5 + len]).unwrap());
+        rest = &rest[5 + len..];
+    }
+    out
 }
 
 fn grpc_framed(message: &[u8]) -> Vec<u8> {
@@ -510,5 +538,107 @@ async fn model_infer_answers_the_same_with_and_without_tonics_codec() {
     let tonic = raw_model_infer(addr, Some("gzip"), vec![good], Some(trailers)).await;
     assert_eq!(direct, tonic);
     assert_eq!(direct.0, "0");
+    server.shutdown().unwrap();
+}
+
+/// Uncompressed `ModelStreamInfer` calls are framed by the stream route
+/// itself (`grpc::stream_route`), others by tonic's `Streaming` and
+/// `EncodeBody`: each body below is sent both ways. A stream of good
+/// messages gets the same bytes back however it was cut into frames; a
+/// framing fault ends the call with tonic's status and the same error
+/// answer after what was read before it.
+#[tokio::test]
+async fn model_stream_infer_answers_the_same_with_and_without_tonics_framing() {
+    use prost::Message;
+    let mut opts = shardserve::server::ServerOptions::for_tests(common::repo_path("models"));
+    opts.cores = Some(1);
+    opts.grpc_max_message_size = 64 << 10;
+    let server = common::start_with(opts);
+    let addr = server.grpc_addr();
+    let good = grpc_framed(&simple_request(5).encode_to_vec());
+    let mut three = good.clone();
+    three.extend(grpc_framed(&simple_request(7).encode_to_vec()));
+    three.extend(grpc_framed(&simple_request(9).encode_to_vec()));
+    let mut oversized = good.clone();
+    oversized.push(0);
+    oversized.extend_from_slice(&(1u32 << 20).to_be_bytes());
+    let mut bad_flag = good.clone();
+    bad_flag.extend(&good);
+    bad_flag[good.len()] = 7;
+    let mut flagged = good.clone();
+    flagged[0] = 1;
+    let whole_cases: Vec<(&str, Vec<Vec<u8>>, usize)> = vec![
+        ("whole", vec![good.clone()], 1),
+        ("byte by byte", three.iter().map(|b| vec![*b]).collect(), 3),
+        (
+            "cut anywhere",
+            vec![
+                three[..7].to_vec(),
+                three[7..40].to_vec(),
+                three[40..].to_vec(),
+            ],
+            3,
+        ),
+        ("three in one frame", vec![three.clone()], 3),
+        ("no message", vec![], 0),
+    ];
+    for (what, frames, n) in whole_cases {
+        let direct = raw_grpc_call(addr, "ModelStreamInfer", None, frames.clone(), None).await;
+        let tonic = raw_grpc_call(addr, "ModelStreamInfer", Some("gzip"), frames, None).await;
+        assert_eq!(direct, tonic, "{what}");
+        assert_eq!(direct.0, "0", "{what}: {direct:?}");
+        let answers = stream_answers(&direct.2);
+        assert_eq!(answers.len(), n, "{what}");
+        for a in &answers {
+            assert_eq!(a.error_message, "", "{what}");
+        }
+    }
+    let fault_cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("cut in the header", good[..4].to_vec(), "13"),
+        ("cut in the message", good[..good.len() - 1].to_vec(), "13"),
+        ("over the limit after a message", oversized, "8"),
+        ("invalid flag after a message", bad_flag, "13"),
+        ("not protobuf", grpc_framed(&[0xff; 8]), "13"),
+    ];
+    for (what, body, code) in fault_cases {
+        let direct = raw_grpc_call(addr, "ModelStreamInfer", None, vec![body.clone()], None).await;
+        let tonic = raw_grpc_call(addr, "ModelStreamInfer", Some("gzip"), vec![body], None).await;
+        assert_eq!((&direct.0, &direct.1), (&tonic.0, &tonic.1), "{what}");
+        assert_eq!(direct.0, code, "{what}: {direct:?}");
+        let last = |data: &[u8]| stream_answers(data).pop().expect("an error answer");
+        let (d, t) = (last(&direct.2), last(&tonic.2));
+        assert_eq!(d.error_message, t.error_message, "{what}");
+        assert!(
+            d.error_message.contains("could not be read"),
+            "{what}: {d:?}"
+        );
+    }
+    // A compressed flag without grpc-encoding is tonic's INTERNAL too (with
+    // an encoding, tonic would try to decompress it instead).
+    let (code, msg, _) = raw_grpc_call(addr, "ModelStreamInfer", None, vec![flagged], None).await;
+    assert_eq!(code, "13");
+    assert!(msg.contains("grpc-encoding"), "{msg}");
+    // Request trailers end the request stream; what came before is answered.
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("x-trailer", http::HeaderValue::from_static("1"));
+    let direct = raw_grpc_call(
+        addr,
+        "ModelStreamInfer",
+        None,
+        vec![three.clone()],
+        Some(trailers.clone()),
+    )
+    .await;
+    let tonic = raw_grpc_call(
+        addr,
+        "ModelStreamInfer",
+        Some("gzip"),
+        vec![three],
+        Some(trailers),
+    )
+    .await;
+    assert_eq!(direct, tonic);
+    assert_eq!(direct.0, "0");
+    assert_eq!(stream_answers(&direct.2).len(), 3);
     server.shutdown().unwrap();
 }

@@ -3,6 +3,7 @@ pub mod codec;
 mod compression;
 mod conn_streams;
 mod health;
+mod message_reader;
 mod raw_tail;
 mod repository_service;
 mod request_wire;

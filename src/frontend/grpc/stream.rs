@@ -107,9 +107,11 @@ impl SequenceKey {
     }
 }
 
-/// A stream's request messages: as bytes (`stream_route`), or decoded by
-/// tonic's generated service.
+/// A stream's request messages: split from the body's frames by
+/// `stream_route` itself, as bytes through tonic's decoder (where the
+/// request is compressed), or decoded by tonic's generated service.
 pub enum Inbound {
+    Frames(super::stream_route::RequestMessages),
     Wire(Streaming<Bytes>),
     Proto(Streaming<ModelInferRequest>),
 }
@@ -122,6 +124,7 @@ enum Message {
 impl Inbound {
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, Status>>> {
         match self {
+            Self::Frames(s) => s.poll_next(cx).map(|m| m.map(|m| m.map(Message::Wire))),
             Self::Wire(s) => s
                 .poll_next_unpin(cx)
                 .map(|m| m.map(|m| m.map(Message::Wire))),
