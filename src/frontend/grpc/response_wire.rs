@@ -153,21 +153,11 @@ pub(super) fn frame_response(
     let raw: usize = response.outputs.iter().map(|t| t.data.len()).sum();
     let head_len = fields.head_len();
     let len = head_len + fields.raw_field_len();
-    if len > limit {
-        return Err(Status::out_of_range(format!(
-            "Error, encoded message length too large: found {len} bytes, the limit is: {limit} bytes"
-        )));
-    }
+    within_limit(len, limit)?;
     let tail = raw >= MIN_TAIL_BYTES;
     let framed_len = if tail { head_len } else { len };
-    let framed_len32 = u32::try_from(framed_len).map_err(|_| {
-        Status::resource_exhausted(format!(
-            "Cannot return body with more than 4GB of data but got {len} bytes"
-        ))
-    })?;
     let mut out = BytesMut::with_capacity(HEADER_LEN + framed_len);
-    out.put_u8(0);
-    out.put_u32(framed_len32);
+    put_message_header(&mut out, framed_len, len)?;
     fields.put_head(&mut out);
     if tail {
         let raws = response.outputs.iter().map(|t| t.data.clone()).collect();
@@ -176,6 +166,35 @@ pub(super) fn frame_response(
     fields.put_raw(&mut out);
     debug_assert_eq!(out.len(), HEADER_LEN + framed_len);
     Ok((out.freeze(), None))
+}
+
+/// tonic's refusal of an answer of `len` bytes past the message size
+/// limit.
+pub(super) fn within_limit(len: usize, limit: usize) -> Result<(), Status> {
+    if len > limit {
+        return Err(Status::out_of_range(format!(
+            "Error, encoded message length too large: found {len} bytes, the limit is: {limit} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// The header of an uncompressed message whose first `framed_len` bytes
+/// follow it (all of them but a raw tail), or tonic's refusal past 4 GiB,
+/// naming the whole message's `len`.
+pub(super) fn put_message_header(
+    out: &mut BytesMut,
+    framed_len: usize,
+    len: usize,
+) -> Result<(), Status> {
+    let framed_len = u32::try_from(framed_len).map_err(|_| {
+        Status::resource_exhausted(format!(
+            "Cannot return body with more than 4GB of data but got {len} bytes"
+        ))
+    })?;
+    out.put_u8(0);
+    out.put_u32(framed_len);
+    Ok(())
 }
 
 pub(super) fn bytes_field_len(tag: u32, len: usize) -> usize {

@@ -18,7 +18,7 @@ use std::{
     task::{ready, Context, Poll},
 };
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use futures::Stream;
 use http::{header, HeaderMap, HeaderValue};
 use http_body::{Body, Frame};
@@ -33,7 +33,7 @@ use tonic::{
 use super::{
     compression,
     message_reader::MessageReader,
-    response_wire::HEADER_LEN,
+    response_wire::{put_message_header, within_limit, HEADER_LEN},
     service::forwarded_metadata,
     stream::{Inbound, InferStream},
     stream_answer::StreamAnswer,
@@ -180,20 +180,9 @@ impl AnswerFrames {
     /// past the limit (tonic's statuses; `size_limit` rewrites the first).
     fn frame(&mut self, answer: &StreamAnswer) -> Result<(), Status> {
         let len = answer.encoded_len();
-        if len > self.limit {
-            return Err(Status::out_of_range(format!(
-                "Error, encoded message length too large: found {len} bytes, the limit is: {} bytes",
-                self.limit
-            )));
-        }
-        let len32 = u32::try_from(len).map_err(|_| {
-            Status::resource_exhausted(format!(
-                "Cannot return body with more than 4GB of data but got {len} bytes"
-            ))
-        })?;
+        within_limit(len, self.limit)?;
         self.buf.reserve(HEADER_LEN + len);
-        self.buf.put_u8(0);
-        self.buf.put_u32(len32);
+        put_message_header(&mut self.buf, len, len)?;
         answer.encode(&mut self.buf);
         Ok(())
     }
