@@ -29,11 +29,11 @@ pub(super) struct MessageReader {
     /// A message header begun in an earlier frame.
     head: [u8; HEADER_LEN],
     head_len: usize,
-    /// Length of the first message once its header is read.
+    /// Length of the message being read once its header is read.
     reading: Option<usize>,
-    /// The first message's bytes so far: frames of [`SMALL_PART`] or
-    /// more as they came, smaller ones gathered in `small` (which comes
-    /// after `parts`), and their total.
+    /// That message's bytes so far: frames of [`SMALL_PART`] or more as
+    /// they came, smaller ones gathered in `small` (which comes after
+    /// `parts`), and their total.
     parts: Vec<Bytes>,
     small: BytesMut,
     have: usize,
@@ -41,10 +41,9 @@ pub(super) struct MessageReader {
     skipping: usize,
     /// Whether messages after the first are kept.
     keep_all: bool,
-    /// Whole messages not taken yet, in order.
+    /// Whole messages not taken yet, in order (a unary call's reader
+    /// holds at most its first, taken only by `finish`).
     messages: VecDeque<Bytes>,
-    /// Whether a message has been read whole.
-    read_one: bool,
 }
 
 impl MessageReader {
@@ -71,7 +70,6 @@ impl MessageReader {
             skipping: 0,
             keep_all,
             messages: VecDeque::new(),
-            read_one: false,
         }
     }
 
@@ -98,7 +96,7 @@ impl MessageReader {
                 }
                 self.head_len = 0;
                 let len = self.checked_len()?;
-                if self.read_one && !self.keep_all {
+                if !self.keep_all && !self.messages.is_empty() {
                     self.skipping = len;
                 } else if len == 0 {
                     self.take(Bytes::new());
@@ -138,7 +136,6 @@ impl MessageReader {
 
     fn take(&mut self, message: Bytes) {
         self.messages.push_back(message);
-        self.read_one = true;
         self.reading = None;
         self.have = 0;
     }
