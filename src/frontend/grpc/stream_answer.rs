@@ -51,10 +51,10 @@ pub enum StreamAnswer {
 }
 
 impl StreamAnswer {
-    /// The error message, and the fields of the response message if there
-    /// is one.
-    fn parts(&self) -> (&str, Option<ResponseFields<'_>>) {
-        match self {
+    /// The message with its lengths worked out, to be checked against the
+    /// size limit and then written without measuring it again.
+    pub fn measure(&self) -> Measured<'_> {
+        let (error, response) = match self {
             Self::Response {
                 response,
                 final_flag,
@@ -66,7 +66,7 @@ impl StreamAnswer {
                 id,
                 final_flag,
             } => (
-                message,
+                message.as_str(),
                 Some(ResponseFields {
                     model_name,
                     model_version,
@@ -76,28 +76,13 @@ impl StreamAnswer {
                     outputs: &[],
                 }),
             ),
-            Self::Broken(message) => (message, None),
-        }
-    }
-
-    /// The message's length on the wire, as prost would encode it.
-    pub fn encoded_len(&self) -> usize {
-        let (error, response) = self.parts();
-        str_len(ERROR_MESSAGE, error)
-            + response.map_or(0, |r| bytes_field_len(INFER_RESPONSE, r.encoded_len()))
-    }
-
-    /// The message's bytes, as prost would encode it (the response's map
-    /// entries may come in another order).
-    pub fn encode(&self, out: &mut impl BufMut) {
-        let (error, response) = self.parts();
-        put_str(out, ERROR_MESSAGE, error);
-        if let Some(r) = response {
-            // A present message field is written even when it is empty.
-            encode_key(INFER_RESPONSE, WireType::LengthDelimited, out);
-            encode_varint(r.encoded_len() as u64, out);
-            r.encode(out);
-        }
+            Self::Broken(message) => (message.as_str(), None),
+        };
+        let response = response.map(|r| {
+            let len = r.encoded_len();
+            (r, len)
+        });
+        Measured { error, response }
     }
 
     /// prost's message, for tonic's generated service.
@@ -143,6 +128,36 @@ impl StreamAnswer {
                 error_message: message,
                 infer_response: None,
             },
+        }
+    }
+}
+
+/// A [`StreamAnswer`] ready to write: its error message, and its response
+/// message's fields with their encoded length.
+pub struct Measured<'a> {
+    error: &'a str,
+    response: Option<(ResponseFields<'a>, usize)>,
+}
+
+impl Measured<'_> {
+    /// The message's length on the wire, as prost would encode it.
+    pub fn encoded_len(&self) -> usize {
+        str_len(ERROR_MESSAGE, self.error)
+            + self
+                .response
+                .as_ref()
+                .map_or(0, |(_, len)| bytes_field_len(INFER_RESPONSE, *len))
+    }
+
+    /// The message's bytes, as prost would encode it (the response's map
+    /// entries may come in another order).
+    pub fn encode(&self, out: &mut impl BufMut) {
+        put_str(out, ERROR_MESSAGE, self.error);
+        if let Some((r, len)) = &self.response {
+            // A present message field is written even when it is empty.
+            encode_key(INFER_RESPONSE, WireType::LengthDelimited, out);
+            encode_varint(*len as u64, out);
+            r.encode(out);
         }
     }
 }
@@ -216,7 +231,7 @@ mod tests {
 
     fn written(a: &StreamAnswer) -> Bytes {
         let mut out = BytesMut::new();
-        a.encode(&mut out);
+        a.measure().encode(&mut out);
         out.freeze()
     }
 
@@ -241,7 +256,7 @@ mod tests {
         #[test]
         fn prost_reads_back_the_proto_paths_message(a in answer()) {
             let bytes = written(&a);
-            prop_assert_eq!(bytes.len(), a.encoded_len());
+            prop_assert_eq!(bytes.len(), a.measure().encoded_len());
             let read = ModelStreamInferResponse::decode(bytes.clone()).unwrap();
             let proto = a.into_proto();
             prop_assert_eq!(bytes.len(), proto.encoded_len());

@@ -179,6 +179,7 @@ impl AnswerFrames {
     /// Frames one answer, or the status that ends the call where it is
     /// past the limit (tonic's statuses; `size_limit` rewrites the first).
     fn frame(&mut self, answer: &StreamAnswer) -> Result<(), Status> {
+        let answer = answer.measure();
         let len = answer.encoded_len();
         within_limit(len, self.limit)?;
         self.buf.reserve(HEADER_LEN + len);
@@ -277,6 +278,7 @@ impl Encoder for AnswerWriter {
     /// tonic frames, compresses and checks the size limit after this, as
     /// for prost's encoder.
     fn encode(&mut self, item: StreamAnswer, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        let item = item.measure();
         dst.reserve(item.encoded_len());
         item.encode(dst);
         Ok(())
