@@ -464,6 +464,15 @@ fn stream_answers(data: &[u8]) -> Vec<ModelStreamInferResponse> {
     out
 }
 
+/// A one-shard server on the example models with a 64 KiB gRPC message
+/// limit, for the raw-framing comparisons below.
+fn one_shard_64k_limit() -> shardserve::server::ServerHandle {
+    let mut opts = shardserve::server::ServerOptions::for_tests(common::repo_path("models"));
+    opts.cores = Some(1);
+    opts.grpc_max_message_size = 64 << 10;
+    common::start_with(opts)
+}
+
 fn grpc_framed(message: &[u8]) -> Vec<u8> {
     let mut out = vec![0u8];
     out.extend_from_slice(&(message.len() as u32).to_be_bytes());
@@ -481,10 +490,7 @@ fn grpc_framed(message: &[u8]) -> Vec<u8> {
 #[tokio::test]
 async fn model_infer_answers_the_same_with_and_without_tonics_codec() {
     use prost::Message;
-    let mut opts = shardserve::server::ServerOptions::for_tests(common::repo_path("models"));
-    opts.cores = Some(1);
-    opts.grpc_max_message_size = 64 << 10;
-    let server = common::start_with(opts);
+    let server = one_shard_64k_limit();
     let addr = server.grpc_addr();
     let good = grpc_framed(&simple_request(5).encode_to_vec());
     let mut two = good.clone();
@@ -550,10 +556,7 @@ async fn model_infer_answers_the_same_with_and_without_tonics_codec() {
 #[tokio::test]
 async fn model_stream_infer_answers_the_same_with_and_without_tonics_framing() {
     use prost::Message;
-    let mut opts = shardserve::server::ServerOptions::for_tests(common::repo_path("models"));
-    opts.cores = Some(1);
-    opts.grpc_max_message_size = 64 << 10;
-    let server = common::start_with(opts);
+    let server = one_shard_64k_limit();
     let addr = server.grpc_addr();
     let good = grpc_framed(&simple_request(5).encode_to_vec());
     let mut three = good.clone();
