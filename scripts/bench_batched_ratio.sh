@@ -19,6 +19,7 @@
 #
 # Usage: scripts/bench_batched_ratio.sh BIN [ROUNDS=3]
 #   env: SERVER_CPU=0 CLIENT_CPU=1 PORT=18500 PROTOS="grpc binary" CONCURRENCY=64
+#        BENCH=target/release/shardserve-bench PYTHON=.venv/bin/python
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -30,7 +31,7 @@ ccpu=${CLIENT_CPU:-1}
 port=${PORT:-18500}
 protos=${PROTOS:-grpc binary}
 python=${PYTHON:-.venv/bin/python}
-bench=target/release/shardserve-bench
+bench=${BENCH:-target/release/shardserve-bench}
 ss_export_ort_lib
 work=$(mktemp -d)
 spid=
