@@ -8,6 +8,7 @@
 //!   per output as Triton decides.
 //! - [`error_body`]: `{"error": "..."}`.
 
+mod envelope;
 mod json_data;
 mod request;
 mod response;
@@ -118,6 +119,7 @@ pub fn error_body(message: &str) -> Bytes {
 /// and strings; unknown names are kept. A non-scalar is an error that
 /// names the parameter.
 #[derive(Default)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct JsonParams(Parameters);
 
 impl ParamSink for JsonParams {
@@ -133,6 +135,7 @@ impl ParamSink for JsonParams {
 /// escapes, so an input's parameters cost no allocation unless they name a
 /// shared-memory region.
 #[derive(Default)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct InputParams {
     binary_data_size: Option<ParamValue>,
     /// The shared-memory fields, as [`crate::shm::shm_ref`] reads them.

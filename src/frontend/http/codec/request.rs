@@ -1,7 +1,7 @@
 //! `POST /v2/models/<m>[/versions/<v>]/infer` request bodies.
 //!
-//! The JSON is read in two steps. First the envelope, with each input's
-//! `data` kept as unparsed text ([`RawValue`], a slice of the body): every
+//! The JSON is read in two steps. First the envelope ([`envelope`]), with
+//! each input's `data` kept as unparsed text (a slice of the body): every
 //! input's name, datatype and shape is checked (against the model's
 //! [`IoSpec`] when the caller has it) before any tensor is sized. Then
 //! each `data` is streamed straight into its tensor's buffer
@@ -9,12 +9,11 @@
 //! body.
 
 use bytes::Bytes;
-use serde::Deserialize;
-use serde_json::value::RawValue;
 
 use super::{
-    json_data, show_param, InputParams, JsonParams, BINARY_DATA, BINARY_DATA_OUTPUT,
-    BINARY_DATA_SIZE, CLASSIFICATION, SHARED_MEMORY_REGION,
+    envelope::{self, InputJson, OutputJson},
+    json_data, show_param, BINARY_DATA, BINARY_DATA_OUTPUT, BINARY_DATA_SIZE, CLASSIFICATION,
+    SHARED_MEMORY_REGION,
 };
 use crate::{
     model::IoSpec,
@@ -23,39 +22,6 @@ use crate::{
         ParamValue, RequestedOutput, Tensor,
     },
 };
-
-#[derive(Deserialize)]
-struct RequestJson<'a> {
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    parameters: JsonParams,
-    #[serde(borrow)]
-    inputs: Vec<InputJson<'a>>,
-    #[serde(default)]
-    outputs: Option<Vec<OutputJson>>,
-}
-
-#[derive(Deserialize)]
-struct InputJson<'a> {
-    name: String,
-    /// Borrowed: it is only parsed into a `DataType`.
-    #[serde(borrow)]
-    datatype: std::borrow::Cow<'a, str>,
-    shape: Vec<i64>,
-    #[serde(default)]
-    parameters: InputParams,
-    /// Left as text until the shape has been checked.
-    #[serde(default, borrow)]
-    data: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct OutputJson {
-    name: String,
-    #[serde(default)]
-    parameters: JsonParams,
-}
 
 /// An input whose header has been checked, its data not yet read.
 struct CheckedInput<'a> {
@@ -69,7 +35,7 @@ struct CheckedInput<'a> {
 
 enum Source<'a> {
     /// JSON `data` text.
-    Json(&'a RawValue),
+    Json(&'a str),
     /// The next `binary_data_size` bytes after the JSON header.
     Binary(usize),
     /// A registered system shared memory region.
@@ -116,7 +82,7 @@ pub fn decode_infer_request_for(
         }
         Some(n) => n,
     };
-    let header: RequestJson = serde_json::from_slice(&body[..json_len]).map_err(|e| {
+    let header = envelope::read(&body[..json_len]).map_err(|e| {
         let hint = match header_length {
             Some(n) => format!(
                 " (Inference-Header-Content-Length is {n}: \
@@ -348,7 +314,7 @@ fn check_input<'a>(
             Some(r) => Source::Shm(r),
             None => Source::Binary(0),
         },
-        (Some(data), _) => Source::Json(data),
+        (Some(data), _) => Source::Json(data.0),
         (None, Some(size)) => {
             let size = match size {
                 ParamValue::Int(n) => usize::try_from(*n).ok(),
@@ -415,7 +381,7 @@ fn decode_data(
     let invalid =
         |msg: String| InferError::invalid(format!("input '{shown}' for model '{model}': {msg}"));
     let data = match source {
-        Source::Json(data) => json_data::decode(datatype, data.get(), count)
+        Source::Json(data) => json_data::decode(datatype, data, count)
             .map_err(|e| invalid(format!("Unable to parse 'data': {}", e.describe(datatype))))?,
         Source::Shm(r) => crate::shm::read_input(&r, datatype, count, &shape, &name, model)?,
         Source::Binary(size) => {
