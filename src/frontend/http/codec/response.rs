@@ -185,7 +185,7 @@ pub fn encode_infer_response(
         outputs,
     };
     let mut body = Vec::with_capacity(estimate);
-    serde_json::to_writer(&mut body, &header)
+    write_header(&mut body, &header)
         .map_err(|e| InferError::internal(format!("failed to serialize the response: {e}")))?;
     if binary.is_empty() {
         return Ok(EncodedResponse {
@@ -203,8 +203,73 @@ pub fn encode_infer_response(
     })
 }
 
+/// Writes `h` as `serde_json::to_writer` writes its derived form (a test
+/// holds the two to the same bytes), but with the keys written whole and
+/// each name copied as it is unless it needs escaping: serde_json escapes
+/// every key and string byte by byte, which cost a tenth of the shard's
+/// instructions on a small request. Parameters and JSON data still go
+/// through serde.
+fn write_header(out: &mut Vec<u8>, h: &ResponseJson<'_>) -> Result<(), serde_json::Error> {
+    let mut number = itoa::Buffer::new();
+    out.extend_from_slice(b"{\"model_name\":");
+    write_str(out, h.model_name)?;
+    out.extend_from_slice(b",\"model_version\":");
+    write_str(out, h.model_version)?;
+    if !h.id.is_empty() {
+        out.extend_from_slice(b",\"id\":");
+        write_str(out, h.id)?;
+    }
+    if let Some(parameters) = &h.parameters {
+        out.extend_from_slice(b",\"parameters\":");
+        serde_json::to_writer(&mut *out, parameters)?;
+    }
+    out.extend_from_slice(b",\"outputs\":[");
+    for (i, o) in h.outputs.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"name\":");
+        write_str(out, o.name)?;
+        out.extend_from_slice(b",\"datatype\":");
+        write_str(out, o.datatype)?;
+        out.extend_from_slice(b",\"shape\":[");
+        for (j, dim) in o.shape.iter().enumerate() {
+            if j > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(number.format(*dim).as_bytes());
+        }
+        out.push(b']');
+        if let Some(p) = &o.parameters {
+            out.extend_from_slice(b",\"parameters\":{\"binary_data_size\":");
+            out.extend_from_slice(number.format(p.binary_data_size).as_bytes());
+            out.push(b'}');
+        }
+        if let Some(data) = &o.data {
+            out.extend_from_slice(b",\"data\":");
+            serde_json::to_writer(&mut *out, data)?;
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}");
+    Ok(())
+}
+
+/// A JSON string: copied between quotes, or escaped by serde_json where
+/// it holds a quote, a backslash or a control character.
+fn write_str(out: &mut Vec<u8>, s: &str) -> Result<(), serde_json::Error> {
+    if s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        return serde_json::to_writer(&mut *out, s);
+    }
+    out.push(b'"');
+    out.extend_from_slice(s.as_bytes());
+    out.push(b'"');
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
     use serde_json::{json, Value};
 
     use super::*;
@@ -400,5 +465,63 @@ mod tests {
             encode_infer_response(&response(vec![t]), &AnswerForm::of(&[], &Parameters::new()))
                 .unwrap_err();
         assert_eq!(err.kind, ErrorKind::Internal);
+    }
+
+    fn name() -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            prop::sample::select(vec![
+                'a', 'Z', '0', '_', '"', '\\', '\n', '\u{1}', '\u{7f}', 'é', '€',
+            ]),
+            0..6,
+        )
+        .prop_map(|c| c.into_iter().collect())
+    }
+
+    proptest! {
+        /// The hand-written header is serde_json's, byte for byte.
+        #[test]
+        fn header_is_written_as_serde_writes_it(
+            model in name(),
+            version in name(),
+            id in name(),
+            params in prop::collection::vec((name(), prop_oneof![
+                any::<bool>().prop_map(ParamValue::Bool),
+                any::<i64>().prop_map(ParamValue::Int),
+                any::<f64>().prop_map(ParamValue::Double),
+                name().prop_map(ParamValue::String),
+            ]), 0..3),
+            outputs in prop::collection::vec(
+                (name(), prop::collection::vec(any::<i64>(), 0..3), any::<usize>(),
+                 prop::collection::vec(any::<i32>(), 0..3), 0..3u8),
+                0..3,
+            ),
+        ) {
+            let parameters: Parameters = params.into_iter().collect();
+            let data: Vec<Vec<u8>> = outputs
+                .iter()
+                .map(|o| o.3.iter().flat_map(|v| v.to_le_bytes()).collect())
+                .collect();
+            let header = ResponseJson {
+                model_name: &model,
+                model_version: &version,
+                id: &id,
+                parameters: (!parameters.is_empty()).then_some(ParamsJson(&parameters)),
+                outputs: outputs
+                    .iter()
+                    .zip(&data)
+                    .map(|((name, shape, size, _, form), data)| OutputJson {
+                        name,
+                        datatype: DataType::Int32.as_str(),
+                        shape,
+                        parameters: (*form == 1).then_some(BinaryParams { binary_data_size: *size }),
+                        data: (*form == 2).then_some(JsonData { datatype: DataType::Int32, data }),
+                    })
+                    .collect(),
+            };
+            let mut written = Vec::new();
+            write_header(&mut written, &header).unwrap();
+            let by_serde = serde_json::to_vec(&header).unwrap();
+            prop_assert_eq!(String::from_utf8_lossy(&written), String::from_utf8_lossy(&by_serde));
+        }
     }
 }
