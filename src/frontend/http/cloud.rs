@@ -9,10 +9,8 @@ use http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use http_body_util::Full;
 use hyper::{body::Incoming, Request, Response};
 
-use super::{codec::error_body, server::HttpResponse};
+use super::{codec::error_body, routes::HEADER_LENGTH, server::HttpResponse};
 use crate::types::{clip, InferError, InferResult};
-
-const HEADER_LENGTH: &str = "inference-header-content-length";
 
 /// `req` addressed to `target` (a KServe path, already percent-encoded),
 /// with its method replaced when `method` is given.
@@ -51,7 +49,7 @@ pub(super) fn encode_segment(s: &str) -> String {
 /// `Inference-Header-Content-Length` is not read), and bodies and answers
 /// are never compressed (both servers override compression to identity).
 pub(super) fn binary_content_type(headers: &mut HeaderMap, mime: &str) -> InferResult<()> {
-    headers.remove(HEADER_LENGTH);
+    headers.remove(&HEADER_LENGTH);
     headers.remove(header::CONTENT_ENCODING);
     headers.remove(header::ACCEPT_ENCODING);
     let Some(content_type) = headers.get(header::CONTENT_TYPE) else {
@@ -96,7 +94,7 @@ pub(super) fn binary_content_type(headers: &mut HeaderMap, mime: &str) -> InferR
             clip(raw)
         )));
     }
-    headers.insert(HEADER_LENGTH, HeaderValue::from(length));
+    headers.insert(HEADER_LENGTH.clone(), HeaderValue::from(length));
     Ok(())
 }
 
@@ -127,7 +125,7 @@ fn leading_int(s: &str) -> Option<Result<i32, ()>> {
 /// The `Inference-Header-Content-Length` of an answer, taken out (the
 /// SageMaker answer carries it in its content type instead).
 pub(super) fn take_header_length(resp: &mut HttpResponse) -> Option<HeaderValue> {
-    resp.headers_mut().remove(HEADER_LENGTH)
+    resp.headers_mut().remove(&HEADER_LENGTH)
 }
 
 /// An answer without a body, as Triton's `evhtp_send_reply` with no error.
@@ -160,7 +158,7 @@ mod tests {
         if let Some(l) = length {
             h.insert(header::CONTENT_LENGTH, l.parse().unwrap());
         }
-        h.insert(HEADER_LENGTH, "7".parse().unwrap());
+        h.insert(HEADER_LENGTH.clone(), "7".parse().unwrap());
         h
     }
 
@@ -168,11 +166,11 @@ mod tests {
     fn the_header_length_comes_from_the_content_type() {
         let mut h = headers(&format!("{MIME}42"), Some("100"));
         binary_content_type(&mut h, MIME).unwrap();
-        assert_eq!(h.get(HEADER_LENGTH).unwrap(), "42");
+        assert_eq!(h.get(&HEADER_LENGTH).unwrap(), "42");
         // Plain JSON: the client's own header is not read.
         let mut h = headers("application/json", Some("100"));
         binary_content_type(&mut h, MIME).unwrap();
-        assert!(h.get(HEADER_LENGTH).is_none());
+        assert!(h.get(&HEADER_LENGTH).is_none());
     }
 
     #[test]

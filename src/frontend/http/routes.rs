@@ -3,7 +3,7 @@
 //! (`frontend::core::infer`), encodes the answer.
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::Full;
 use hyper::{body::Incoming, Request, Response};
 
@@ -33,7 +33,10 @@ use crate::{
     types::{InferError, InferResponse, InferResult},
 };
 
-const HEADER_LENGTH: &str = "inference-header-content-length";
+/// Built once: looking a header up by `&str` parses and lowercases the
+/// name on every request.
+pub(super) static HEADER_LENGTH: HeaderName =
+    HeaderName::from_static("inference-header-content-length");
 
 /// Entry point for every HTTP request on the HTTP port.
 pub async fn handle(req: Request<Incoming>) -> HttpResponse {
@@ -314,7 +317,7 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
     let mut resp = respond(StatusCode::OK, content_type, wire.body);
     if let Some(len) = wire.json_header_length {
         resp.headers_mut()
-            .insert(HEADER_LENGTH, HeaderValue::from(len));
+            .insert(HEADER_LENGTH.clone(), HeaderValue::from(len));
     }
     if let Some(enc) = wire.encoding {
         resp.headers_mut()
@@ -363,7 +366,7 @@ async fn encode_answer(
 }
 
 fn parse_header_length(headers: &HeaderMap) -> InferResult<Option<usize>> {
-    let Some(v) = headers.get(HEADER_LENGTH) else {
+    let Some(v) = headers.get(&HEADER_LENGTH) else {
         return Ok(None);
     };
     v.to_str()
@@ -410,6 +413,9 @@ pub(super) fn body_error_response(e: &transport::BodyError) -> HttpResponse {
 
 /// Decodes `%XX` escapes in a path segment (tritonclient quotes model names).
 fn percent_decode(segment: &str) -> InferResult<String> {
+    if !segment.contains('%') {
+        return Ok(segment.to_owned());
+    }
     let bytes = segment.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
