@@ -19,7 +19,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use super::{InputParams, JsonParams, ParamSink};
+use super::{json_string_stop, InputParams, JsonParams, ParamSink};
 use crate::types::ParamValue;
 
 #[derive(Deserialize)]
@@ -85,11 +85,7 @@ pub(super) fn read_common(json: &[u8]) -> Option<RequestJson<'_>> {
     // Checked once here, so that strings are slices of it without a check
     // each (serde_json checks each string as it reads it).
     let text = std::str::from_utf8(json).ok()?;
-    let mut c = Cursor {
-        text,
-        s: json,
-        i: 0,
-    };
+    let mut c = Cursor { text, i: 0 };
     let (mut id, mut parameters, mut inputs, mut outputs) = (None, None, None, None);
     c.object(|c, key| match key {
         "id" => once(&mut id, c.string()?.to_owned()),
@@ -124,52 +120,22 @@ const MAX_DATA_DEPTH: usize = 32;
 
 struct Cursor<'a> {
     text: &'a str,
-    /// `text`'s bytes.
-    s: &'a [u8],
     i: usize,
 }
 
-/// Bytes that end the common path's reading of a string: its closing
-/// quote, an escape, and the control characters JSON refuses in one.
-const STRING_STOP: [bool; 256] = {
-    let mut stop = [false; 256];
-    let mut b = 0;
-    while b < 0x20 {
-        stop[b] = true;
-        b += 1;
-    }
-    stop[b'"' as usize] = true;
-    stop[b'\\' as usize] = true;
-    stop
-};
-
-/// The index of the first [`STRING_STOP`] byte of `s` from `i` on, eight
-/// bytes at a time: a byte of a word is flagged where it is a quote, a
-/// backslash or below 0x20. The tricks flag a byte above a true one
-/// wrongly at times, never one below, so the lowest flag is exact.
-fn string_stop(s: &[u8], mut i: usize) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = ONES * 0x80;
-    let zero_bytes = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-    while let Some(word) = s.get(i..i + 8) {
-        let x = u64::from_le_bytes(word.try_into().ok()?);
-        let stop = zero_bytes(x ^ (ONES * u64::from(b'"')))
-            | zero_bytes(x ^ (ONES * u64::from(b'\\')))
-            | (x.wrapping_sub(ONES * 0x20) & !x & HIGH);
-        if stop != 0 {
-            return Some(i + (stop.trailing_zeros() / 8) as usize);
-        }
-        i += 8;
-    }
-    s.get(i..)?
-        .iter()
-        .position(|&b| STRING_STOP[usize::from(b)])
-        .map(|n| i + n)
+/// The length of the run of ASCII digits at `s[i..]`.
+fn digit_run(s: &[u8], i: usize) -> usize {
+    s.get(i..)
+        .map_or(0, |r| r.iter().take_while(|b| b.is_ascii_digit()).count())
 }
 
 impl<'a> Cursor<'a> {
+    fn bytes(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+
     fn skip_ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.s.get(self.i) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes().get(self.i) {
             self.i += 1;
         }
     }
@@ -177,7 +143,7 @@ impl<'a> Cursor<'a> {
     /// The next byte that is not whitespace, not consumed.
     fn peek(&mut self) -> Option<u8> {
         self.skip_ws();
-        self.s.get(self.i).copied()
+        self.bytes().get(self.i).copied()
     }
 
     fn eat(&mut self, byte: u8) -> Option<()> {
@@ -186,15 +152,15 @@ impl<'a> Cursor<'a> {
 
     fn literal(&mut self, word: &[u8]) -> Option<()> {
         let end = self.i.checked_add(word.len())?;
-        (self.s.get(self.i..end)? == word).then(|| self.i = end)
+        (self.bytes().get(self.i..end)? == word).then(|| self.i = end)
     }
 
     /// A string without escapes.
     fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.i;
-        let end = string_stop(self.s, start)?;
-        if self.s[end] != b'"' {
+        let end = json_string_stop(self.bytes(), start)?;
+        if self.bytes()[end] != b'"' {
             return None;
         }
         self.i = end + 1;
@@ -207,10 +173,11 @@ impl<'a> Cursor<'a> {
     /// float).
     fn integer(&mut self) -> Option<i64> {
         self.skip_ws();
-        let negative = self.s.get(self.i) == Some(&b'-');
+        let s = self.bytes();
+        let negative = s.get(self.i) == Some(&b'-');
         let start = self.i + usize::from(negative);
-        let digits = self.s.get(start..)?;
-        let len = digits.iter().take_while(|b| b.is_ascii_digit()).count();
+        let digits = s.get(start..)?;
+        let len = digit_run(s, start);
         // 18 digits cannot overflow an i64.
         if len == 0 || len > 18 || (digits[0] == b'0' && (len > 1 || negative)) {
             return None;
@@ -372,12 +339,10 @@ impl<'a> Cursor<'a> {
     /// A number by JSON's grammar: `-`? (`0` | [1-9][0-9]*) (`.` [0-9]+)?
     /// ([eE] [+-]? [0-9]+)?
     fn number(&mut self) -> Option<()> {
-        let s = self.s;
+        let s = self.bytes();
         let mut i = self.i;
         let digits = |i: &mut usize| {
-            let n = s
-                .get(*i..)
-                .map_or(0, |r| r.iter().take_while(|b| b.is_ascii_digit()).count());
+            let n = digit_run(s, *i);
             *i += n;
             n
         };
@@ -593,23 +558,6 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(4000))]
-
-        /// The word-at-a-time scan finds what a byte-at-a-time one finds.
-        #[test]
-        fn string_stop_finds_the_first_stop_byte(
-            bytes in prop::collection::vec(
-                prop_oneof![4 => 0x20u8..0x7f, 1 => any::<u8>(), 1 => Just(b'"'), 1 => Just(b'\\')],
-                0..40,
-            ),
-            from in any::<prop::sample::Index>(),
-        ) {
-            let from = from.index(bytes.len() + 1);
-            let bytewise = bytes[from..]
-                .iter()
-                .position(|&b| b < 0x20 || b == b'"' || b == b'\\')
-                .map(|n| from + n);
-            prop_assert_eq!(string_stop(&bytes, from), bytewise);
-        }
 
         /// Where the one pass answers, serde answers the same; cut and
         /// altered bodies included.

@@ -4,7 +4,8 @@ use bytes::Bytes;
 use serde::Serialize;
 
 use super::{
-    json_data::check_layout, json_data::JsonData, ParamsJson, BINARY_DATA, BINARY_DATA_OUTPUT,
+    json_data::check_layout, json_data::JsonData, json_string_stop, ParamsJson, BINARY_DATA,
+    BINARY_DATA_OUTPUT,
 };
 use crate::types::{InferError, InferResponse, ParamValue, Parameters, RequestedOutput, Tensor};
 
@@ -258,7 +259,7 @@ fn write_header(out: &mut Vec<u8>, h: &ResponseJson<'_>) -> Result<(), serde_jso
 /// A JSON string: copied between quotes, or escaped by serde_json where
 /// it holds a quote, a backslash or a control character.
 fn write_str(out: &mut Vec<u8>, s: &str) -> Result<(), serde_json::Error> {
-    if s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+    if json_string_stop(s.as_bytes(), 0).is_some() {
         return serde_json::to_writer(&mut *out, s);
     }
     out.push(b'"');
