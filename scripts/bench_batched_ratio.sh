@@ -7,8 +7,12 @@
 # gRPC and HTTP binary. For each: infer/s, mean batch, the shard's and the
 # compute worker's CPU per inference, ORT's own time per inference inside
 # the server (the executions' compute_infer over the inferences), the
-# ratio to ORT alone at batch 64 and 32, and the ceiling: the ratio if the
-# shard cost nothing (ORT alone over the compute worker's CPU alone).
+# ratio to ORT alone at batch 64 and 32, and two ceilings: the ratio if the
+# shard cost nothing (ORT alone over the compute worker's CPU alone), and
+# the kernel ceiling, the ratio if only the shard's user-space work cost
+# nothing (its system time, socket reads and writes and their loopback
+# delivery, is still paid on the shared core). The shard's CPU is printed
+# split into user and system time.
 # PROTOS takes grpc (unary ModelInfer), stream (ModelStreamInfer, as
 # perf_analyzer's --streaming) and binary (HTTP with the binary extension).
 # At CONCURRENCY=64 the batcher forms two batches of 32 in flight; 128
@@ -57,12 +61,12 @@ for round in $(seq 1 "$rounds"); do
       -p 6000 --max-trials 1 >"$work/bench.log" 2>&1 &
     bpid=$!
     sleep 2
-    w0=$(date +%s.%N); s0=$(stats); t0=$(ss_thread_counters "$spid")
+    w0=$(date +%s.%N); s0=$(stats); t0=$(ss_thread_counters "$spid"); k0=$(ss_shard_user_sys "$spid")
     sleep 3
-    s1=$(stats); t1=$(ss_thread_counters "$spid"); w1=$(date +%s.%N)
+    s1=$(stats); t1=$(ss_thread_counters "$spid"); k1=$(ss_shard_user_sys "$spid"); w1=$(date +%s.%N)
     wait "$bpid" || true
     kill "$spid" 2>/dev/null || true; wait "$spid" 2>/dev/null || true; spid=
-    python3 - "$s0" "$s1" "$t0" "$t1" "$o32" "$o64" "round=$round $proto" "$(getconf CLK_TCK)" "$w0" "$w1" <<'PY'
+    python3 - "$s0" "$s1" "$t0" "$t1" "$o32" "$o64" "round=$round $proto" "$(getconf CLK_TCK)" "$w0" "$w1" "$k0" "$k1" <<'PY'
 import json, sys
 s0, s1 = (json.loads(x)["model_stats"][0] for x in sys.argv[1:3])
 t0, t1 = (list(map(int, x.split())) for x in sys.argv[3:5])
@@ -75,11 +79,14 @@ def batch_ns(s):
 ort_us = (batch_ns(s1) - batch_ns(s0)) / n / 1000
 compute_us = (t1[0] - t0[0]) / hz / n * 1e6
 shard_us = (t1[1] - t0[1]) / hz / n * 1e6
+k0, k1 = (list(map(int, x.split())) for x in sys.argv[11:13])
+shard_user_us = (k1[0] - k0[0]) / hz / n * 1e6
+shard_sys_us = (k1[1] - k0[1]) / hz / n * 1e6
 rate = n / seconds
 print(f"{label}: infer/s={rate:.0f} mean_batch={n / executions:.1f} shard_us_per_infer={shard_us:.1f} "
-      f"compute_us_per_infer={compute_us:.1f} ort_in_server_us_per_infer={ort_us:.1f} "
+      f"(user={shard_user_us:.1f} sys={shard_sys_us:.1f}) compute_us_per_infer={compute_us:.1f} ort_in_server_us_per_infer={ort_us:.1f} "
       f"ort_alone_infer_s b32={o32:.0f} b64={o64:.0f} ratio_b64={rate / o64:.2f} ratio_b32={rate / o32:.2f} "
-      f"ceiling_b64={1e6 / compute_us / o64:.2f}")
+      f"ceiling_b64={1e6 / compute_us / o64:.2f} kernel_ceiling_b64={1e6 / (compute_us + shard_sys_us) / o64:.2f}")
 PY
   done
 done

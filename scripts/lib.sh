@@ -52,6 +52,27 @@ print(c, s, sw)
 PY
 }
 
+# ss_shard_user_sys PID: "user_ticks sys_ticks" of PID's shard-* threads
+# (utime and stime apart, in CLK_TCK): how much of a shard's CPU is the
+# kernel's (socket reads and writes, loopback delivery), which no
+# user-space saving removes.
+ss_shard_user_sys() {
+  python3 - "$1" <<'PY'
+import glob, sys
+u = k = 0
+for d in glob.glob(f"/proc/{sys.argv[1]}/task/*"):
+    try:
+        data = open(d + "/stat").read()
+    except OSError:
+        continue
+    if data[data.index("(") + 1:data.rindex(")")].startswith("shard-"):
+        fields = data[data.rindex(")") + 2:].split()
+        u += int(fields[11])
+        k += int(fields[12])
+print(u, k)
+PY
+}
+
 # ss_thread_id PID NAME: the thread id of PID's thread named NAME
 # (e.g. shard-0); empty if there is none.
 ss_thread_id() {
