@@ -24,7 +24,7 @@
 use std::{convert::Infallible, pin::pin};
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue};
+use http::{header, HeaderMap, HeaderName, HeaderValue};
 use http_body::Body;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -64,8 +64,11 @@ impl DirectInfer {
     /// Whether a call with these headers is served here: its messages are
     /// not compressed.
     pub(super) fn takes(headers: &HeaderMap) -> bool {
+        // A built name: looked up by `&str`, the name is parsed and hashed
+        // on every call.
+        static GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
         headers
-            .get("grpc-encoding")
+            .get(&GRPC_ENCODING)
             .is_none_or(|v| v.as_bytes() == b"identity")
     }
 

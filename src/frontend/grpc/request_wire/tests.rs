@@ -4,7 +4,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use prost::Message;
 
-use super::decode_plain;
+use super::{decode_plain, text, Reader};
 use crate::{
     frontend::grpc::{codec::decode_model_infer_request_for, service::check_model_name},
     proto::inference::{
@@ -178,6 +178,54 @@ fn damaged_bytes_go_to_prost() {
         0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02,
     ]);
     assert!(decode_plain(&Bytes::from(long_varint)).is_none());
+}
+
+#[test]
+fn text_takes_ascii_and_utf8_and_refuses_the_rest() {
+    assert_eq!(text(b"INT32"), Some("INT32"));
+    assert_eq!(text(b""), Some(""));
+    assert_eq!(
+        text("caf\u{e9} \u{1f600}".as_bytes()),
+        Some("caf\u{e9} \u{1f600}")
+    );
+    assert_eq!(text(b"INPUT\xff"), None);
+    assert_eq!(text(b"\xc3"), None);
+    // Past a word of ASCII, a bad byte in the second word.
+    assert_eq!(text(b"ABCDEFGHIJKLMNO\x80"), None);
+}
+
+#[test]
+fn varints_of_every_length_read_as_prost_writes_them() {
+    let values = [
+        0u64,
+        1,
+        127,
+        128,
+        300,
+        16_383,
+        16_384,
+        u64::from(u32::MAX),
+        u64::MAX,
+    ];
+    for v in values {
+        let mut buf = Vec::new();
+        prost::encoding::encode_varint(v, &mut buf);
+        let mut r = Reader::new(&buf);
+        assert_eq!(r.varint(), Some(v), "{v}");
+        assert!(r.done(), "{v}");
+        // Cut short, it is refused, never read past the end.
+        let cut = &buf[..buf.len() - 1];
+        assert_eq!(Reader::new(cut).varint(), None, "{v} cut");
+    }
+    // Shapes with multi-byte dimensions, packed, read as prost reads them.
+    let mut m = simple();
+    m.inputs[0].shape = vec![1, 300];
+    m.inputs[1].shape = vec![1, 300];
+    m.raw_input_contents = vec![Bytes::from(vec![0u8; 1200]); 2];
+    assert!(
+        agrees(&encoded(&m)).unwrap(),
+        "declined multi-byte dimensions"
+    );
 }
 
 #[test]
