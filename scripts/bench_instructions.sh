@@ -13,7 +13,7 @@
 # Loopback only, bounded in time.
 #
 # Usage: scripts/bench_instructions.sh BIN_A [BIN_B]
-#   env: MODEL=simple PROTOS="grpc" (json binary grpc stream) CONCURRENCY=64 ROUNDS=2
+#   env: MODEL=simple (from MODEL_REPO=models) PROTOS="grpc" (json binary grpc stream) CONCURRENCY=64 ROUNDS=2
 #        WARM=8 WINDOW=8 SERVER_CPU=0 CLIENT_CPU=1 PORT=18800
 #        KEEP=DIR keeps each run's dumps in DIR/<A|B>-<proto>-<round>/ for
 #        callgrind_annotate (where the instructions go, not only how many)
@@ -41,7 +41,7 @@ ss_export_ort_lib
 work=$(mktemp -d)
 spid=
 trap '[ -n "$spid" ] && kill "$spid" 2>/dev/null; rm -rf "$work"' EXIT
-mkdir -p "$work/repo"; cp -r "models/$model" "$work/repo/"
+mkdir -p "$work/repo"; cp -r "${MODEL_REPO:-models}/$model" "$work/repo/"
 
 count() { # inferences of $model so far
   curl -s "127.0.0.1:$port/v2/models/$model/stats" |

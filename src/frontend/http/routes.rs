@@ -2,6 +2,8 @@
 //! `codec`, runs through the front ends' one infer path
 //! (`frontend::core::infer`), encodes the answer.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::Full;
@@ -47,23 +49,29 @@ pub async fn handle(req: Request<Incoming>) -> HttpResponse {
 pub fn error_response(e: &InferError) -> HttpResponse {
     respond(
         status_for(e.kind),
-        "application/json",
+        &APPLICATION_JSON,
         error_body(&e.message),
     )
 }
 
-fn respond(status: StatusCode, content_type: &'static str, body: Bytes) -> HttpResponse {
+/// Content types as built values: `HeaderValue::from_static` checks its
+/// text byte by byte when it runs, and a clone of a built one copies a
+/// pointer.
+static APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
+static OCTET_STREAM: HeaderValue = HeaderValue::from_static("application/octet-stream");
+
+fn respond(status: StatusCode, content_type: &'static HeaderValue, body: Bytes) -> HttpResponse {
     let mut resp = Response::new(Full::new(body));
     *resp.status_mut() = status;
     resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        .insert(header::CONTENT_TYPE, content_type.clone());
     resp
 }
 
 pub(super) fn json_ok(value: &serde_json::Value) -> HttpResponse {
     respond(
         StatusCode::OK,
-        "application/json",
+        &APPLICATION_JSON,
         Bytes::from(value.to_string()),
     )
 }
@@ -88,12 +96,12 @@ fn with_model_table<R>(f: impl FnOnce(&ModelTable) -> R) -> InferResult<R> {
 
 async fn route(req: Request<Incoming>) -> InferResult<HttpResponse> {
     let path = req.uri().path().to_string();
-    let segments: Vec<String> = path
+    let segments: Vec<Cow<'_, str>> = path
         .trim_matches('/')
         .split('/')
         .map(percent_decode)
         .collect::<InferResult<_>>()?;
-    let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let segs: Vec<&str> = segments.iter().map(|s| s.as_ref()).collect();
     if let Some(refusal) = restricted_refusal(&req, &segs) {
         return Ok(refusal);
     }
@@ -165,7 +173,7 @@ fn restricted_refusal(req: &Request<Incoming>, segs: &[&str]) -> Option<HttpResp
         let refused = restrictions.refuses(restricted::http_category(segs)?, req.headers())?;
         let mut resp = respond(
             StatusCode::FORBIDDEN,
-            "application/json",
+            &APPLICATION_JSON,
             error_body(refused.message()),
         );
         if !hyper::body::Body::is_end_stream(req.body()) {
@@ -221,7 +229,7 @@ async fn model_route(
             let m = table.resolve(model, version)?;
             Ok(respond(
                 StatusCode::OK,
-                "application/json",
+                &APPLICATION_JSON,
                 m.config_json.clone(),
             ))
         }
@@ -307,9 +315,9 @@ async fn infer(req: Request<Incoming>, model: &str, version: &str) -> InferResul
         .unwrap_or("");
     let wire = encode_answer(response, form, choose_response_encoding(accept)).await?;
     let content_type = if wire.json_header_length.is_some() {
-        "application/octet-stream"
+        &OCTET_STREAM
     } else {
-        "application/json"
+        &APPLICATION_JSON
     };
     // As Triton's: the send is the hand-over of the whole response to the
     // HTTP library, not the last byte on the wire.
@@ -405,16 +413,16 @@ async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, transport::Bod
 /// 413, 408, 503 or 400 for a body that was not read; the connection is
 /// closed, so the rest of the body is never read.
 pub(super) fn body_error_response(e: &transport::BodyError) -> HttpResponse {
-    let mut resp = respond(e.status, "application/json", error_body(&e.message));
+    let mut resp = respond(e.status, &APPLICATION_JSON, error_body(&e.message));
     resp.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     resp
 }
 
 /// Decodes `%XX` escapes in a path segment (tritonclient quotes model names).
-fn percent_decode(segment: &str) -> InferResult<String> {
+fn percent_decode(segment: &str) -> InferResult<Cow<'_, str>> {
     if !segment.contains('%') {
-        return Ok(segment.to_owned());
+        return Ok(Cow::Borrowed(segment));
     }
     let bytes = segment.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -438,7 +446,7 @@ fn percent_decode(segment: &str) -> InferResult<String> {
             i += 1;
         }
     }
-    String::from_utf8(out).map_err(|_| {
+    String::from_utf8(out).map(Cow::Owned).map_err(|_| {
         InferError::invalid(format!(
             "URL segment '{}' is not UTF-8",
             crate::types::clip(segment)
