@@ -17,6 +17,6 @@ pub use context::{
     with_current, ConnectionGauge, InFlight, Shard, ShardControl, ShardTask, Target,
 };
 pub use key_map::KeyMap;
-pub use latch::{yield_now, Latch};
+pub use latch::{same_task, yield_now, Latch};
 pub use ring::ShardId;
 pub use timer::{sleep_until_coarse, PreciseTimer};

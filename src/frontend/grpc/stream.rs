@@ -492,7 +492,7 @@ mod shutdown_watch {
                 });
                 if let Some(slot) = w.streams.get_mut(k) {
                     match slot {
-                        Some(old) if old.will_wake(waker) => {}
+                        Some(old) if shard::same_task(old, waker) => {}
                         Some(old) => old.clone_from(waker),
                         None => *slot = Some(waker.clone()),
                     }

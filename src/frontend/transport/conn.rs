@@ -152,7 +152,10 @@ impl ConnState {
                 return Poll::Ready(());
             }
             let mut slot = self.waker.borrow_mut();
-            if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            if !slot
+                .as_ref()
+                .is_some_and(|w| crate::shard::same_task(w, cx.waker()))
+            {
                 *slot = Some(cx.waker().clone());
             }
             Poll::Pending
