@@ -53,9 +53,10 @@ def rootfs(tmp_path_factory):
                     "SHARDSERVE_IMAGE_TEST=0 switches this test off)")
     out = tmp_path_factory.mktemp("image") / "rootfs"
     started = time.monotonic()
+    # PROFILE=release: the package of the tests' build (see test_package.py).
     built = subprocess.run([str(ROOT / "scripts/build-image.sh"), TAG, str(out)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=1800)
+                           timeout=1800, env={**os.environ, "PROFILE": "release"})
     if built.returncode != 0:
         pytest.fail(f"scripts/build-image.sh failed (exit {built.returncode}; the first run "
                     f"needs a Debian mirror):\n{built.stdout[-4000:]}")
