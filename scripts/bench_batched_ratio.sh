@@ -61,12 +61,12 @@ for round in $(seq 1 "$rounds"); do
       -p 6000 --max-trials 1 >"$work/bench.log" 2>&1 &
     bpid=$!
     sleep 2
-    w0=$(date +%s.%N); s0=$(stats); t0=$(ss_thread_counters "$spid"); k0=$(ss_shard_user_sys "$spid")
+    w0=$(date +%s.%N); s0=$(stats); t0=$(ss_thread_stat "$spid")
     sleep 3
-    s1=$(stats); t1=$(ss_thread_counters "$spid"); k1=$(ss_shard_user_sys "$spid"); w1=$(date +%s.%N)
+    s1=$(stats); t1=$(ss_thread_stat "$spid"); w1=$(date +%s.%N)
     wait "$bpid" || true
     kill "$spid" 2>/dev/null || true; wait "$spid" 2>/dev/null || true; spid=
-    python3 - "$s0" "$s1" "$t0" "$t1" "$o32" "$o64" "round=$round $proto" "$(getconf CLK_TCK)" "$w0" "$w1" "$k0" "$k1" <<'PY'
+    python3 - "$s0" "$s1" "$t0" "$t1" "$o32" "$o64" "round=$round $proto" "$(getconf CLK_TCK)" "$w0" "$w1" <<'PY'
 import json, sys
 s0, s1 = (json.loads(x)["model_stats"][0] for x in sys.argv[1:3])
 t0, t1 = (list(map(int, x.split())) for x in sys.argv[3:5])
@@ -77,11 +77,11 @@ executions = max(s1["execution_count"] - s0["execution_count"], 1)
 def batch_ns(s):
     return sum(b["compute_infer"]["ns"] for b in s["batch_stats"])
 ort_us = (batch_ns(s1) - batch_ns(s0)) / n / 1000
-compute_us = (t1[0] - t0[0]) / hz / n * 1e6
-shard_us = (t1[1] - t0[1]) / hz / n * 1e6
-k0, k1 = (list(map(int, x.split())) for x in sys.argv[11:13])
-shard_user_us = (k1[0] - k0[0]) / hz / n * 1e6
-shard_sys_us = (k1[1] - k0[1]) / hz / n * 1e6
+# ss_thread_stat: compute user, compute sys, shard user, shard sys, switches.
+per_infer = [(b - a) / hz / n * 1e6 for a, b in zip(t0, t1)]
+compute_us = per_infer[0] + per_infer[1]
+shard_user_us, shard_sys_us = per_infer[2], per_infer[3]
+shard_us = shard_user_us + shard_sys_us
 rate = n / seconds
 print(f"{label}: infer/s={rate:.0f} mean_batch={n / executions:.1f} shard_us_per_infer={shard_us:.1f} "
       f"(user={shard_user_us:.1f} sys={shard_sys_us:.1f}) compute_us_per_infer={compute_us:.1f} ort_in_server_us_per_infer={ort_us:.1f} "

@@ -24,14 +24,16 @@ ss_wait_ready() {
   return 1
 }
 
-# ss_thread_counters PID: "compute_ticks shard_ticks switches" over PID's
-# threads: CPU ticks (utime+stime, in CLK_TCK) of the compute-* and the
-# shard-* threads, and the voluntary plus involuntary context switches of
-# all of them.
-ss_thread_counters() {
+# ss_thread_stat PID: "compute_user compute_sys shard_user shard_sys
+# switches" over PID's threads: CPU ticks (in CLK_TCK) of the compute-* and
+# the shard-* threads, user and system time apart (a shard's system time is
+# its socket reads and writes and their loopback delivery, which no
+# user-space saving removes), and the voluntary plus involuntary context
+# switches of all of them.
+ss_thread_stat() {
   python3 - "$1" <<'PY'
 import glob, sys
-c = s = sw = 0
+cu = cs = su = ss = sw = 0
 for d in glob.glob(f"/proc/{sys.argv[1]}/task/*"):
     try:
         data = open(d + "/stat").read()
@@ -40,37 +42,24 @@ for d in glob.glob(f"/proc/{sys.argv[1]}/task/*"):
         continue
     comm = data[data.index("(") + 1:data.rindex(")")]
     fields = data[data.rindex(")") + 2:].split()
-    ticks = int(fields[11]) + int(fields[12])
+    user, system = int(fields[11]), int(fields[12])
     if comm.startswith("compute-"):
-        c += ticks
+        cu += user
+        cs += system
     elif comm.startswith("shard-"):
-        s += ticks
+        su += user
+        ss += system
     for line in status.splitlines():
         if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
             sw += int(line.split()[1])
-print(c, s, sw)
+print(cu, cs, su, ss, sw)
 PY
 }
 
-# ss_shard_user_sys PID: "user_ticks sys_ticks" of PID's shard-* threads
-# (utime and stime apart, in CLK_TCK): how much of a shard's CPU is the
-# kernel's (socket reads and writes, loopback delivery), which no
-# user-space saving removes.
-ss_shard_user_sys() {
-  python3 - "$1" <<'PY'
-import glob, sys
-u = k = 0
-for d in glob.glob(f"/proc/{sys.argv[1]}/task/*"):
-    try:
-        data = open(d + "/stat").read()
-    except OSError:
-        continue
-    if data[data.index("(") + 1:data.rindex(")")].startswith("shard-"):
-        fields = data[data.rindex(")") + 2:].split()
-        u += int(fields[11])
-        k += int(fields[12])
-print(u, k)
-PY
+# ss_thread_counters PID: "compute_ticks shard_ticks switches": ss_thread_stat
+# with user and system time added up.
+ss_thread_counters() {
+  ss_thread_stat "$1" | awk '{ print $1 + $2, $3 + $4, $5 }'
 }
 
 # ss_thread_id PID NAME: the thread id of PID's thread named NAME

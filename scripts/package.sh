@@ -36,13 +36,9 @@ out=$(realpath -m "$1")
 cd "$(dirname "$0")/.."
 
 profile=${PROFILE:-dist}
-case $profile in
-  release) build="cargo build --release --bins" ;;
-  *) build="cargo build --profile $profile --bins" ;;
-esac
 for exe in "target/$profile/shardserve" "target/$profile/shardserve-bench"; do
   if [ ! -x "$exe" ]; then
-    echo "package: $exe is missing ($build)" >&2
+    echo "package: $exe is missing (cargo build --profile $profile --bins)" >&2
     exit 1
   fi
 done
